@@ -1,0 +1,11 @@
+# Sourced by scripts/main.sh and scripts/test.sh: from a machine with only Python 3.11
+# and pip, install the pinned uv and build .venv from uv.lock (exact versions, no drift).
+set -euo pipefail
+UV_VERSION=0.13.9
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+if ! command -v uv >/dev/null 2>&1 || [ "$(uv --version | cut -d' ' -f2)" != "$UV_VERSION" ]; then
+    python3 -m pip install --quiet --disable-pip-version-check "uv==$UV_VERSION"
+    export PATH="$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))'):$(python3 -m site --user-base)/bin:$PATH"
+fi
+uv sync --locked --quiet
+export PATH="$PWD/.venv/bin:$PATH"

@@ -1,0 +1,195 @@
+"""The one typed, validated definition of a grid cell's parameters.
+
+`CellParams` is what `python -m ddpbench.train` accepts (one ``--kebab-case`` flag
+per field) and what the workflow validates every config axis against, so a value the
+harness would reject fails before any job runs, naming the offending key.
+
+Launch-level settings (world size, nodes, repeat) are not cell parameters of the
+training process: torchrun sets the world size, the workflow sets the repeat.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import pkgutil
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+DEVICES = ("cpu", "cuda")
+SCALINGS = ("strong", "weak")
+MODELS = ("mlp", "simple_cnn", "vgg11", "resnet18", "densenet121")
+DATASETS = ("synthetic", "cifar10", "mnist", "imagenette")
+SYNTHETIC_SHAPES = ("cifar10", "mnist")
+
+
+class ParamError(ValueError):
+    """A cell parameter has a bad value; the message names it and what is allowed."""
+
+    def __init__(self, name: str, value: Any, allowed: str):
+        self.name, self.value, self.allowed = name, value, allowed
+        flag = "--" + name.replace("_", "-")
+        super().__init__(f"invalid value for '{name}' ({flag}): {value!r}; allowed: {allowed}")
+
+
+def strategy_names() -> tuple[str, ...]:
+    """Registered strategies: one module each in ddpbench.strategies (no torch import)."""
+    from ddpbench import strategies
+
+    return tuple(
+        sorted(
+            m.name
+            for m in pkgutil.iter_modules(strategies.__path__)
+            if not m.name.startswith("_") and m.name != "base"
+        )
+    )
+
+
+def _p(default: Any, help: str, **checks: Any) -> Any:
+    return field(default=default, metadata={"help": help, **checks})
+
+
+@dataclass(frozen=True)
+class CellParams:
+    """Every parameter of one grid cell, with its default and its allowed values."""
+
+    device: str = _p("cpu", "cpu (gloo) or cuda (NCCL)", choices=DEVICES)
+    strategy: str = _p("ddp", "gradient-sync strategy (module in ddpbench.strategies)", choices=strategy_names)
+    batch_size: int | str = _p(
+        64, "global batch (scaling=strong) or per-rank batch (scaling=weak); 'auto' searches", minimum=1, auto=True
+    )
+    scaling: str = _p("strong", "strong: global batch fixed; weak: per-rank batch fixed", choices=SCALINGS)
+    model: str = _p("mlp", "network to train", choices=MODELS)
+    dataset: str = _p("synthetic", "training data", choices=DATASETS)
+    synthetic_shape: str = _p("cifar10", "shape and classes of the synthetic data", choices=SYNTHETIC_SHAPES)
+    data_root: str = _p("data", "folder holding real datasets (prepared beforehand, never downloaded by a rank)")
+    image_size: int = _p(160, "side of the square images for imagenette", minimum=8)
+    dataset_size: int = _p(4096, "training samples used (a subset of the dataset)", minimum=1)
+    test_size: int = _p(512, "held-out samples for test loss/accuracy (0: none)", minimum=0)
+    epochs: int = _p(1, "passes over the training subset (ignored when max_steps > 0)", minimum=1)
+    max_steps: int = _p(0, "stop after this many steps (0: run the epochs)", minimum=0)
+    warmup_steps: int = _p(2, "steps after the first that are excluded from timing", minimum=0)
+    num_workers: int = _p(0, "DataLoader worker processes per rank", minimum=0)
+    threads_per_rank: int = _p(0, "torch/OpenMP threads per rank (0: cores // local processes, at least 1)", minimum=0)
+    seed: int = _p(0, "seed for data, initial weights and sampling", minimum=0)
+    lr: float = _p(0.05, "SGD learning rate", exclusive_minimum=0.0)
+    momentum: float = _p(0.9, "SGD momentum", minimum=0.0, maximum=1.0)
+    bucket_mb: float = _p(25.0, "bucket size in MiB (bucketed_allreduce; DDP bucket_cap_mb)", exclusive_minimum=0.0)
+    timeout_s: float = _p(600.0, "process-group timeout and wall-clock limit of the cell", exclusive_minimum=0.0)
+    powersgd_rank: int = _p(2, "PowerSGD matrix approximation rank", minimum=1)
+    powersgd_start_iter: int = _p(10, "PowerSGD: steps of plain all-reduce before compression starts", minimum=1)
+    sync_period: int = _p(4, "local_sgd: steps between parameter averaging", minimum=1)
+    micro_batches: int = _p(4, "pipeline: micro-batches per step", minimum=1)
+    memory_budget_gb: float = _p(0.0, "batch-size auto on CPU: memory budget (0: half of available RAM)", minimum=0.0)
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            object.__setattr__(self, f.name, _check(f, getattr(self, f.name)))
+
+    # -- conversions -------------------------------------------------------------------
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> "CellParams":
+        """Build from a mapping (config cell, parsed CLI); unknown keys are an error."""
+        unknown = sorted(set(values) - set(cls.names()))
+        if unknown:
+            raise ParamError(unknown[0], values[unknown[0]], "one of the cell parameters: " + ", ".join(cls.names()))
+        return cls(**dict(values))
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_argv(self, only_changed: bool = False) -> list[str]:
+        """The train command-line flags that reproduce these parameters."""
+        argv: list[str] = []
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if only_changed and value == f.default:
+                continue
+            argv += ["--" + f.name.replace("_", "-"), str(value)]
+        return argv
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        """One --kebab-case flag per field; values stay strings until validation."""
+        for f in dataclasses.fields(cls):
+            allowed = _allowed_text(f)
+            parser.add_argument(
+                "--" + f.name.replace("_", "-"),
+                dest=f.name,
+                default=f.default,
+                metavar=f.name.upper(),
+                help=f"{f.metadata['help']} (default: {f.default}; allowed: {allowed})",
+            )
+
+    @classmethod
+    def from_namespace(cls, ns: argparse.Namespace) -> "CellParams":
+        return cls.from_mapping({name: getattr(ns, name) for name in cls.names()})
+
+
+def _choices(f: dataclasses.Field) -> tuple[str, ...] | None:
+    choices = f.metadata.get("choices")
+    return choices() if callable(choices) else choices
+
+
+def _allowed_text(f: dataclasses.Field) -> str:
+    choices = _choices(f)
+    if choices is not None:
+        return " | ".join(choices)
+    kind = {int: "an integer", float: "a number", str: "a string"}[_base_type(f)]
+    bounds = []
+    if "minimum" in f.metadata:
+        bounds.append(f">= {f.metadata['minimum']}")
+    if "exclusive_minimum" in f.metadata:
+        bounds.append(f"> {f.metadata['exclusive_minimum']}")
+    if "maximum" in f.metadata:
+        bounds.append(f"<= {f.metadata['maximum']}")
+    text = kind + (" " + " and ".join(bounds) if bounds else "")
+    return text + (" or 'auto'" if f.metadata.get("auto") else "")
+
+
+def _base_type(f: dataclasses.Field) -> type:
+    return type(f.default)
+
+
+def _check(f: dataclasses.Field, value: Any) -> Any:
+    """Coerce `value` (possibly a CLI string) to the field's type and check its range."""
+    allowed = _allowed_text(f)
+    if f.metadata.get("auto") and value == "auto":
+        return "auto"
+    kind = _base_type(f)
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        if kind is int:
+            if isinstance(value, float) and not value.is_integer():
+                raise TypeError
+            value = int(str(value)) if isinstance(value, str) else int(value)
+        elif kind is float:
+            value = float(value)
+        elif kind is str:
+            if not isinstance(value, str):
+                raise TypeError
+    except (TypeError, ValueError):
+        raise ParamError(f.name, value, allowed) from None
+    choices = _choices(f)
+    if choices is not None and value not in choices:
+        raise ParamError(f.name, value, allowed)
+    md = f.metadata
+    if ("minimum" in md and value < md["minimum"]) or ("maximum" in md and value > md["maximum"]):
+        raise ParamError(f.name, value, allowed)
+    if "exclusive_minimum" in md and value <= md["exclusive_minimum"]:
+        raise ParamError(f.name, value, allowed)
+    return value
+
+
+def check_values(name: str, values: Iterable[Any]) -> None:
+    """Validate every value of one config axis against the cell parameter `name`."""
+    fields = {f.name: f for f in dataclasses.fields(CellParams)}
+    if name not in fields:
+        raise ParamError(name, list(values), "one of the cell parameters: " + ", ".join(fields))
+    for value in values:
+        _check(fields[name], value)
