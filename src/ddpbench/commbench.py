@@ -357,7 +357,8 @@ def run(args: argparse.Namespace) -> int:
         if rank == 0:
             print(
                 f"# ddpbench.commbench: backend {backend}, device {device.type}, world size {world}, "
-                f"float32, torch {torch.__version__}, threads/rank {torch.get_num_threads()}"
+                f"float32, torch {torch.__version__}, threads/rank {torch.get_num_threads()}, "
+                f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at start"
             )
             print(
                 "# time = median / p95 over timed calls of the max over ranks; GB/s = 1e9 B/s; "
@@ -385,7 +386,7 @@ def run(args: argparse.Namespace) -> int:
             del case
         if rank == 0:
             write_csv(args.out, rows)
-            print(f"# wrote {len(rows)} rows to {args.out}", flush=True)
+            print(f"# wrote {len(rows)} rows to {args.out} (load average {os.getloadavg()[0]:.2f} at end)", flush=True)
         dist.barrier()
         return 0
     finally:
