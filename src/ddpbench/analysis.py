@@ -1,0 +1,472 @@
+"""Statistics and scaling-law fits over the aggregated runs table.
+
+Everything here is pure pandas/numpy/scipy on the contract's runs.csv columns, so it is
+testable on small hand-made tables. Definitions follow docs/DESIGN: medians with
+bootstrap 95% confidence intervals over repeats (separate launches), speedup
+S(p) = T_baseline / T_p with T the time for a fixed amount of work (one epoch),
+efficiency E = S/p, Amdahl, Gustafson, Karp–Flatt and the communication cost model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import optimize, stats
+
+from ddpbench.params import CellParams
+
+LEVEL = 0.95
+N_BOOT = 2000
+SEED = 0
+
+# seed may be varied per repeat by the workflow, so it is never part of a cell's identity.
+NOT_AXES = ("seed",)
+LAUNCH_AXES = ("world_size", "nodes")
+# Settings that cannot change a single-worker `single` run: ignored when no baseline
+# matches exactly (e.g. the workflow ran `single` once instead of once per bucket size).
+IRRELEVANT_AT_BASELINE = (
+    "scaling", "bucket_mb", "powersgd_rank", "powersgd_start_iter", "sync_period", "micro_batches",
+    "timeout_s", "data_root",
+)  # fmt: skip
+BASELINE_STRATEGY = "single"
+
+# Per-cell statistics: summary metric -> label (all medians over repeats).
+METRICS = {
+    "step_time_median_s": "step time [s]",
+    "samples_per_s": "throughput [samples/s]",
+    "epoch_time_s": "epoch time [s]",
+    "frac_comm": "communication fraction",
+    "frac_exposed_comm": "exposed communication fraction",
+    "compute_comm_ratio": "compute / exposed comm",
+    "peak_rss_mb": "peak RSS [MB]",
+    "cuda_max_allocated_mb": "peak CUDA memory [MB]",
+    "rank_skew": "rank skew",
+    "train_loss_final": "final train loss",
+    "test_acc": "test accuracy",
+}
+TIME = "epoch_time_s"  # the time of a fixed amount of work: speedup is its ratio
+
+
+@dataclass(frozen=True)
+class Interval:
+    estimate: float
+    low: float = np.nan
+    high: float = np.nan
+
+
+# -- tables ------------------------------------------------------------------------------
+
+
+def load_runs(path) -> pd.DataFrame:
+    runs = pd.read_csv(path)
+    if "status" not in runs:
+        runs["status"] = "ok"
+    runs["status"] = runs["status"].fillna("failed").astype(str)
+    if TIME not in runs and "samples_per_s" in runs and "dataset_size" in runs:
+        runs[TIME] = runs["dataset_size"] / runs["samples_per_s"]
+    return runs
+
+
+def axes(runs: pd.DataFrame) -> list[str]:
+    """Columns that identify a cell: every cell parameter present, plus world size and nodes."""
+    names = [n for n in CellParams.names() if n not in NOT_AXES] + list(LAUNCH_AXES)
+    return [n for n in names if n in runs.columns]
+
+
+def varying(runs: pd.DataFrame, cols: list[str]) -> list[str]:
+    """The grid's axes: the identifying columns that take more than one value."""
+    return [c for c in cols if runs[c].astype(str).nunique() > 1]
+
+
+def group_axes(runs: pd.DataFrame) -> list[str]:
+    """A scaling group is a cell without its worker count."""
+    return [a for a in axes(runs) if a not in LAUNCH_AXES]
+
+
+def label(row, cols: list[str]) -> str:
+    return ", ".join(f"{c}={row[c]}" for c in cols) or "all runs"
+
+
+def _key(values) -> tuple[str, ...]:
+    # String keys: NaN and mixed int/"auto" columns compare predictably.
+    return tuple(str(v) for v in values)
+
+
+# -- bootstrap ---------------------------------------------------------------------------
+
+
+def _resample_medians(x: np.ndarray, rng: np.random.Generator, n_boot: int) -> np.ndarray:
+    idx = rng.integers(0, len(x), size=(n_boot, len(x)))
+    return np.median(x[idx], axis=1)
+
+
+def _percentiles(draws: np.ndarray, level: float = LEVEL) -> tuple[float, float]:
+    tail = 100 * (1 - level) / 2
+    lo, hi = np.percentile(draws, [tail, 100 - tail])
+    return float(lo), float(hi)
+
+
+def bootstrap_median(values, n_boot: int = N_BOOT, seed: int = SEED) -> Interval:
+    """Median with a percentile-bootstrap interval; one value gives no interval at all."""
+    x = np.asarray(pd.Series(values).dropna(), dtype=float)
+    if len(x) == 0:
+        return Interval(np.nan)
+    if len(x) == 1:
+        return Interval(float(x[0]))
+    draws = _resample_medians(x, np.random.default_rng(seed), n_boot)
+    return Interval(float(np.median(x)), *_percentiles(draws))
+
+
+def bootstrap_ratio(base, cell, n_boot: int = N_BOOT, seed: int = SEED) -> Interval:
+    """median(base)/median(cell), both resampled independently; needs 2+ repeats on each side."""
+    b = np.asarray(base, dtype=float)
+    c = np.asarray(cell, dtype=float)
+    est = float(np.median(b) / np.median(c))
+    if len(b) < 2 or len(c) < 2:
+        return Interval(est)
+    rng = np.random.default_rng(seed)
+    draws = _resample_medians(b, rng, n_boot) / _resample_medians(c, rng, n_boot)
+    return Interval(est, *_percentiles(draws))
+
+
+# -- per-cell statistics -----------------------------------------------------------------
+
+
+def cell_stats(runs: pd.DataFrame, n_boot: int = N_BOOT, seed: int = SEED) -> pd.DataFrame:
+    """One row per cell: run counts by status and median [95% CI] of each metric over ok repeats."""
+    cols = axes(runs)
+    rows = []
+    for key, g in runs.groupby(cols, dropna=False, sort=True):
+        ok = g[g["status"] == "ok"]
+        row = dict(zip(cols, key))
+        row.update(
+            n_runs=len(g),
+            n_repeats=len(ok),
+            n_failed=int((g["status"] == "failed").sum()),
+            n_timeout=int((g["status"] == "timeout").sum()),
+            n_skipped=int((g["status"] == "skipped").sum()),
+        )
+        for m in METRICS:
+            if m in g:
+                iv = bootstrap_median(ok[m], n_boot, seed)
+                row.update({m: iv.estimate, f"{m}_ci_low": iv.low, f"{m}_ci_high": iv.high})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+# -- speedup and efficiency --------------------------------------------------------------
+
+
+def speedup_table(runs: pd.DataFrame, n_boot: int = N_BOOT, seed: int = SEED) -> pd.DataFrame:
+    """Speedup and efficiency of every cell against its baseline, with bootstrap CIs.
+
+    Baseline: `single` at p = 1 with every other axis equal (settings that cannot matter
+    for it relaxed if needed); else the strategy's own p = 1 cell; else none (no row).
+    For weak scaling the same ratio of epoch times is the scaled speedup p·t(1)/t(p).
+    """
+    cols = axes(runs)
+    other = [c for c in cols if c not in ("strategy", *LAUNCH_AXES)]
+    relaxed = [c for c in other if c not in IRRELEVANT_AT_BASELINE]
+    ok = runs[(runs["status"] == "ok") & runs[TIME].notna()] if TIME in runs else runs.iloc[:0]
+    if ok.empty or "world_size" not in ok:
+        return pd.DataFrame()
+    p1 = ok[ok["world_size"] == 1]
+    single = p1[p1["strategy"] == BASELINE_STRATEGY] if "strategy" in p1 else p1
+    exact = {k: g[TIME].to_numpy() for k, g in single.groupby(other, dropna=False)} if other else {(): single[TIME].to_numpy()}
+    loose = {k: g[TIME].to_numpy() for k, g in single.groupby(relaxed, dropna=False)} if relaxed else {(): single[TIME].to_numpy()}
+    own_cols = [c for c in cols if c not in LAUNCH_AXES]
+    own = {_key(k): g[TIME].to_numpy() for k, g in p1.groupby(own_cols, dropna=False)}
+    exact = {_key(k if isinstance(k, tuple) else (k,)): v for k, v in exact.items()}
+    loose = {_key(k if isinstance(k, tuple) else (k,)): v for k, v in loose.items()}
+
+    rows = []
+    for key, g in ok.groupby(cols, dropna=False, sort=True):
+        row = dict(zip(cols, key))
+        p = int(row["world_size"])
+        base, kind = exact.get(_key(row[c] for c in other)), BASELINE_STRATEGY
+        if base is None:
+            base, kind = loose.get(_key(row[c] for c in relaxed)), BASELINE_STRATEGY
+        if base is None:
+            base, kind = own.get(_key(row[c] for c in own_cols)), "own p=1"
+        if base is None:
+            continue
+        t = g[TIME].to_numpy()
+        same = p == 1 and (kind == "own p=1" or row.get("strategy") == BASELINE_STRATEGY) and len(base) == len(t) and np.array_equal(np.sort(base), np.sort(t))
+        s = Interval(1.0, *((1.0, 1.0) if len(t) > 1 else (np.nan, np.nan))) if same else bootstrap_ratio(base, t, n_boot, seed)
+        weak = str(row.get("scaling", "strong")) == "weak"
+        row.update(
+            n_repeats=len(t),
+            baseline=kind,
+            baseline_n=len(base),
+            time_s=float(np.median(t)),
+            baseline_time_s=float(np.median(base)),
+            measure="scaled speedup" if weak else "speedup",
+            speedup=s.estimate,
+            speedup_ci_low=s.low,
+            speedup_ci_high=s.high,
+            efficiency=s.estimate / p,
+            efficiency_ci_low=s.low / p,
+            efficiency_ci_high=s.high / p,
+        )
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+# -- fits ----------------------------------------------------------------------------------
+
+
+def karp_flatt(speedup, p):
+    """Experimentally determined serial fraction e = (1/S − 1/p)/(1 − 1/p), p > 1."""
+    speedup, p = np.asarray(speedup, float), np.asarray(p, float)
+    return (1 / speedup - 1 / p) / (1 - 1 / p)
+
+
+def amdahl_time(p, t1, f):
+    return t1 * (f + (1 - f) / np.asarray(p, float))
+
+
+def gustafson_speedup(p, alpha):
+    p = np.asarray(p, float)
+    return p - alpha * (p - 1)
+
+
+def _t_interval(est: np.ndarray, cov: np.ndarray, dof: int, level: float = LEVEL):
+    se = np.sqrt(np.clip(np.diag(cov), 0, None))
+    q = stats.t.ppf(0.5 + level / 2, dof)
+    return est - q * se, est + q * se
+
+
+def _r2(y, yhat) -> float:
+    y, yhat = np.asarray(y, float), np.asarray(yhat, float)
+    ss_tot = np.sum((y - y.mean()) ** 2)
+    return float(1 - np.sum((y - yhat) ** 2) / ss_tot) if ss_tot > 0 else np.nan
+
+
+@dataclass
+class Fit:
+    params: dict[str, Interval]
+    n_points: int
+    r2: float
+    predict: callable = None  # p -> value (time or speedup, per law)
+    note: str = ""
+
+
+def fit_amdahl(p, t) -> Fit | str:
+    """Serial fraction f (and T(1)) from times by nonlinear least squares on relative error.
+
+    T(1) is fitted too, so a constant per-strategy overhead does not bias f; the interval
+    is the Student-t interval from the covariance (3% timing noise is multiplicative, hence
+    sigma = T). Returns a reason string when there are too few distinct worker counts.
+    """
+    p, t = np.asarray(p, float), np.asarray(t, float)
+    if len(np.unique(p)) < 3:
+        return f"too few points: {len(np.unique(p))} distinct worker counts, Amdahl needs 3"
+    t1_guess = float(np.max(t * 1.0))
+    (t1, f), cov = optimize.curve_fit(
+        amdahl_time, p, t, p0=(t1_guess, 0.1), sigma=t, bounds=([0, 0], [np.inf, 1])
+    )
+    lo, hi = _t_interval(np.array([t1, f]), cov, len(p) - 2)
+    return Fit(
+        {"f": Interval(f, max(lo[1], 0.0), min(hi[1], 1.0)), "t1_s": Interval(t1, lo[0], hi[0])},
+        len(p),
+        _r2(t, amdahl_time(p, t1, f)),
+        lambda q, t1=t1, f=f: amdahl_time(q, t1, f),
+    )
+
+
+def fit_gustafson(p, s) -> Fit | str:
+    """α in S(p) = p − α(p − 1): linear least squares through S(1) = 1, Student-t interval."""
+    p, s = np.asarray(p, float), np.asarray(s, float)
+    above = p > 1
+    if len(np.unique(p[above])) < 2:
+        return f"too few points: {len(np.unique(p[above]))} distinct worker counts above 1, Gustafson needs 2"
+    x, y = (p - 1)[above], (p - s)[above]  # p − S = α (p − 1)
+    alpha = float(x @ y / (x @ x))
+    dof = len(x) - 1
+    var = np.sum((y - alpha * x) ** 2) / dof / (x @ x)
+    lo, hi = _t_interval(np.array([alpha]), np.array([[var]]), dof)
+    return Fit(
+        {"alpha": Interval(alpha, lo[0], hi[0])},
+        len(p),
+        _r2(s, gustafson_speedup(p, alpha)),
+        lambda q, a=alpha: gustafson_speedup(q, a),
+    )
+
+
+def ring_factor(p):
+    """Bytes each rank sends in a ring all-reduce, per byte of the reduced tensor."""
+    p = np.asarray(p, float)
+    return 2 * (p - 1) / p
+
+
+def fit_latency_bandwidth(calls, sent_bytes, seconds) -> tuple[float, float] | None:
+    """α (s per collective call) and B (bytes/s) in t = α·calls + bytes/B; non-negative LSQ
+    on relative error. Returns None without two informative points."""
+    a = np.column_stack([calls, sent_bytes]).astype(float)
+    t = np.asarray(seconds, float)
+    keep = (t > 0) & np.isfinite(a).all(axis=1)
+    if keep.sum() < 2:
+        return None
+    a, t = a[keep], t[keep]
+    (alpha, inv_b), _ = optimize.nnls(a / t[:, None], np.ones_like(t))
+    return alpha, (1 / inv_b if inv_b > 0 else np.inf)
+
+
+def fit_comm_sweep(comm: pd.DataFrame) -> pd.DataFrame:
+    """α and B per (device, backend) from the all-reduce sweep: t = α + 2(p−1)/p·M/B,
+    M the message size (the time nccl-tests' busbw is defined from)."""
+    if comm is None or comm.empty:
+        return pd.DataFrame()
+    name = comm["collective"].astype(str).str.lower().str.replace("_", "").str.replace("-", "")
+    ar = comm[(name == "allreduce") & (comm["world_size"] > 1)]
+    rows = []
+    for (device, backend), g in ar.groupby(["device", "backend"]):
+        sent = ring_factor(g["world_size"]) * g["bytes"]
+        fit = fit_latency_bandwidth(np.ones(len(g)), sent, g["time_median_s"])
+        if fit:
+            rows.append(dict(device=device, backend=backend, alpha_s=fit[0], bandwidth_Bps=fit[1], n_points=len(g)))
+    return pd.DataFrame(rows)
+
+
+def _per_step(runs: pd.DataFrame, col: str) -> pd.Series:
+    return runs[col] / runs["timed_steps"]
+
+
+def fit_cost_model(g: pd.DataFrame, sweep: pd.DataFrame | None = None) -> Fit | str:
+    """T(p) = T_comp/p + T_comm(p) + T_sync for one strong-scaling group (per step).
+
+    T_comm(p) = α·calls + 2(p−1)/p·M/B: α and B from the collective sweep of the same
+    device when given, else from the group's own measured communication per step; M is
+    the effective all-reduced size implied by the measured bytes sent. T_comp and T_sync
+    then come from linear least squares on the measured mean step time minus T_comm; for
+    strategies that hide communication behind backward, T_sync absorbs the overlap (it
+    can be negative).
+    """
+    need = {"step_time_mean_s", "phase_comm_s", "timed_steps", "comm_calls_per_step", "comm_bytes_per_step"}
+    if not need <= set(g.columns):
+        return "no communication columns in runs.csv"
+    g = g.dropna(subset=sorted(need))
+    p = g["world_size"].to_numpy(float)
+    if len(np.unique(p)) < 3:
+        return f"too few points: {len(np.unique(p))} distinct worker counts, the cost model needs 3"
+    multi = g[p > 1]
+    if multi.empty or not (multi["comm_bytes_per_step"] > 0).any():
+        return "no measured communication"
+    calls = float(multi["comm_calls_per_step"].median())
+    m_eff = float((multi["comm_bytes_per_step"] / ring_factor(multi["world_size"])).median())
+    source = "runs"
+    device = str(g["device"].iloc[0]) if "device" in g else ""
+    fit = None
+    if sweep is not None and not sweep.empty:
+        match = sweep[sweep["device"].astype(str) == device]
+        if not match.empty:
+            fit = float(match["alpha_s"].iloc[0]), float(match["bandwidth_Bps"].iloc[0])
+            source = "collective sweep"
+    if fit is None:
+        fit = fit_latency_bandwidth(multi["comm_calls_per_step"], multi["comm_bytes_per_step"], _per_step(multi, "phase_comm_s"))
+        if fit is None:
+            return "too few points with communication to fit latency and bandwidth"
+    alpha, bw = fit
+
+    def t_comm(q):
+        q = np.asarray(q, float)
+        return np.where(q > 1, alpha * calls + ring_factor(q) * m_eff / bw, 0.0)
+
+    t = g["step_time_mean_s"].to_numpy(float)
+    a = np.column_stack([1 / p, np.ones_like(p)])
+    (t_comp, t_sync), *_ = np.linalg.lstsq(a, t - t_comm(p), rcond=None)
+    resid = t - t_comm(p) - a @ [t_comp, t_sync]
+    dof = len(p) - 2
+    cov = np.linalg.inv(a.T @ a) * (resid @ resid / dof if dof > 0 else np.nan)
+    lo, hi = _t_interval(np.array([t_comp, t_sync]), cov, max(dof, 1))
+    predict = lambda q: t_comp / np.asarray(q, float) + t_comm(q) + t_sync  # noqa: E731
+    return Fit(
+        {
+            "alpha_s": Interval(alpha),
+            "bandwidth_gbps": Interval(bw / 1e9 if np.isfinite(bw) else np.nan),
+            "t_comp_s": Interval(t_comp, lo[0], hi[0]),
+            "t_sync_s": Interval(t_sync, lo[1], hi[1]),
+        },
+        len(p),
+        _r2(t, predict(p)),
+        predict,
+        f"α and B from {source}" + ("" if np.isfinite(bw) else "; bandwidth term not resolved"),
+    )
+
+
+FIT_COLUMNS = ["group", "law", "parameter", "p", "kind", "estimate", "ci_low", "ci_high", "n_points", "r2", "note"]
+
+
+def fits_table(runs: pd.DataFrame, speed: pd.DataFrame, comm: pd.DataFrame | None = None) -> pd.DataFrame:
+    """fits.csv: one row per group, law and parameter; predictions at 2× and 4× the largest
+    measured p are rows of kind 'prediction'; fits without enough points say so, with no number."""
+    rows: list[dict] = []
+    sweep = fit_comm_sweep(comm) if comm is not None else pd.DataFrame()
+    for _, s in sweep.iterrows():
+        grp = f"device={s['device']}, backend={s['backend']}"
+        for name, value in (("alpha_s", s["alpha_s"]), ("bandwidth_gbps", s["bandwidth_Bps"] / 1e9)):
+            rows.append(dict(group=grp, law="comm_sweep", parameter=name, kind="fit", estimate=value, n_points=s["n_points"]))
+    if speed.empty:
+        return pd.DataFrame(rows, columns=FIT_COLUMNS)
+    gcols = group_axes(runs)
+    shown = varying(runs, gcols)
+    ok = runs[(runs["status"] == "ok") & runs[TIME].notna()]
+    for key, sg in speed.groupby(gcols, dropna=False, sort=True):
+        info = dict(zip(gcols, key))
+        if info.get("strategy") == BASELINE_STRATEGY and sg["world_size"].max() == 1:
+            continue  # the baseline itself: nothing scales
+        grp = label(info, shown)
+        mask = np.logical_and.reduce([ok[c].astype(str) == str(v) for c, v in info.items()]) if gcols else np.ones(len(ok), bool)
+        g = ok[mask]
+        p_max = int(sg["world_size"].max())
+        t_base = float(sg["baseline_time_s"].median())
+        weak = str(info.get("scaling", "strong")) == "weak"
+
+        def add(law, parameter, kind="fit", iv=None, p=np.nan, n=np.nan, r2=np.nan, note="", **_):
+            iv = iv or Interval(np.nan)
+            rows.append(dict(group=grp, **info, law=law, parameter=parameter, p=p, kind=kind, estimate=iv.estimate,
+                             ci_low=iv.low, ci_high=iv.high, n_points=n, r2=r2, note=note))
+
+        def add_fit(law, fit, to_speedup):
+            if isinstance(fit, str):
+                add(law, "-", kind="too few points" if fit.startswith("too few") else "not fitted", note=fit, n=len(g))
+                return
+            for name, iv in fit.params.items():
+                add(law, name, iv=iv, n=fit.n_points, r2=fit.r2, note=fit.note)
+            for q in (2 * p_max, 4 * p_max):
+                add(law, "speedup", kind="prediction", iv=to_speedup(fit, q), p=q, n=fit.n_points,
+                    note=f"prediction at {q // p_max}× the largest measured p")
+
+        if weak:
+            add_fit("gustafson", fit_gustafson(g["world_size"], t_base / g[TIME]), lambda f, q: Interval(float(f.predict(q))))
+            continue
+
+        def amdahl_speedup(fit, q):
+            f_iv, t1 = fit.params["f"], fit.params["t1_s"].estimate
+            s = lambda f: float(t_base / amdahl_time(q, t1, f))  # noqa: E731 — S falls as f rises
+            return Interval(s(f_iv.estimate), s(f_iv.high), s(f_iv.low))
+
+        add_fit("amdahl", fit_amdahl(g["world_size"], g[TIME]), amdahl_speedup)
+        for _, r in sg[sg["world_size"] > 1].iterrows():
+            e = karp_flatt([r["speedup"], r["speedup_ci_high"], r["speedup_ci_low"]], r["world_size"])
+            add("karp_flatt", "e", kind="measured", iv=Interval(*map(float, e)), p=int(r["world_size"]), n=int(r["n_repeats"]),
+                note="experimentally determined serial fraction")
+        step_base = _baseline_step_time(runs, info)
+        add_fit("cost_model", fit_cost_model(g, sweep),
+                lambda f, q: Interval(float(step_base / f.predict(q))) if step_base else Interval(np.nan))
+    return pd.DataFrame(rows).reindex(columns=[*FIT_COLUMNS[:1], *gcols, *FIT_COLUMNS[1:]])
+
+
+def _baseline_step_time(runs: pd.DataFrame, info: dict) -> float | None:
+    """Median step time of the `single` p = 1 runs matching the group (strong scaling:
+    same global batch, hence the same number of steps per epoch)."""
+    ok = runs[(runs["status"] == "ok") & (runs["world_size"] == 1)]
+    if "strategy" in ok:
+        ok = ok[ok["strategy"] == BASELINE_STRATEGY]
+    for c, v in info.items():
+        if c != "strategy" and c not in IRRELEVANT_AT_BASELINE:
+            ok = ok[ok[c].astype(str) == str(v)]
+    col = "step_time_mean_s" if "step_time_mean_s" in ok else "step_time_median_s"
+    return float(ok[col].median()) if len(ok) else None

@@ -1,0 +1,122 @@
+"""Small synthetic runs.csv / steps.csv / comm.csv with the contract's columns, for the report tests.
+
+Times follow Amdahl with a known serial fraction plus multiplicative noise, so fits have a
+known answer; a few cells fail, time out or are skipped with reasons.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+
+from ddpbench.params import CellParams
+
+STEP_COLUMNS = [
+    "step", "epoch", "rank", "timed", "data_s", "forward_s", "backward_s", "comm_s", "exposed_comm_s",
+    "optimizer_s", "total_s", "loss", "samples", "comm_calls", "comm_bytes",
+]  # fmt: skip
+
+
+def make_runs(
+    strategies=("single", "ddp", "allreduce"),
+    world_sizes=(1, 2, 4, 8),
+    repeats=3,
+    batch_sizes=(64,),
+    dataset_sizes=(4096,),
+    scaling="strong",
+    f=0.1,
+    noise=0.03,
+    failures=True,
+    seed=0,
+) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    # Field defaults, not CellParams(): the strategy registry need not be populated here.
+    defaults = {f.name: f.default for f in dataclasses.fields(CellParams)}
+    rows = []
+    for strategy in strategies:
+        for p in world_sizes:
+            if strategy == "single" and p != 1:
+                continue
+            for b in batch_sizes:
+                for n in dataset_sizes:
+                    for r in range(repeats):
+                        t1 = 2.0 * n / 4096 * (1 + 0.1 * (b != 64))
+                        work = 1.0 if scaling == "strong" else 1.0  # epoch: fixed amount of work
+                        epoch = t1 * work * (f + (1 - f) / p) * (1 + noise * rng.standard_normal())
+                        gbatch = b if scaling == "strong" else b * p
+                        steps = n // gbatch
+                        step = epoch / steps
+                        comm = 0.0 if p == 1 else step * 0.3 * (1 - 1 / p)
+                        exposed = comm * (0.5 if strategy == "ddp" else 1.0)
+                        row = dict(defaults, strategy=strategy, batch_size=b, dataset_size=n, scaling=scaling, seed=r)
+                        row.update(
+                            run_dir=f"results/runs/{strategy}-p{p}-b{b}-n{n}/r{r}",
+                            repeat=r, world_size=p, nodes=1, status="ok", reason="",
+                            global_batch=gbatch, per_rank_batch=gbatch // p, total_steps=steps, timed_steps=steps - 3,
+                            step_time_median_s=step, step_time_mean_s=step * 1.02, step_time_p95_s=step * 1.2,
+                            samples_per_s=n / epoch, epoch_time_s=epoch, timed_wall_s=step * (steps - 3),
+                            wall_time_s=epoch + 3,
+                            phase_data_s=0.05 * step * (steps - 3), phase_forward_s=0.25 * step * (steps - 3),
+                            phase_backward_s=0.4 * step * (steps - 3), phase_comm_s=comm * (steps - 3),
+                            phase_exposed_comm_s=exposed * (steps - 3), phase_optimizer_s=0.05 * step * (steps - 3),
+                            phase_total_s=step * 1.02 * (steps - 3),
+                            frac_comm=comm / step, frac_exposed_comm=exposed / step,
+                            compute_comm_ratio=(0.7 * step / exposed) if exposed else None,
+                            comm_calls_per_step=0 if p == 1 else 4,
+                            comm_bytes_per_step=0 if p == 1 else 2 * (p - 1) / p * 4e6,
+                            rank_skew=0.01 * p * (1 + 0.1 * rng.random()),
+                            peak_rss_mb=500 + 2 * b + 10 * r, cuda_max_allocated_mb=None,
+                            train_loss_final=1.0, train_acc_final=0.5, test_loss=1.1, test_acc=0.45, param_norm=10.0,
+                            extra_param_deviation_from_single=0.0,
+                            env_host="testhost", env_cores=2, env_ram_gb=24.0, env_python="3.11.9",
+                            env_torch="2.15.0", env_torchvision="0.29.2", env_cuda=None, env_cudnn=None,
+                            env_nccl=None, env_gpu_name=None, env_backend="gloo", env_threads_per_rank=1,
+                            env_git_commit="abc1234", env_container_image=None, env_var_OMP_NUM_THREADS="1",
+                        )  # fmt: skip
+                        rows.append(row)
+    runs = pd.DataFrame(rows)
+    if failures:
+        bad = dict(rows[-1], status="failed", reason="RuntimeError: Connection closed by peer\n<tail>", world_size=16,
+                   run_dir="results/runs/x-p16/r0", repeat=0)  # fmt: skip
+        late = dict(rows[-1], status="timeout", reason="exceeded timeout_s=600 (+30 s grace)", world_size=16,
+                    run_dir="results/runs/x-p16/r1", repeat=1)  # fmt: skip
+        skip = dict(rows[-1], status="skipped", reason="batch_size auto found no batch within memory_budget_gb",
+                    strategy="pipeline", run_dir="results/runs/pipe/r0")  # fmt: skip
+        metrics = [c for c in bad if c.startswith(("step_time", "samples", "epoch", "phase", "frac", "peak"))]
+        extra = pd.DataFrame([bad, late, skip])
+        extra[metrics] = np.nan
+        runs = pd.concat([runs, extra], ignore_index=True)
+    return runs
+
+
+def make_steps(runs: pd.DataFrame, n_steps=12) -> pd.DataFrame:
+    rows = []
+    ok = runs[runs["status"] == "ok"]
+    for _, r in ok.iterrows():
+        for rank in range(int(r["world_size"])):
+            for s in range(n_steps):
+                t = r["step_time_median_s"] * (1.5 if s == 0 else 1.0) * (1 + 0.02 * rank)
+                rows.append(dict(
+                    run_dir=r["run_dir"], repeat=r["repeat"], world_size=r["world_size"], strategy=r["strategy"],
+                    batch_size=r["batch_size"], scaling=r["scaling"], model=r["model"], dataset=r["dataset"],
+                    dataset_size=r["dataset_size"], device=r["device"],
+                    step=s, epoch=0, rank=rank, timed=int(s >= 3), data_s=0.05 * t, forward_s=0.25 * t,
+                    backward_s=0.4 * t, comm_s=0.2 * t, exposed_comm_s=0.1 * t, optimizer_s=0.05 * t, total_s=t,
+                    loss=2.3 * np.exp(-0.1 * s) + 0.01 * rank, samples=r["per_rank_batch"], comm_calls=4,
+                    comm_bytes=1e6,
+                ))  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def make_comm(world_sizes=(2, 4), alpha=50e-6, bandwidth=2e9) -> pd.DataFrame:
+    rows = []
+    for p in world_sizes:
+        for m in (2**k for k in range(10, 25, 2)):
+            t = alpha + 2 * (p - 1) / p * m / bandwidth
+            algbw = m / t / 1e9
+            rows.append(dict(collective="all_reduce", backend="gloo", device="cpu", world_size=p, bytes=m, iters=20,
+                             time_median_s=t, time_p95_s=1.1 * t, algbw_gbps=algbw,
+                             busbw_gbps=algbw * 2 * (p - 1) / p))  # fmt: skip
+    return pd.DataFrame(rows)
