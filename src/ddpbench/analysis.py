@@ -60,7 +60,12 @@ class Interval:
 
 
 def load_runs(path) -> pd.DataFrame:
-    runs = pd.read_csv(path)
+    return load_runs_frame(pd.read_csv(path))
+
+
+def load_runs_frame(runs: pd.DataFrame) -> pd.DataFrame:
+    """Normalise a runs table: a status on every row, and the epoch time where only throughput exists."""
+    runs = runs.copy()
     if "status" not in runs:
         runs["status"] = "ok"
     runs["status"] = runs["status"].fillna("failed").astype(str)
