@@ -46,6 +46,10 @@ METRICS = {
     "train_loss_final": "final train loss",
     "test_acc": "test accuracy",
 }
+SPEEDUP_COLUMNS = [
+    "n_repeats", "baseline", "baseline_n", "time_s", "baseline_time_s", "measure", "speedup", "speedup_ci_low",
+    "speedup_ci_high", "efficiency", "efficiency_ci_low", "efficiency_ci_high",
+]  # fmt: skip
 TIME = "epoch_time_s"  # the time of a fixed amount of work: speedup is its ratio
 
 
@@ -176,7 +180,7 @@ def speedup_table(runs: pd.DataFrame, n_boot: int = N_BOOT, seed: int = SEED) ->
     relaxed = [c for c in other if c not in IRRELEVANT_AT_BASELINE]
     ok = runs[(runs["status"] == "ok") & runs[TIME].notna()] if TIME in runs else runs.iloc[:0]
     if ok.empty or "world_size" not in ok:
-        return pd.DataFrame()
+        return pd.DataFrame(columns=[*cols, *SPEEDUP_COLUMNS])
     p1 = ok[ok["world_size"] == 1]
     single = p1[p1["strategy"] == BASELINE_STRATEGY] if "strategy" in p1 else p1
     exact = {k: g[TIME].to_numpy() for k, g in single.groupby(other, dropna=False)} if other else {(): single[TIME].to_numpy()}
@@ -216,7 +220,7 @@ def speedup_table(runs: pd.DataFrame, n_boot: int = N_BOOT, seed: int = SEED) ->
             efficiency_ci_high=s.high / p,
         )
         rows.append(row)
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=[*cols, *SPEEDUP_COLUMNS])
 
 
 # -- fits ----------------------------------------------------------------------------------
