@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 from scipy import optimize, stats
 
+from ddpbench import commfit
 from ddpbench.params import CellParams
 
 LEVEL = 0.95
@@ -324,18 +325,18 @@ def fit_latency_bandwidth(calls, sent_bytes, seconds) -> tuple[float, float] | N
 
 
 def fit_comm_sweep(comm: pd.DataFrame) -> pd.DataFrame:
-    """α and B per (device, backend) from the all-reduce sweep: t = α + 2(p−1)/p·M/B,
-    M the message size (the time nccl-tests' busbw is defined from)."""
+    """α and B per (device, backend) from the sweep's all-reduce times (ddpbench.commfit:
+    t = α + 2(p−1)/p·M/B, the time nccl-tests' busbw is defined from, relative residuals)."""
     if comm is None or comm.empty:
         return pd.DataFrame()
-    name = comm["collective"].astype(str).str.lower().str.replace("_", "").str.replace("-", "")
-    ar = comm[(name == "allreduce") & (comm["world_size"] > 1)]
     rows = []
-    for (device, backend), g in ar.groupby(["device", "backend"]):
-        sent = ring_factor(g["world_size"]) * g["bytes"]
-        fit = fit_latency_bandwidth(np.ones(len(g)), sent, g["time_median_s"])
-        if fit:
-            rows.append(dict(device=device, backend=backend, alpha_s=fit[0], bandwidth_Bps=fit[1], n_points=len(g)))
+    for (device, backend), g in comm.groupby(["device", "backend"]):
+        try:
+            fit = commfit.fit_latency_bandwidth(g[g["world_size"] > 1], "all_reduce")
+        except ValueError:
+            continue  # no all-reduce rows, or no bandwidth term: nothing to offer the cost model
+        rows.append(dict(device=device, backend=backend, alpha_s=fit.alpha_s, bandwidth_Bps=fit.bandwidth_bps,
+                         n_points=fit.n_points, r2=fit.r2))  # fmt: skip
     return pd.DataFrame(rows)
 
 
@@ -416,7 +417,8 @@ def fits_table(runs: pd.DataFrame, speed: pd.DataFrame, comm: pd.DataFrame | Non
     for _, s in sweep.iterrows():
         grp = f"device={s['device']}, backend={s['backend']}"
         for name, value in (("alpha_s", s["alpha_s"]), ("bandwidth_gbps", s["bandwidth_Bps"] / 1e9)):
-            rows.append(dict(group=grp, law="comm_sweep", parameter=name, kind="fit", estimate=value, n_points=s["n_points"]))
+            rows.append(dict(group=grp, law="comm_sweep", parameter=name, kind="fit", estimate=value,
+                             n_points=s["n_points"], r2=s["r2"], note="all_reduce in the collective sweep"))  # fmt: skip
     if speed.empty:
         return pd.DataFrame(rows, columns=FIT_COLUMNS)
     gcols = group_axes(runs)
