@@ -98,7 +98,7 @@ fi
 
 # --- CPU image ---------------------------------------------------------------------
 build_args=(--network=host "${ULIMITS[@]}"
-    --build-arg "GIT_COMMIT=$(git rev-parse HEAD 2>/dev/null || echo unknown)")
+    --build-arg "GIT_COMMIT=$(git describe --always --dirty --abbrev=40 2>/dev/null || echo unknown)")
 if [ -d "$UV_CACHE_HOST" ]; then
     # Reuse the wheels the host's .venv came from (uv locks its cache; copies, no links).
     build_args+=(-v "$UV_CACHE_HOST:/host-uv-cache" --build-arg UV_CACHE_DIR=/host-uv-cache)

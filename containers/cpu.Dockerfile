@@ -26,10 +26,11 @@ ARG BUILD_CA_BUNDLE=
 ENV DEBIAN_FRONTEND=noninteractive \
     LANG=C.UTF-8
 # bookworm's python3 is 3.11; python3-venv brings ensurepip for the uv bootstrap;
-# procps gives `ps` to the launcher's process handling and to people debugging a cell.
+# procps gives `ps` to people debugging a cell; git lets sysinfo read the commit of a
+# bind-mounted checkout.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
-        python${PYTHON_VERSION} python${PYTHON_VERSION}-venv ca-certificates procps \
+        python${PYTHON_VERSION} python${PYTHON_VERSION}-venv ca-certificates procps git \
  && rm -rf /var/lib/apt/lists/* \
  && python${PYTHON_VERSION} -m venv /opt/uv \
  && if [ -n "$BUILD_CA_BUNDLE" ]; then export PIP_CERT="$BUILD_CA_BUNDLE"; fi \
@@ -58,12 +59,15 @@ RUN --mount=type=cache,target=/root/.cache/uv \
  && uv sync --locked --no-dev --no-editable
 
 # Identity last, so a new commit or name only rebuilds these metadata layers.
+# DDPBENCH_IMAGE_REVISION is the commit the image's own copy of ddpbench was built
+# from; a run from a bind-mounted checkout (the workflow puts src/ on PYTHONPATH)
+# reports that checkout's commit instead, read with the image's git.
 ARG IMAGE_NAME=ddpbench-cpu:0.1.0
 ARG GIT_COMMIT=unknown
 ENV PATH=/opt/ddpbench/.venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     DDPBENCH_CONTAINER_IMAGE=${IMAGE_NAME} \
-    DDPBENCH_GIT_COMMIT=${GIT_COMMIT}
+    DDPBENCH_IMAGE_REVISION=${GIT_COMMIT}
 LABEL org.opencontainers.image.title="ddpbench-cpu" \
       org.opencontainers.image.description="ddpbench: data-parallel training benchmarks (CPU, gloo)" \
       org.opencontainers.image.ref.name="${IMAGE_NAME}" \

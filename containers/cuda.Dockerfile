@@ -29,7 +29,7 @@ ENV DEBIAN_FRONTEND=noninteractive \
     LANG=C.UTF-8
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
-        python${PYTHON_VERSION} python${PYTHON_VERSION}-venv ca-certificates procps \
+        python${PYTHON_VERSION} python${PYTHON_VERSION}-venv ca-certificates procps git \
  && rm -rf /var/lib/apt/lists/* \
  && python${PYTHON_VERSION} -m venv /opt/uv \
  && if [ -n "$BUILD_CA_BUNDLE" ]; then export PIP_CERT="$BUILD_CA_BUNDLE"; fi \
@@ -54,6 +54,9 @@ RUN --mount=type=cache,target=/root/.cache/uv \
  && uv sync --locked --no-dev --no-editable
 
 # Identity last, so a new commit or name only rebuilds these metadata layers.
+# DDPBENCH_IMAGE_REVISION is the commit the image's own copy of ddpbench was built
+# from; a run from a bind-mounted checkout (the workflow puts src/ on PYTHONPATH)
+# reports that checkout's commit instead, read with the image's git.
 ARG IMAGE_NAME=ddpbench-cuda:0.1.0
 ARG GIT_COMMIT=unknown
 ENV PATH=/opt/ddpbench/.venv/bin:$PATH \
@@ -61,7 +64,7 @@ ENV PATH=/opt/ddpbench/.venv/bin:$PATH \
     NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility \
     DDPBENCH_CONTAINER_IMAGE=${IMAGE_NAME} \
-    DDPBENCH_GIT_COMMIT=${GIT_COMMIT}
+    DDPBENCH_IMAGE_REVISION=${GIT_COMMIT}
 LABEL org.opencontainers.image.title="ddpbench-cuda" \
       org.opencontainers.image.description="ddpbench: data-parallel training benchmarks (CUDA, NCCL)" \
       org.opencontainers.image.ref.name="${IMAGE_NAME}" \

@@ -82,6 +82,16 @@ def locked_closure(lock_path: pathlib.Path = LOCK, env: dict | None = None) -> d
     return dict(sorted(out.items()))
 
 
+def env_file_pins(path: pathlib.Path) -> tuple[str | None, dict[str, str]]:
+    """(python version, {name: version}) pinned by a conda environment file."""
+    import yaml
+
+    deps = yaml.safe_load(path.read_text())["dependencies"]
+    python = next((d.split("=", 1)[1] for d in deps if isinstance(d, str) and d.startswith("python=")), None)
+    pip = [line for d in deps if isinstance(d, dict) for line in d.get("pip", [])]
+    return python, dict(line.split("==", 1) for line in pip)
+
+
 def render(pins: dict[str, str]) -> str:
     lines = [
         "# Generated from uv.lock by scripts/sync_envs.py -- do not edit by hand.",
@@ -106,10 +116,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="only compare; exit 1 on drift")
     args = ap.parse_args(argv)
-    text = render(locked_closure())
+    pins = locked_closure()
+    text = render(pins)
     if args.check:
-        current = ENV_FILE.read_text() if ENV_FILE.exists() else ""
-        if current != text:
+        # Compare what is pinned, not the text: comments and layout may differ.
+        if not ENV_FILE.exists() or env_file_pins(ENV_FILE) != (PYTHON, pins):
             print(f"{ENV_FILE.relative_to(ROOT)} is out of date: run scripts/sync_envs.py")
             return 1
         return 0
