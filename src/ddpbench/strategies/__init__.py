@@ -4,3 +4,27 @@ A strategy module `ddpbench/strategies/<name>.py` defines `STRATEGY`, an instanc
 `ddpbench.strategies.base.Strategy`; `get(name)` imports it on demand, so listing the
 registry (for validation) never imports torch.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ddpbench.strategies.base import Strategy
+
+
+def names() -> tuple[str, ...]:
+    from ddpbench.params import strategy_names
+
+    return strategy_names()
+
+
+def get(name: str) -> "Strategy":
+    """The registered strategy `name` (ValueError naming the registered ones otherwise)."""
+    if name not in names():
+        raise ValueError(f"unknown strategy {name!r}; registered: {', '.join(names())}")
+    strategy = importlib.import_module(f"{__name__}.{name}").STRATEGY
+    if strategy.name != name:
+        raise ValueError(f"module {name}.py registers a strategy named {strategy.name!r}")
+    return strategy

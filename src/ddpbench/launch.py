@@ -1,0 +1,147 @@
+"""`python -m ddpbench.launch`: run one cell with torchrun and always leave a summary.
+
+    python -m ddpbench.launch --nproc-per-node P --out DIR [--nnodes N --node-rank R
+        --rdzv-endpoint HOST:PORT] [cell flags ...]
+
+Validates the cell flags first (exit 2 naming the bad parameter, nothing started), runs
+`torchrun --standalone` (a free port per cell, so concurrent cells never collide) or a
+c10d rendezvous across nodes, enforces the wall-clock limit timeout_s + grace, and
+guarantees DIR/summary.json (on node 0): if the ranks did not write one (a crash, a kill,
+the limit), it writes status failed or timeout with the tail of the error. Exits 0
+whenever a summary exists, so a failed cell never stops the workflow; the training
+processes' output is in DIR/train.log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from ddpbench.params import CellParams, ParamError
+
+REASON_CHARS = 2000
+KILL_WAIT_S = 10.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ddpbench.launch", description=__doc__.split("\n")[0])
+    parser.add_argument("--nproc-per-node", type=int, default=1, help="ranks on this node")
+    parser.add_argument("--out", type=Path, required=True, help="run folder")
+    parser.add_argument("--nnodes", type=int, default=1)
+    parser.add_argument("--node-rank", type=int, default=0)
+    parser.add_argument("--rdzv-endpoint", help="HOST:PORT of the c10d rendezvous (multi-node)")
+    parser.add_argument("--grace-s", type=float, default=30.0, help="added to timeout_s for the wall-clock limit")
+    parser.add_argument("--dump-params", type=Path, help="passed to ddpbench.train")
+    CellParams.add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        params = CellParams.from_namespace(args)
+    except ParamError as e:
+        parser.exit(2, f"error: {e}\n")
+    if args.nproc_per_node < 1 or args.nnodes < 1:
+        parser.exit(2, "error: --nproc-per-node and --nnodes must be >= 1\n")
+    if args.nnodes > 1 and not args.rdzv_endpoint:
+        parser.exit(2, "error: --nnodes > 1 needs --rdzv-endpoint HOST:PORT\n")
+
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    lead = args.node_rank == 0
+    if lead:  # a stale summary from an earlier attempt must not pass for this one
+        for stale in ["summary.json", *(p.name for p in out.glob("steps_rank*.csv")), *(p.name for p in out.glob("error_rank*.txt"))]:
+            (out / stale).unlink(missing_ok=True)
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", *rendezvous(args, out)]
+    cmd += ["--nproc-per-node", str(args.nproc_per_node), "--max-restarts", "0"]
+    cmd += ["-m", "ddpbench.train", "--out", str(out), *params.to_argv()]
+    if args.dump_params:
+        cmd += ["--dump-params", str(args.dump_params)]
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if params.threads_per_rank:  # else train picks cores // local processes
+        env["OMP_NUM_THREADS"] = str(params.threads_per_rank)
+    else:
+        from ddpbench.sysinfo import usable_cores
+
+        env["OMP_NUM_THREADS"] = str(max(1, usable_cores() // args.nproc_per_node))
+
+    limit = params.timeout_s + args.grace_s
+    with open(out / "train.log", "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            rc, timed_out = proc.wait(timeout=limit), False
+        except subprocess.TimeoutExpired:
+            rc, timed_out = stop(proc), True
+        except BaseException:  # Ctrl-C, SIGTERM from the workflow: take the ranks down too
+            stop(proc)
+            raise
+
+    if not lead:
+        return 0 if rc == 0 else 1
+    summary_path = out / "summary.json"
+    if not summary_path.exists():
+        if timed_out:
+            status = "timeout"
+            reason = f"wall-clock limit of {limit:g} s exceeded (timeout_s {params.timeout_s:g} + grace {args.grace_s:g})"
+        else:
+            status, reason = "failed", f"torchrun exited with code {rc}"
+        write_failure(out, params, args.nproc_per_node * args.nnodes, args.nnodes, status, reason + "\n" + error_tail(out))
+    summary = json.loads(summary_path.read_text())
+    rate = summary.get("samples_per_s")
+    line = f"[ddpbench] {out}: {summary['status']} {rate:.1f} samples/s" if rate else f"[ddpbench] {out}: {summary['status']} - samples/s"
+    if summary["status"] != "ok":
+        line += f" ({summary['reason'].strip().splitlines()[-1] if summary['reason'].strip() else ''})"
+    print(line, flush=True)
+    return 0
+
+
+def rendezvous(args: argparse.Namespace, out: Path) -> list[str]:
+    if args.nnodes == 1 and not args.rdzv_endpoint:
+        return ["--standalone"]  # rendezvous on a free local port
+    run_id = hashlib.sha1(str(out.resolve()).encode()).hexdigest()[:16]
+    return [
+        "--nnodes", str(args.nnodes), "--node-rank", str(args.node_rank), "--rdzv-backend", "c10d",
+        "--rdzv-endpoint", args.rdzv_endpoint, "--rdzv-id", run_id,
+    ]  # fmt: skip
+
+
+def stop(proc: subprocess.Popen) -> int:
+    """SIGTERM the whole torchrun session (agent and ranks), SIGKILL if it lingers."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            return proc.wait(timeout=KILL_WAIT_S)
+        except subprocess.TimeoutExpired:
+            continue
+    return proc.wait()
+
+
+def error_tail(out: Path) -> str:
+    """The failing ranks' tracebacks (lowest rank first), else the end of the log."""
+    errors = sorted(out.glob("error_rank*.txt"), key=lambda p: int(p.stem.removeprefix("error_rank")))
+    if errors:
+        text = "\n".join(f"[{p.stem}]\n{p.read_text()}" for p in errors)
+    else:
+        log = out / "train.log"
+        text = log.read_text(errors="replace") if log.exists() else ""
+    return text[-REASON_CHARS:]
+
+
+def write_failure(out: Path, params: CellParams, world: int, nodes: int, status: str, reason: str) -> None:
+    from ddpbench import metrics, sysinfo
+    from ddpbench.train import write_json
+
+    backend = "nccl" if params.device == "cuda" else "gloo"
+    env = sysinfo.environment(backend, params.threads_per_rank or None)
+    write_json(out / "summary.json", metrics.make_summary(status, reason, params.as_dict(), world, nodes, env))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

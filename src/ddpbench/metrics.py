@@ -1,0 +1,232 @@
+"""Measurement: a device-aware clock, per-step phase timers, a communication meter,
+memory peaks, and the summary statistics of summary.json (pure functions, unit-tested).
+
+Definitions follow DESIGN.md: a step's time is the maximum over ranks; the first step and
+the warm-up steps are excluded from every timed figure.
+"""
+
+from __future__ import annotations
+
+import math
+import resource
+import statistics
+import sys
+import time
+from typing import Any, Iterable, Sequence
+
+PHASES = ("data", "forward", "backward", "comm", "optimizer")
+STEP_COLUMNS = (
+    "step", "epoch", "rank", "timed", "data_s", "forward_s", "backward_s", "comm_s", "exposed_comm_s",
+    "optimizer_s", "total_s", "loss", "samples", "comm_calls", "comm_bytes",
+)  # fmt: skip
+
+
+class Clock:
+    """Wall-clock time that accounts for asynchronous device work.
+
+    `now()` synchronises the device first (CUDA kernels are asynchronous: without it a
+    phase would be charged to whichever later phase happens to wait). `stamp()` marks a
+    point without synchronising (a CUDA event on the current stream; used inside DDP's
+    communication hook, where synchronising would destroy the overlap being measured)
+    and `seconds(stamp)` converts it to the `now()` time base afterwards.
+    """
+
+    def __init__(self, device_type: str = "cpu"):
+        self.cuda = device_type == "cuda"
+        self._anchor: tuple[Any, float] | None = None
+        if self.cuda:
+            import torch
+
+            self._torch = torch
+
+    def now(self) -> float:
+        if not self.cuda:
+            return time.perf_counter()
+        self._torch.cuda.synchronize()
+        t = time.perf_counter()
+        event = self._torch.cuda.Event(enable_timing=True)
+        event.record()
+        self._anchor = (event, t)
+        return t
+
+    def stamp(self) -> Any:
+        if not self.cuda:
+            return time.perf_counter()
+        event = self._torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def seconds(self, stamp: Any) -> float:
+        if not self.cuda:
+            return stamp
+        self._torch.cuda.synchronize()
+        if self._anchor is None:
+            self.now()
+        event, t = self._anchor
+        return t + event.elapsed_time(stamp) / 1000.0
+
+
+class StepTimer:
+    """Phase durations of one step, measured as laps: `lap(phase)` charges the time since
+    the previous lap to `phase` (phases may recur, e.g. comm before and after the step)."""
+
+    def __init__(self, clock: Clock, enabled: bool = True):
+        self.clock, self.enabled = clock, enabled
+        self.phases = dict.fromkeys(PHASES, 0.0)
+        self.start = self._last = 0.0
+
+    def begin(self) -> None:
+        if self.enabled:
+            self.phases = dict.fromkeys(PHASES, 0.0)
+            self.start = self._last = self.clock.now()
+
+    def lap(self, phase: str) -> None:
+        if self.enabled:
+            t = self.clock.now()
+            self.phases[phase] += t - self._last
+            self._last = t
+
+    @property
+    def total(self) -> float:
+        return self._last - self.start
+
+
+class CommMeter:
+    """Communication of the current step: calls, bytes this rank sent, and the time of
+    communication overlapped with computation (reported by strategies such as DDP)."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.calls = 0
+        self.bytes = 0
+        self.overlapped_comm_s = 0.0
+        self.overlapped_exposed_s = 0.0
+
+    def add(self, calls: int = 1, nbytes: int = 0) -> None:
+        self.calls += calls
+        self.bytes += nbytes
+
+    def overlapped(self, comm_s: float, exposed_s: float) -> None:
+        self.overlapped_comm_s += comm_s
+        self.overlapped_exposed_s += exposed_s
+
+
+def interval_union(intervals: Iterable[tuple[float, float]]) -> float:
+    """Total length covered by possibly overlapping intervals (concurrent buckets count once)."""
+    total, end = 0.0, -math.inf
+    for a, b in sorted(intervals):
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process (ru_maxrss: KiB on Linux, bytes on macOS)."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / 2**20 if sys.platform == "darwin" else rss / 2**10
+
+
+def cuda_max_allocated_mb(device: Any) -> float | None:
+    if getattr(device, "type", None) != "cuda":
+        return None
+    import torch
+
+    return torch.cuda.max_memory_allocated(device) / 2**20
+
+
+# -- summary statistics -------------------------------------------------------------------------
+
+METRIC_KEYS = (
+    "global_batch", "per_rank_batch", "total_steps", "timed_steps",
+    "step_time_median_s", "step_time_mean_s", "step_time_p95_s", "samples_per_s", "epoch_time_s",
+    "timed_wall_s", "wall_time_s",
+    "phase_data_s", "phase_forward_s", "phase_backward_s", "phase_comm_s", "phase_exposed_comm_s",
+    "phase_optimizer_s", "phase_total_s",
+    "frac_data", "frac_forward", "frac_backward", "frac_comm", "frac_exposed_comm", "frac_optimizer",
+    "compute_comm_ratio", "comm_calls_per_step", "comm_bytes_per_step", "rank_skew",
+    "peak_rss_mb", "peak_rss_mb_per_rank", "cuda_max_allocated_mb",
+    "train_loss_final", "train_acc_final", "test_loss", "test_acc", "param_norm",
+)  # fmt: skip
+SUMMARY_PHASES = ("data", "forward", "backward", "comm", "exposed_comm", "optimizer", "total")
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolation percentile (numpy's default), q in [0, 100]."""
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def step_statistics(
+    rank_records: Sequence[Sequence[dict]], timed_wall_s: float | None, steps_per_epoch: int
+) -> dict[str, Any]:
+    """Timed-step statistics over all ranks' step records (rank_records[r][i] = rank r, step i)."""
+    steps = list(zip(*rank_records))
+    timed = [ranks for ranks in steps if all(r["timed"] for r in ranks)]
+    out: dict[str, Any] = {"total_steps": len(steps), "timed_steps": len(timed)}
+    if not timed:
+        return out
+    step_time = [max(r["total_s"] for r in ranks) for ranks in timed]
+    out["step_time_median_s"] = statistics.median(step_time)
+    out["step_time_mean_s"] = statistics.fmean(step_time)
+    out["step_time_p95_s"] = percentile(step_time, 95)
+    for phase in SUMMARY_PHASES:
+        out[f"phase_{phase}_s"] = sum(max(r[f"{phase}_s"] for r in ranks) for ranks in timed)
+    total = out["phase_total_s"]
+    for phase in SUMMARY_PHASES[:-1]:
+        out[f"frac_{phase}"] = out[f"phase_{phase}_s"] / total if total > 0 else None
+    compute = out["phase_forward_s"] + out["phase_backward_s"] + out["phase_optimizer_s"]
+    exposed = out["phase_exposed_comm_s"]
+    calls = sum(r["comm_calls"] for ranks in timed for r in ranks)
+    out["compute_comm_ratio"] = compute / exposed if exposed > 0 and calls else None
+    # Per step, the busiest rank (gather_scatter's root sends p-1 times a worker's bytes).
+    out["comm_calls_per_step"] = statistics.fmean(max(r["comm_calls"] for r in ranks) for ranks in timed)
+    out["comm_bytes_per_step"] = statistics.fmean(max(r["comm_bytes"] for r in ranks) for ranks in timed)
+    out["rank_skew"] = statistics.median(
+        (max(t) - min(t)) / max(t) if max(t) > 0 else 0.0 for t in ([r["total_s"] for r in ranks] for ranks in timed)
+    )
+    if timed_wall_s:
+        samples = sum(r["samples"] for ranks in timed for r in ranks)
+        out["timed_wall_s"] = timed_wall_s
+        out["samples_per_s"] = samples / timed_wall_s
+        out["epoch_time_s"] = timed_wall_s / len(timed) * steps_per_epoch
+    return out
+
+
+def make_summary(
+    status: str,
+    reason: str,
+    params: dict[str, Any],
+    world_size: int,
+    nodes: int,
+    env: dict[str, Any],
+    metrics: dict[str, Any] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """summary.json with every key of the contract present (metrics null where unknown)."""
+    summary: dict[str, Any] = {
+        "schema": 1,
+        "status": status,
+        "reason": reason,
+        "params": params,
+        "world_size": world_size,
+        "nodes": nodes,
+    }
+    metrics = metrics or {}
+    for key in METRIC_KEYS:
+        summary[key] = _finite(metrics.get(key))
+    summary["extra"] = {k: _finite(v) for k, v in (extra or {}).items()}
+    summary["env"] = env
+    return summary
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN/inf: store them as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

@@ -1,0 +1,91 @@
+"""The networks of the grid, built for a dataset's input shape and number of classes.
+
+torchvision's ImageNet architectures are adapted to small images (< 64 px: CIFAR-10,
+MNIST) the usual way: a 3x3 stride-1 stem without the early max-pool (ResNet, DenseNet),
+and for VGG no pooling below 1 px and a 512 -> classes head (the CIFAR VGG); larger
+images keep the original stems and heads. `mlp` and `simple_cnn` have no batch norm or
+dropout, so strategies can be checked for exact equality with `single` on them.
+"""
+
+from __future__ import annotations
+
+import torch
+import torchvision
+from torch import nn
+
+SMALL = 64  # images below this side get the small-image stems
+
+
+def build(name: str, shape: tuple[int, int, int], classes: int) -> nn.Module:
+    """A freshly initialised model (seed torch beforehand for identical weights)."""
+    try:
+        return _BUILDERS[name](shape, classes)
+    except KeyError:
+        raise ValueError(f"unknown model {name!r}; known: {', '.join(_BUILDERS)}") from None
+
+
+def mlp(shape, classes):
+    c, h, w = shape
+    return nn.Sequential(
+        nn.Flatten(), nn.Linear(c * h * w, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, classes)
+    )
+
+
+def simple_cnn(shape, classes):
+    """Two conv + two linear layers, the classic small CIFAR CNN."""
+    c, h, w = shape
+    return nn.Sequential(
+        nn.Conv2d(c, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(64 * (h // 4) * (w // 4), 128), nn.ReLU(), nn.Linear(128, classes),
+    )  # fmt: skip
+
+
+def vgg11(shape, classes):
+    c, h, w = shape
+    model = torchvision.models.vgg11(num_classes=classes)
+    model.features[0] = nn.Conv2d(c, 64, 3, padding=1)
+    if min(h, w) < SMALL:
+        side = min(h, w)
+        for i, layer in enumerate(model.features):
+            if isinstance(layer, nn.MaxPool2d):
+                if side < 2:  # MNIST's 28 px run out of pooling before VGG's five
+                    model.features[i] = nn.Identity()
+                else:
+                    side //= 2
+        model.avgpool = nn.AdaptiveAvgPool2d(1)
+        model.classifier = nn.Linear(512, classes)
+    return model
+
+
+def resnet18(shape, classes):
+    c, h, w = shape
+    model = torchvision.models.resnet18(num_classes=classes)
+    if min(h, w) < SMALL:
+        model.conv1 = nn.Conv2d(c, 64, 3, stride=1, padding=1, bias=False)
+        model.maxpool = nn.Identity()
+    else:
+        model.conv1 = nn.Conv2d(c, 64, 7, stride=2, padding=3, bias=False)
+    return model
+
+
+def densenet121(shape, classes):
+    c, h, w = shape
+    model = torchvision.models.densenet121(num_classes=classes)
+    if min(h, w) < SMALL:
+        model.features.conv0 = nn.Conv2d(c, 64, 3, stride=1, padding=1, bias=False)
+        model.features.pool0 = nn.Identity()
+    else:
+        model.features.conv0 = nn.Conv2d(c, 64, 7, stride=2, padding=3, bias=False)
+    return model
+
+
+_BUILDERS = {"mlp": mlp, "simple_cnn": simple_cnn, "vgg11": vgg11, "resnet18": resnet18, "densenet121": densenet121}
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def flat_parameters(model: nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])

@@ -1,0 +1,170 @@
+"""The Strategy API: how one gradient-synchronisation scheme plugs into the training loop.
+
+The loop in `ddpbench.train` is the same for every strategy; a strategy only fills hooks:
+
+    model = strategy.wrap(model, ctx)                 # once, before training
+    opt = strategy.make_optimizer(model, ctx)         # once
+    each step:  data -> strategy.forward_backward(...)         [forward, backward]
+                     -> strategy.sync_gradients(model, ctx)    [comm]
+                     -> opt.step()                             [optimizer]
+                     -> strategy.after_step(model, opt, ctx)   [comm]
+    strategy.bare(model)                              # the plain nn.Module (results, evaluation)
+
+Blocking communication inside `sync_gradients`/`after_step` is timed by the loop as
+communication, all of it exposed. A strategy that communicates *during* backward (DDP)
+reports that time with `ctx.meter.overlapped(comm_s, exposed_s)`; the loop then moves
+the exposed part out of the backward phase. Every strategy counts what it sends with
+`ctx.meter.add(calls, nbytes)`.
+
+Strategies are stateless singletons (`STRATEGY` in each module): per-run state lives in
+`ctx.state`, so one process can run several cells (the integration tests do).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterator
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+if TYPE_CHECKING:
+    from ddpbench.metrics import Clock, CommMeter, StepTimer
+    from ddpbench.params import CellParams
+
+
+@dataclass
+class Context:
+    """What a strategy may use during one run."""
+
+    params: "CellParams"
+    rank: int
+    world: int
+    device: torch.device
+    meter: "CommMeter"
+    clock: "Clock"
+    instrument: bool = True  # False: the bare loop (benchmarks/instrumentation_overhead.py)
+    state: dict[str, Any] = field(default_factory=dict)
+
+
+class Strategy:
+    """Base class: no communication. Subclasses override the hooks they need."""
+
+    name: str = "base"
+    #: Final parameters equal `single`'s on the same global batches (tests check this).
+    exact: bool = True
+    min_world: int = 2
+    max_world: int | None = None
+
+    def unsupported(self, world: int) -> str | None:
+        """Why this strategy cannot run at `world` ranks (None: it can)."""
+        if world < self.min_world or (self.max_world is not None and world > self.max_world):
+            hi = "" if self.max_world is None else f" and <= {self.max_world}"
+            return f"strategy {self.name} needs a world size >= {self.min_world}{hi}, got {world}"
+        return None
+
+    def wrap(self, model: nn.Module, ctx: Context) -> nn.Module:
+        return model
+
+    def bare(self, model: nn.Module) -> nn.Module:
+        return model
+
+    def make_optimizer(self, model: nn.Module, ctx: Context) -> torch.optim.Optimizer:
+        return torch.optim.SGD(model.parameters(), lr=ctx.params.lr, momentum=ctx.params.momentum)
+
+    def forward_backward(
+        self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, scale: float, timer: "StepTimer"
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One forward and backward; returns (mean loss, correct predictions), detached.
+
+        `scale` = world * local samples / global samples, so that averaging the ranks'
+        gradients gives the gradient of the global batch's mean loss even when the
+        global batch does not split evenly.
+        """
+        out = model(x)
+        loss = nn.functional.cross_entropy(out, y)
+        correct = (out.detach().argmax(1) == y).sum()
+        timer.lap("forward")
+        (loss * scale if scale != 1.0 else loss).backward()
+        timer.lap("backward")
+        return loss.detach(), correct
+
+    def sync_gradients(self, model: nn.Module, ctx: Context) -> None:
+        """Make every rank's gradients the average over ranks (called after backward)."""
+
+    def after_step(self, model: nn.Module, optimizer: torch.optim.Optimizer, ctx: Context) -> None:
+        """Communication after the optimizer step (e.g. parameter averaging)."""
+
+    def extra(self, model: nn.Module, ctx: Context) -> dict[str, Any]:
+        """Strategy-specific scalars for summary.json's "extra"."""
+        return {}
+
+
+# -- helpers shared by the explicit (blocking, after-backward) strategies ---------------------
+
+
+def gradients(model: nn.Module) -> list[torch.Tensor]:
+    """Every trainable parameter's gradient, in a fixed order; missing ones become zeros so
+    all ranks communicate the same layout."""
+    grads = []
+    for p in model.parameters():
+        if p.requires_grad:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            grads.append(p.grad)
+    return grads
+
+
+def buckets(tensors: list[torch.Tensor], bucket_mb: float) -> Iterator[list[torch.Tensor]]:
+    """Consecutive groups of at most `bucket_mb` MiB (a larger tensor forms its own group)."""
+    limit = bucket_mb * 2**20
+    group: list[torch.Tensor] = []
+    size = 0
+    for t in tensors:
+        nbytes = t.numel() * t.element_size()
+        if group and size + nbytes > limit:
+            yield group
+            group, size = [], 0
+        group.append(t)
+        size += nbytes
+    if group:
+        yield group
+
+
+class BucketedSum(Strategy):
+    """Flatten gradients into buckets, sum each over ranks with `reduce_sum_`, divide.
+
+    Subclasses choose the grouping (`groups`) and the way of summing (`reduce_sum_`).
+    """
+
+    def groups(self, grads: list[torch.Tensor], ctx: Context) -> Iterator[list[torch.Tensor]]:
+        return buckets(grads, ctx.params.bucket_mb)
+
+    def reduce_sum_(self, flat: torch.Tensor, ctx: Context) -> None:
+        raise NotImplementedError
+
+    def sync_gradients(self, model: nn.Module, ctx: Context) -> None:
+        for group in self.groups(gradients(model), ctx):
+            # A lone tensor is reduced in place: no copy in, no copy out.
+            flat = group[0] if len(group) == 1 else torch.cat([g.reshape(-1) for g in group])
+            self.reduce_sum_(flat, ctx)
+            flat.div_(ctx.world)
+            if len(group) > 1:
+                offset = 0
+                for g in group:
+                    g.copy_(flat[offset : offset + g.numel()].view_as(g))
+                    offset += g.numel()
+
+
+def allreduce_bytes(nbytes: int, world: int) -> int:
+    """Bytes one rank sends in an all-reduce of `nbytes`, counted as a bandwidth-optimal
+    ring does (2(p-1)/p of the message; nccl-tests' bus-bandwidth convention)."""
+    return int(round(2 * (world - 1) * nbytes / world))
+
+
+def nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+__all__ = ["Context", "Strategy", "BucketedSum", "gradients", "buckets", "allreduce_bytes", "nbytes", "dist"]

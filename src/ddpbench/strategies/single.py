@@ -1,0 +1,12 @@
+"""`single`: one process, no communication; the baseline every speedup is measured against."""
+
+from ddpbench.strategies.base import Strategy
+
+
+class Single(Strategy):
+    name = "single"
+    min_world = 1
+    max_world = 1
+
+
+STRATEGY = Single()

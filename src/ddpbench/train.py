@@ -1,0 +1,394 @@
+"""`python -m ddpbench.train`: run one grid cell under torchrun and write its measurements.
+
+    torchrun --standalone --nproc-per-node P -m ddpbench.train --out DIR [--dump-params FILE] [cell flags]
+
+Every rank writes DIR/steps_rank{R}.csv; rank 0 gathers all ranks' step records (one
+collective at the end) and writes DIR/summary.json atomically (schema: contract.md).
+Usually started through `python -m ddpbench.launch`, which also guarantees a summary
+when a rank is killed or the cell runs out of time. Without torchrun it runs world size 1.
+
+Fault injection for tests: DDPBENCH_INJECT="fail:RANK:STEP" raises in that rank at that
+step, "hang:RANK:STEP" makes it sleep (a stuck rank).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import csv
+import datetime
+import json
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from ddpbench import data as datamod
+from ddpbench import metrics, models, strategies, sysinfo
+from ddpbench.params import CellParams, ParamError
+from ddpbench.strategies.base import Context, Strategy
+
+TAIL_STEPS = 10  # final train loss/accuracy: sample-weighted over the last steps
+REASON_CHARS = 2000
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """Where this process sits, from the torchrun environment (world size 1 without it)."""
+
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+    local_world: int = 1
+    launched: bool = False  # under torchrun: a process group can be initialised
+
+    @classmethod
+    def from_env(cls) -> "Ranks":
+        env = os.environ
+        if "RANK" not in env or "MASTER_ADDR" not in env:
+            return cls()
+        return cls(
+            int(env["RANK"]), int(env["WORLD_SIZE"]), int(env["LOCAL_RANK"]), int(env["LOCAL_WORLD_SIZE"]), True
+        )
+
+    @property
+    def nodes(self) -> int:
+        return max(1, self.world // self.local_world)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ddpbench.train", description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, required=True, help="run folder (summary.json, steps_rank*.csv)")
+    parser.add_argument("--dump-params", type=Path, help="save the final bare model state dict (rank 0) here")
+    CellParams.add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        params = CellParams.from_namespace(args)
+    except ParamError as e:
+        parser.exit(2, f"error: {e}\n")
+    return run(params, args.out, args.dump_params)
+
+
+def run(params: CellParams, out: Path, dump_params: Path | None = None) -> int:
+    """Set up this rank (threads, device, process group), train, and always leave a
+    status behind: skipped/failed summaries from rank 0, error_rank{R}.txt from a failing rank."""
+    t_start = time.perf_counter()
+    ranks = Ranks.from_env()
+    out.mkdir(parents=True, exist_ok=True)
+    cuda = params.device == "cuda"
+    backend = "nccl" if cuda else "gloo"
+    threads = configure_threads(params, ranks)
+
+    def finish(status: str, reason: str) -> None:
+        if ranks.rank == 0:
+            env = sysinfo.environment(backend, threads)
+            summary = metrics.make_summary(status, reason, params.as_dict(), ranks.world, ranks.nodes, env)
+            write_json(out / "summary.json", summary)
+
+    reason = skip_reason(params, ranks)
+    if reason:
+        finish("skipped", reason)
+        return 0
+    device = torch.device("cuda", ranks.local_rank) if cuda else torch.device("cpu")
+    try:
+        if cuda:
+            torch.cuda.set_device(device)
+        if ranks.launched:
+            dist.init_process_group(
+                backend,
+                timeout=datetime.timedelta(seconds=params.timeout_s),
+                device_id=device if cuda else None,
+            )
+        summary = execute(params, out, ranks, device, dump_params=dump_params, threads=threads, t_start=t_start)
+        if summary is not None:
+            write_json(out / "summary.json", summary)
+        return 0
+    except Exception:
+        tb = traceback.format_exc()
+        print(tb, file=sys.stderr, flush=True)
+        (out / f"error_rank{ranks.rank}.txt").write_text(tb)
+        finish("failed", f"rank {ranks.rank}: {tb[-REASON_CHARS:]}")
+        return 1
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def configure_threads(params: CellParams, ranks: Ranks) -> int:
+    """threads_per_rank, default cores // processes on this node (at least 1), for torch and OpenMP."""
+    threads = params.threads_per_rank or max(1, sysinfo.usable_cores() // ranks.local_world)
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    torch.set_num_threads(threads)
+    return threads
+
+
+def skip_reason(params: CellParams, ranks: Ranks) -> str | None:
+    """Why this cell cannot run here (status skipped), or None."""
+    reason = strategies.get(params.strategy).unsupported(ranks.world)
+    if reason:
+        return reason
+    if params.device == "cuda":
+        if not torch.cuda.is_available():
+            return f"device cuda requested but CUDA is not available here (torch {torch.__version__})"
+        if torch.cuda.device_count() < ranks.local_world:
+            return (
+                f"device cuda with {ranks.local_world} processes on this node needs as many GPUs; "
+                f"{torch.cuda.device_count()} visible"
+            )
+    return None
+
+
+def execute(
+    params: CellParams,
+    out: Path,
+    ranks: Ranks,
+    device: torch.device,
+    dump_params: Path | None = None,
+    threads: int | None = None,
+    t_start: float | None = None,
+) -> dict[str, Any] | None:
+    """Train one cell in an initialised process group; returns rank 0's summary."""
+    t_start = time.perf_counter() if t_start is None else t_start
+    strategy = strategies.get(params.strategy)
+    if params.batch_size == "auto":
+        raise NotImplementedError("batch_size=auto is not available yet; give an integer batch size")
+    global_batch, per_rank_batch = datamod.batch_sizes(params.batch_size, params.scaling, ranks.world)
+
+    torch.manual_seed(params.seed)  # identical data and initial weights on every rank
+    data = datamod.load(params)
+    model = models.build(params.model, data.shape, data.classes).to(device)
+    torch.manual_seed(params.seed + 1 + ranks.rank)  # then a per-rank stream (dropout, augmentation)
+
+    ctx = Context(params, ranks.rank, ranks.world, device, metrics.CommMeter(), metrics.Clock(device.type))
+    model = strategy.wrap(model, ctx)
+    optimizer = strategy.make_optimizer(model, ctx)
+    sampler = datamod.ShardedBatchSampler(len(data.train), global_batch, ranks.rank, ranks.world, params.seed)
+    loader = datamod.train_loader(data, sampler, params.num_workers, pin_memory=device.type == "cuda")
+    total_steps = params.max_steps or params.epochs * len(sampler)
+
+    run = train_loop(model, optimizer, strategy, ctx, loader, sampler, total_steps, global_batch)
+    bare = strategy.bare(model)
+    test = evaluate(bare, data, ranks, device, per_rank_batch)
+    flat = models.flat_parameters(bare)
+    payload = {
+        "records": run.records,
+        "timed_wall_s": run.timed_wall_s,
+        "tail": run.tail(),
+        "test": test,
+        "peak_rss_mb": metrics.peak_rss_mb(),
+        "cuda_max_allocated_mb": metrics.cuda_max_allocated_mb(device),
+    }
+    spread = rank_spread(flat)
+    extra = strategy.extra(model, ctx)
+    write_steps(out / f"steps_rank{ranks.rank}.csv", run.records)
+    payloads = gather_to_rank0(payload)
+    if ranks.rank != 0:
+        return None
+    if dump_params is not None:
+        dump_params.parent.mkdir(parents=True, exist_ok=True)
+        torch.save({k: v.detach().cpu() for k, v in bare.state_dict().items()}, dump_params)
+
+    stats = metrics.step_statistics(
+        [p["records"] for p in payloads], max(p["timed_wall_s"] or 0.0 for p in payloads), len(sampler)
+    )
+    loss_sum, correct, n = (sum(p["tail"][i] for p in payloads) for i in range(3))
+    t_loss, t_correct, t_n = (sum(p["test"][i] for p in payloads) for i in range(3))
+    cuda_mb = [p["cuda_max_allocated_mb"] for p in payloads if p["cuda_max_allocated_mb"] is not None]
+    rss = [p["peak_rss_mb"] for p in payloads]
+    stats.update(
+        global_batch=global_batch,
+        per_rank_batch=per_rank_batch,
+        wall_time_s=time.perf_counter() - t_start,
+        peak_rss_mb=max(rss),
+        peak_rss_mb_per_rank=rss,
+        cuda_max_allocated_mb=max(cuda_mb) if cuda_mb else None,
+        train_loss_final=loss_sum / n if n else None,
+        train_acc_final=correct / n if n else None,
+        test_loss=t_loss / t_n if t_n else None,
+        test_acc=t_correct / t_n if t_n else None,
+        param_norm=float(flat.norm()),
+    )
+    extra = {
+        "steps_per_epoch": len(sampler),
+        "model_parameters": flat.numel(),
+        "param_rank_max_abs_diff": spread,
+        **extra,
+    }
+    reason = "" if stats["timed_steps"] else "no timed steps: total steps <= 1 + warmup_steps"
+    env = sysinfo.environment(dist.get_backend() if dist.is_initialized() else None, threads)
+    return metrics.make_summary("ok", reason, params.as_dict(), ranks.world, ranks.nodes, env, stats, extra)
+
+
+class LoopResult:
+    def __init__(self) -> None:
+        self.records: list[dict[str, Any]] = []
+        self.timed_wall_s: float | None = None
+        self.last = collections.deque(maxlen=TAIL_STEPS)  # (loss, correct, samples) per step
+
+    def tail(self) -> tuple[float, int, int]:
+        """Sums over the last steps: (loss x samples, correct, samples)."""
+        return (
+            sum(float(loss) * n for loss, _, n in self.last),
+            sum(int(c) for _, c, _ in self.last),
+            sum(n for _, _, n in self.last),
+        )
+
+
+def train_loop(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    strategy: Strategy,
+    ctx: Context,
+    loader: torch.utils.data.DataLoader,
+    sampler: datamod.ShardedBatchSampler,
+    total_steps: int,
+    global_batch: int,
+    first_step: int = 0,
+) -> LoopResult:
+    """Steps first_step .. total_steps-1 (epochs follow from the sampler's length).
+
+    With ctx.instrument False this is the bare loop: no device synchronisation, no
+    timers, no records (benchmarks/instrumentation_overhead.py compares the two).
+    """
+    result = LoopResult()
+    timer = metrics.StepTimer(ctx.clock, ctx.instrument)
+    meter, device, instrument = ctx.meter, ctx.device, ctx.instrument
+    first_timed = 1 + ctx.params.warmup_steps
+    inject = _injection(ctx.rank)
+    timed_start = None
+    model.train()
+    step = first_step
+    epoch = step // len(sampler)
+    while step < total_steps:
+        sampler.set_epoch(epoch)
+        batches = iter(loader)
+        for _ in range(step % len(sampler), len(sampler)):
+            if step >= total_steps:
+                break
+            if inject and inject[1] == step:
+                _inject(inject[0], ctx.rank, step)
+            timer.begin()
+            x, y = next(batches)
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            timer.lap("data")
+            scale = ctx.world * len(y) / global_batch
+            loss, correct = strategy.forward_backward(model, x, y, scale, timer)
+            strategy.sync_gradients(model, ctx)
+            timer.lap("comm")
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            timer.lap("optimizer")
+            strategy.after_step(model, optimizer, ctx)
+            timer.lap("comm")
+            result.last.append((loss, correct, len(y)))
+            if instrument:
+                timed = step >= first_timed
+                if timed and timed_start is None:
+                    timed_start = timer.start
+                result.records.append(_record(step, epoch, ctx.rank, timed, timer, meter, float(loss), len(y)))
+                meter.reset()
+            step += 1
+        epoch += 1
+    if timed_start is not None:
+        result.timed_wall_s = timer.total + timer.start - timed_start
+    return result
+
+
+def _record(step, epoch, rank, timed, timer, meter, loss, samples) -> dict[str, Any]:
+    ph = timer.phases
+    # Communication hidden inside backward (DDP) was timed as backward: move its exposed
+    # part to exposed_comm_s so the phases still add up to the step. A step that sent
+    # nothing has no communication time (the empty hooks' microseconds are not comm).
+    if meter.calls == 0 and meter.overlapped_comm_s == 0:
+        ph["comm"] = 0.0
+    return {
+        "step": step,
+        "epoch": epoch,
+        "rank": rank,
+        "timed": int(timed),
+        "data_s": ph["data"],
+        "forward_s": ph["forward"],
+        "backward_s": ph["backward"] - meter.overlapped_exposed_s,
+        "comm_s": ph["comm"] + meter.overlapped_comm_s,
+        "exposed_comm_s": ph["comm"] + meter.overlapped_exposed_s,
+        "optimizer_s": ph["optimizer"],
+        "total_s": timer.total,
+        "loss": loss,
+        "samples": samples,
+        "comm_calls": meter.calls,
+        "comm_bytes": meter.bytes,
+    }
+
+
+def _injection(rank: int) -> tuple[str, int] | None:
+    spec = os.environ.get("DDPBENCH_INJECT", "")
+    if not spec:
+        return None
+    kind, r, s = spec.split(":")
+    return (kind, int(s)) if int(r) == rank else None
+
+
+def _inject(kind: str, rank: int, step: int) -> None:
+    if kind == "hang":
+        time.sleep(10**6)
+    raise RuntimeError(f"injected failure (DDPBENCH_INJECT) in rank {rank} at step {step}")
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, data: datamod.Data, ranks: Ranks, device: torch.device, batch: int):
+    """This rank's share of the test set: (loss sum, correct, samples)."""
+    was_training = model.training
+    model.eval()
+    loss_sum, correct, n = 0.0, 0, 0
+    for x, y in datamod.test_batches(data, ranks.rank, ranks.world, max(batch, 64)):
+        x, y = x.to(device), y.to(device)
+        out = model(x)
+        loss_sum += float(torch.nn.functional.cross_entropy(out, y, reduction="sum"))
+        correct += int((out.argmax(1) == y).sum())
+        n += len(y)
+    model.train(was_training)
+    return loss_sum, correct, n
+
+
+def rank_spread(flat: torch.Tensor) -> float:
+    """Largest difference of any parameter between ranks (0 when they agree exactly)."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return 0.0
+    hi, lo = flat.clone(), flat.clone()
+    dist.all_reduce(hi, op=dist.ReduceOp.MAX)
+    dist.all_reduce(lo, op=dist.ReduceOp.MIN)
+    return float((hi - lo).max())
+
+
+def gather_to_rank0(payload: dict[str, Any]) -> list[dict[str, Any]]:
+    if not dist.is_initialized():
+        return [payload]
+    gathered = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+    dist.gather_object(payload, gathered, dst=0)
+    return gathered or []
+
+
+def write_steps(path: Path, records: list[dict[str, Any]]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=metrics.STEP_COLUMNS)
+        writer.writeheader()
+        writer.writerows(records)
+    os.replace(tmp, path)
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """Atomically: readers never see a half-written file."""
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(obj, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
