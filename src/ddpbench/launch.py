@@ -83,6 +83,14 @@ def main(argv: list[str] | None = None) -> int:
     if not lead:
         return 0 if rc == 0 else 1
     summary_path = out / "summary.json"
+    if rc != 0 and summary_path.exists():
+        # Rank 0 may have written "failed" about a lost peer; the cause is the rank that
+        # failed first, whose traceback error_tail() puts first.
+        summary = json.loads(summary_path.read_text())
+        if summary["status"] == "failed":
+            from ddpbench.train import write_json
+
+            write_json(summary_path, {**summary, "reason": f"torchrun exited with code {rc}\n" + error_tail(out)})
     if not summary_path.exists():
         if timed_out:
             status = "timeout"
@@ -124,14 +132,15 @@ def stop(proc: subprocess.Popen) -> int:
 
 
 def error_tail(out: Path) -> str:
-    """The failing ranks' tracebacks (lowest rank first), else the end of the log."""
-    errors = sorted(out.glob("error_rank*.txt"), key=lambda p: int(p.stem.removeprefix("error_rank")))
-    if errors:
-        text = "\n".join(f"[{p.stem}]\n{p.read_text()}" for p in errors)
-    else:
+    """The traceback of the rank that failed first (the others often only report the
+    lost peer), naming the others; without error files, the end of the log."""
+    errors = sorted(out.glob("error_rank*.txt"), key=lambda p: p.stat().st_mtime)
+    if not errors:
         log = out / "train.log"
-        text = log.read_text(errors="replace") if log.exists() else ""
-    return text[-REASON_CHARS:]
+        return (log.read_text(errors="replace") if log.exists() else "")[-REASON_CHARS:]
+    first, *others = errors
+    also = f"\n(then also failed: {', '.join(p.stem for p in others)})" if others else ""
+    return f"[{first.stem} failed first]\n" + first.read_text()[-REASON_CHARS:] + also
 
 
 def write_failure(out: Path, params: CellParams, world: int, nodes: int, status: str, reason: str) -> None:

@@ -1,0 +1,47 @@
+"""Run several cells in one torchrun launch (one process group), so the integration tests
+check every exact strategy x model without paying torchrun's start-up for each.
+
+    torchrun --standalone --nproc-per-node P _cells.py OUT STRATEGY:MODEL ... -- [cell flags]
+
+Each cell goes through `ddpbench.train.execute`, the code path of a real launch, and
+leaves OUT/<strategy>-<model>/{summary.json, steps_rank*.csv, params.pt}.
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from ddpbench import train
+from ddpbench.params import CellParams
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    cut = argv.index("--") if "--" in argv else len(argv)
+    out, cells = Path(argv[0]), argv[1:cut]
+    parser = argparse.ArgumentParser()
+    CellParams.add_arguments(parser)
+    base = vars(parser.parse_args(argv[cut + 1 :]))
+    ranks = train.Ranks.from_env()
+    dist.init_process_group("gloo")
+    try:
+        for cell in cells:
+            strategy, model = cell.split(":")
+            params = CellParams.from_mapping({**base, "strategy": strategy, "model": model})
+            threads = train.configure_threads(params, ranks)
+            run_dir = out / f"{strategy}-{model}"
+            run_dir.mkdir(parents=True, exist_ok=True)
+            summary = train.execute(
+                params, run_dir, ranks, torch.device("cpu"), dump_params=run_dir / "params.pt", threads=threads
+            )
+            if summary is not None:
+                train.write_json(run_dir / "summary.json", summary)
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""The launcher end to end: a good cell, a rank that raises, a rank that hangs."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ddpbench.metrics import METRIC_KEYS, STEP_COLUMNS
+from ddpbench.params import CellParams
+
+FLAGS = [
+    "--synthetic-shape", "mnist", "--dataset-size", "64", "--test-size", "16", "--batch-size", "8",
+    "--max-steps", "6", "--warmup-steps", "1",
+]  # fmt: skip
+
+
+def launch(out, *flags, env=None, timeout=300):
+    cmd = [sys.executable, "-m", "ddpbench.launch", "--nproc-per-node", "2", "--out", str(out), *FLAGS, *flags]
+    start = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=dict(os.environ, **(env or {})))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(CellParams.names()) == set(summary["params"])
+    assert summary["world_size"] == 2 and summary["env"]["backend"] == "gloo"
+    return summary, proc.stdout, time.monotonic() - start
+
+
+def test_ok_cell_weak_scaling_with_workers(tmp_path):
+    out = tmp_path / "run"
+    summary, stdout, _ = launch(out, "--strategy", "ddp", "--scaling", "weak", "--num-workers", "1")
+    assert summary["status"] == "ok", summary["reason"]
+    assert stdout.strip() == f"[ddpbench] {out}: ok {summary['samples_per_s']:.1f} samples/s"
+    assert summary["per_rank_batch"] == 8 and summary["global_batch"] == 16
+    assert all(k in summary for k in METRIC_KEYS) and summary["schema"] == 1
+    assert summary["timed_steps"] == 4 and summary["samples_per_s"] > 0
+    assert 0 <= summary["train_acc_final"] <= 1 and summary["test_loss"] > 0
+    assert summary["env"]["threads_per_rank"] == max(1, len(os.sched_getaffinity(0)) // 2)
+    for r in range(2):
+        rows = list(csv.DictReader(open(out / f"steps_rank{r}.csv")))
+        assert len(rows) == 6 and tuple(rows[0]) == STEP_COLUMNS
+        assert all(int(x["samples"]) == 8 for x in rows)
+    assert not list(out.glob("*.tmp*"))
+
+
+def test_a_failing_rank_gives_a_failed_summary(tmp_path):
+    summary, stdout, _ = launch(tmp_path / "run", "--strategy", "allreduce", env={"DDPBENCH_INJECT": "fail:1:3"})
+    assert summary["status"] == "failed"
+    assert "injected failure" in summary["reason"] and "[error_rank1 failed first]" in summary["reason"]
+    assert "failed" in stdout
+
+
+def test_a_hanging_rank_gives_a_timeout(tmp_path):
+    timeout_s = 20
+    summary, _, elapsed = launch(
+        tmp_path / "run", "--strategy", "ring_allreduce", "--timeout-s", str(timeout_s), "--grace-s", "0",
+        env={"DDPBENCH_INJECT": "hang:1:1"},
+    )  # fmt: skip
+    assert summary["status"] == "timeout"
+    assert "wall-clock limit" in summary["reason"]
+    assert elapsed < timeout_s + 120  # killed (and summarised), not left to hang on a busy machine
+
+
+def test_bad_value_exits_2_before_anything_starts(tmp_path):
+    cmd = [sys.executable, "-m", "ddpbench.launch", "--out", str(tmp_path / "x"), "--model", "alexnet"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "'model'" in proc.stderr and "mlp" in proc.stderr
+    assert not (tmp_path / "x").exists()
