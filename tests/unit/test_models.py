@@ -1,0 +1,36 @@
+import pytest
+import torch
+
+from ddpbench import models
+from ddpbench.params import MODELS
+
+
+@pytest.mark.parametrize("shape", [(3, 32, 32), (1, 28, 28)])
+@pytest.mark.parametrize("name", MODELS)
+def test_small_image_output_shapes(name, shape):
+    torch.manual_seed(0)
+    model = models.build(name, shape, 7).eval()
+    with torch.no_grad():
+        out = model(torch.randn(2, *shape))
+    assert out.shape == (2, 7) and torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("name", ["mlp", "simple_cnn", "resnet18"])
+def test_larger_images_keep_the_imagenet_stem(name):
+    model = models.build(name, (3, 64, 64), 10).eval()
+    with torch.no_grad():
+        assert model(torch.randn(1, 3, 64, 64)).shape == (1, 10)
+
+
+def test_same_seed_same_weights():
+    torch.manual_seed(1)
+    a = models.flat_parameters(models.build("simple_cnn", (3, 32, 32), 10))
+    torch.manual_seed(1)
+    b = models.flat_parameters(models.build("simple_cnn", (3, 32, 32), 10))
+    assert torch.equal(a, b)
+
+
+def test_exactness_models_have_no_batch_norm_or_dropout():
+    for name in ("mlp", "simple_cnn"):
+        kinds = {type(m) for m in models.build(name, (3, 32, 32), 10).modules()}
+        assert not kinds & {torch.nn.BatchNorm2d, torch.nn.Dropout}
