@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from conftest import MODELS, WORLDS, exact_strategies
+from harness_common import MODELS, WORLDS, exact_strategies
 
 from ddpbench.metrics import STEP_COLUMNS
 
