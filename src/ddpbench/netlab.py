@@ -1,0 +1,344 @@
+"""Two "nodes" on one machine: network namespaces joined by a (shaped) veth pair.
+
+A multi-node cell needs two hosts with their own addresses and a link between them.
+`TwoNodeLab` makes them on one Linux machine (root, iproute2): two network namespaces,
+a veth pair between them addressed from the benchmarking range 198.18.0.0/15
+(198.18.0.1 and 198.18.0.2), loopback up in each. `Link` shapes the veth ends with a
+token-bucket filter (``tc qdisc ... root tbf rate R``; this works on kernels without
+netem), so the same cell can be measured over an unshaped link, 1 Gbit/s, 100 Mbit/s...
+— the ``link`` launch-level setting.
+
+`run_cell` starts ``python -m ddpbench.launch --nnodes 2`` in each namespace with a c10d
+rendezvous on node 0, gloo bound to the veth interface (GLOO_SOCKET_IFNAME) and torchrun's
+``--local-addr`` set through PET_LOCAL_ADDR (both namespaces share the host name, which
+resolves to 127.0.0.1, so the default address would be wrong); rank 0 (node 0) writes the
+summary. Namespaces are always deleted on exit (their veth ends go with them).
+
+Command line (root)::
+
+    python -m ddpbench.netlab --link 100mbit --nproc-per-node 2 --out DIR -- --model mlp ...
+    python -m ddpbench.netlab --link unshaped,1gbit,100mbit --out-root DIR -- <cell flags>
+
+Traffic stays on loopback and on the namespace addresses; nothing outside is reached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+SUBNET_PREFIX = "198.18.0."  # RFC 2544 benchmarking range; never any other address
+ADDRESSES = (SUBNET_PREFIX + "1", SUBNET_PREFIX + "2")
+UNSHAPED = "unshaped"
+_RATE_RE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit)$")
+_RATE_SCALE = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
+
+
+class NetlabError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Link:
+    """A link setting: 'unshaped' or a tc rate such as '1gbit', '100mbit', '500kbit'."""
+
+    name: str
+
+    def __post_init__(self) -> None:
+        if self.name != UNSHAPED and not _RATE_RE.match(self.name):
+            raise ValueError(
+                f"invalid value for 'link': {self.name!r}; allowed: 'unshaped' or a rate "
+                "like 1gbit, 100mbit, 500kbit"
+            )
+
+    @property
+    def rate_bps(self) -> float | None:
+        """Bits per second, None when unshaped."""
+        if self.name == UNSHAPED:
+            return None
+        value, unit = _RATE_RE.match(self.name).groups()  # type: ignore[union-attr]
+        return float(value) * _RATE_SCALE[unit]
+
+    def tbf_args(self) -> list[str]:
+        """tc arguments of the token bucket: rate, a burst of at least 10 ms of traffic
+        (and never less than 64 KiB, so a 1500-byte MTU and TSO segments fit) and a
+        50 ms queue."""
+        rate = self.rate_bps
+        if rate is None:
+            return []
+        burst = max(int(rate / 8 / 100), 64 * 1024)
+        return ["tbf", "rate", self.name, "burst", str(burst), "latency", "50ms"]
+
+
+def _run(cmd: Sequence[str], check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(list(cmd), capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise NetlabError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip()}")
+    return proc
+
+
+def available() -> str | None:
+    """None when a lab can be made here, else why not."""
+    if os.geteuid() != 0:
+        return "needs root (network namespaces)"
+    for tool in ("ip", "tc"):
+        if shutil.which(tool) is None:
+            return f"needs {tool} (iproute2)"
+    return None
+
+
+class TwoNodeLab:
+    """Context manager: two namespaces joined by a veth pair, deleted on exit.
+
+    Names carry the process id, so concurrent labs never collide; interface names
+    stay within the kernel's 15 characters.
+    """
+
+    def __init__(self, tag: str | None = None):
+        tag = tag or str(os.getpid())
+        self.namespaces = (f"ddpb-{tag}-n0", f"ddpb-{tag}-n1")
+        self.interfaces = (f"ddpb{tag}a"[:15], f"ddpb{tag}b"[:15])
+        self.addresses = ADDRESSES
+        self._made: list[str] = []
+        self.link = Link(UNSHAPED)
+
+    def __enter__(self) -> "TwoNodeLab":
+        reason = available()
+        if reason:
+            raise NetlabError(reason)
+        try:
+            for ns in self.namespaces:
+                _run(["ip", "netns", "add", ns])
+                self._made.append(ns)
+            a, b = self.interfaces
+            _run(["ip", "link", "add", a, "type", "veth", "peer", "name", b])
+            for ns, dev, addr in zip(self.namespaces, self.interfaces, self.addresses):
+                _run(["ip", "link", "set", dev, "netns", ns])
+                _run(["ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", dev])
+                _run(["ip", "-n", ns, "link", "set", "lo", "up"])
+                _run(["ip", "-n", ns, "link", "set", dev, "up"])
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Delete the namespaces this lab made (the veth pair goes with them)."""
+        while self._made:
+            ns = self._made.pop()
+            _run(["ip", "netns", "del", ns], check=False)
+        # A veth end still in the root namespace (failure between add and move).
+        for dev in self.interfaces:
+            if Path(f"/sys/class/net/{dev}").exists():
+                _run(["ip", "link", "del", dev], check=False)
+
+    def shape(self, link: Link | str) -> None:
+        """Shape both veth ends (egress of each) to the link's rate; unshaped removes it."""
+        link = link if isinstance(link, Link) else Link(link)
+        for ns, dev in zip(self.namespaces, self.interfaces):
+            _run(["tc", "-n", ns, "qdisc", "del", "dev", dev, "root"], check=False)
+            if link.rate_bps is not None:
+                _run(["tc", "-n", ns, "qdisc", "add", "dev", dev, "root", *link.tbf_args()])
+        self.link = link
+
+    def qdisc(self) -> list[str]:
+        return [
+            _run(["tc", "-n", ns, "qdisc", "show", "dev", dev]).stdout.strip()
+            for ns, dev in zip(self.namespaces, self.interfaces)
+        ]
+
+    def popen(self, node: int, cmd: Sequence[str], env: dict | None = None, **kw) -> subprocess.Popen:
+        """Start a command inside node `node`'s namespace (its own process group)."""
+        return subprocess.Popen(
+            ["ip", "netns", "exec", self.namespaces[node], *cmd],
+            env=env,
+            start_new_session=True,
+            **kw,
+        )
+
+    def node_env(self, node: int, base: dict | None = None) -> dict:
+        env = dict(os.environ if base is None else base)
+        env["GLOO_SOCKET_IFNAME"] = self.interfaces[node]
+        env["PET_LOCAL_ADDR"] = self.addresses[node]  # torchrun --local-addr
+        # torchrun --rdzv-conf: node 0 hosts the c10d store. Its automatic check compares
+        # the endpoint with the host name's addresses (127.0.0.1 here), so say it.
+        env["PET_RDZV_CONF"] = f"is_host={1 if node == 0 else 0}"
+        env.pop("NCCL_SOCKET_IFNAME", None)
+        return env
+
+
+def _terminate(procs: Sequence[subprocess.Popen]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + 10
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
+
+
+def run_on_nodes(
+    lab: TwoNodeLab,
+    cmd_for_node,
+    timeout_s: float,
+    log_dir: Path | None = None,
+) -> list[int]:
+    """Run cmd_for_node(i) in each namespace at once; bounded by timeout_s. Returns the
+    exit codes (124 for a node that was killed at the limit)."""
+    procs, logs = [], []
+    try:
+        for node in range(2):
+            out = subprocess.DEVNULL
+            if log_dir is not None:
+                log_dir.mkdir(parents=True, exist_ok=True)
+                out = open(log_dir / f"node{node}.log", "w")
+                logs.append(out)
+            procs.append(
+                lab.popen(node, cmd_for_node(node), env=lab.node_env(node), stdout=out, stderr=subprocess.STDOUT)
+            )
+        deadline = time.monotonic() + timeout_s
+        codes: list[int | None] = [None, None]
+        while any(c is None for c in codes):
+            for i, p in enumerate(procs):
+                codes[i] = p.poll()
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        return [124 if c is None else c for c in codes]
+    finally:
+        _terminate(procs)
+        for f in logs:
+            f.close()
+
+
+def launch_command(
+    node: int,
+    out: Path,
+    nproc_per_node: int,
+    cell_args: Sequence[str],
+    port: int,
+    nnodes: int = 2,
+) -> list[str]:
+    """The launcher command of one node: c10d rendezvous on node 0's address."""
+    return [
+        sys.executable,
+        "-m",
+        "ddpbench.launch",
+        "--nproc-per-node",
+        str(nproc_per_node),
+        "--nnodes",
+        str(nnodes),
+        "--node-rank",
+        str(node),
+        "--rdzv-endpoint",
+        f"{ADDRESSES[0]}:{port}",
+        "--out",
+        str(out),
+        *cell_args,
+    ]
+
+
+def run_cell(
+    out: Path,
+    link: Link | str = UNSHAPED,
+    nproc_per_node: int = 2,
+    cell_args: Sequence[str] = (),
+    timeout_s: float = 600.0,
+    port: int = 29400,
+    lab: TwoNodeLab | None = None,
+) -> dict:
+    """Run one 2-node cell over a link of the given rate; return its summary.json
+    (with `link` added under "extra"). Makes (and deletes) a lab unless one is given."""
+    out = Path(out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    own = lab is None
+    lab = lab or TwoNodeLab()
+    if own:
+        lab.__enter__()
+    try:
+        lab.shape(link)
+        codes = run_on_nodes(
+            lab,
+            lambda node: launch_command(node, out, nproc_per_node, cell_args, port),
+            timeout_s=timeout_s + 60,
+            log_dir=out / "netlab_logs",
+        )
+        summary_path = out / "summary.json"
+        if not summary_path.exists():
+            tails = []
+            for node in range(2):
+                log = out / "netlab_logs" / f"node{node}.log"
+                if log.exists():
+                    tails.append(f"node{node}: " + log.read_text()[-2000:])
+            raise NetlabError(f"no summary.json in {out} (exit codes {codes})\n" + "\n".join(tails))
+        summary = json.loads(summary_path.read_text())
+        summary.setdefault("extra", {})["link"] = lab.link.name
+        tmp = summary_path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(summary, indent=2))
+        os.replace(tmp, summary_path)
+        return summary
+    finally:
+        if own:
+            lab.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    cell_args: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, cell_args = argv[:i], argv[i + 1 :]
+    parser = argparse.ArgumentParser(
+        prog="python -m ddpbench.netlab",
+        description="Run a 2-node cell in two network namespaces over a (shaped) veth link. "
+        "Cell flags (as for ddpbench.launch) follow '--'.",
+    )
+    parser.add_argument("--link", default=UNSHAPED, help="comma-separated: unshaped, 1gbit, 100mbit, ...")
+    parser.add_argument("--nproc-per-node", type=int, default=2)
+    parser.add_argument("--out", type=Path, help="run directory (one link)")
+    parser.add_argument("--out-root", type=Path, help="one run directory per link: OUT_ROOT/link~<link>")
+    parser.add_argument("--port", type=int, default=29400)
+    parser.add_argument("--timeout-s", type=float, default=900.0)
+    args = parser.parse_args(argv)
+    links = [Link(x.strip()) for x in args.link.split(",") if x.strip()]
+    if (args.out is None) == (args.out_root is None):
+        parser.error("give exactly one of --out (one link) or --out-root (several)")
+    if args.out is not None and len(links) != 1:
+        parser.error("--out takes one link; use --out-root for several")
+    with TwoNodeLab() as lab:
+        for link in links:
+            out = args.out or args.out_root / f"link~{link.name}"
+            s = run_cell(out, link, args.nproc_per_node, cell_args, args.timeout_s, args.port, lab=lab)
+            print(
+                f"[netlab] {link.name}: {s.get('status')} world_size={s.get('world_size')} "
+                f"nodes={s.get('nodes')} phase_comm_s={s.get('phase_comm_s')} "
+                f"samples_per_s={s.get('samples_per_s')}",
+                flush=True,
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
