@@ -1,0 +1,69 @@
+"""A cell across two "nodes": network namespaces joined by a veth pair (ddpbench.netlab).
+
+On request (marker `multinode`; root; iproute2):
+    bash scripts/test_cluster.sh multinode
+Two namespaces at 198.18.0.1 and 198.18.0.2 (the benchmarking range), torchrun
+--nnodes 2 --nproc-per-node 2 in each with the c10d rendezvous on the first, then the
+same cell over a link shaped with tbf: the measured communication time must grow as the
+rate falls. The namespaces are deleted in every case.
+"""
+
+import json
+import subprocess
+
+import pytest
+
+from ddpbench import netlab
+
+pytestmark = pytest.mark.multinode
+
+# An MLP on 28x28 inputs: 0.54 M parameters, a 2.1 MB gradient all-reduced every step.
+CELL = [
+    "--strategy", "allreduce", "--model", "mlp", "--synthetic-shape", "mnist",
+    "--batch-size", "32", "--dataset-size", "512", "--test-size", "0",
+    "--max-steps", "6", "--warmup-steps", "1", "--timeout-s", "180",
+]  # fmt: skip
+LINKS = ["unshaped", "100mbit", "20mbit"]
+MARGIN = 1.5  # each slower link must cost at least this factor more comm time per step
+
+
+def namespaces():
+    return subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+
+
+@pytest.fixture()
+def lab():
+    reason = netlab.available()
+    if reason:
+        pytest.skip(reason)
+    lab = netlab.TwoNodeLab()
+    try:
+        lab.__enter__()
+        yield lab
+    finally:
+        lab.close()
+        left = namespaces()
+        assert not any(ns in left for ns in lab.namespaces), left
+
+
+def comm_per_step(summary):
+    return summary["phase_comm_s"] / summary["timed_steps"]
+
+
+def test_two_node_cell_and_shaped_link(lab, tmp_path):
+    assert "tbf rate" not in " ".join(lab.qdisc())
+    comm = {}
+    for link in LINKS:
+        summary = netlab.run_cell(tmp_path / link, link, nproc_per_node=2, cell_args=CELL, timeout_s=180, lab=lab)
+        assert summary["status"] == "ok", summary.get("reason")
+        assert summary["world_size"] == 4 and summary["nodes"] == 2
+        assert summary["extra"]["link"] == link
+        assert json.loads((tmp_path / link / "summary.json").read_text())["extra"]["link"] == link
+        assert len(list((tmp_path / link).glob("steps_rank*.csv"))) == 4
+        if link != "unshaped":
+            assert all(f"rate {link[:-4]}Mbit" in q for q in lab.qdisc()), lab.qdisc()
+        comm[link] = comm_per_step(summary)
+    print("comm time per step (s):", {k: round(v, 4) for k, v in comm.items()})
+    for faster, slower in zip(LINKS, LINKS[1:]):
+        assert comm[slower] > MARGIN * comm[faster], comm
+

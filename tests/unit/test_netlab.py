@@ -1,0 +1,41 @@
+"""ddpbench.netlab without root: link settings and the launcher commands of each node."""
+
+import pytest
+
+from ddpbench import netlab
+
+
+def test_link_rates_and_tbf_arguments():
+    assert netlab.Link("unshaped").rate_bps is None
+    assert netlab.Link("unshaped").tbf_args() == []
+    assert netlab.Link("100mbit").rate_bps == 100e6
+    assert netlab.Link("1gbit").rate_bps == 1e9
+    args = netlab.Link("20mbit").tbf_args()
+    assert args[:3] == ["tbf", "rate", "20mbit"]
+    assert int(args[args.index("burst") + 1]) >= 64 * 1024
+
+
+@pytest.mark.parametrize("bad", ["fast", "100", "100mb", "-1mbit", ""])
+def test_bad_link_names_the_setting(bad):
+    with pytest.raises(ValueError, match="'link'"):
+        netlab.Link(bad)
+
+
+def test_node_commands_rendezvous_on_node_zero(tmp_path):
+    cmds = [netlab.launch_command(n, tmp_path, 2, ["--model", "mlp"], port=29555) for n in (0, 1)]
+    for node, cmd in enumerate(cmds):
+        assert cmd[cmd.index("--rdzv-endpoint") + 1] == "198.18.0.1:29555"
+        assert cmd[cmd.index("--nnodes") + 1] == "2"
+        assert cmd[cmd.index("--node-rank") + 1] == str(node)
+        assert cmd[-2:] == ["--model", "mlp"]
+
+
+def test_addresses_stay_in_the_benchmarking_range():
+    import ipaddress
+
+    bench = ipaddress.ip_network("198.18.0.0/15")
+    assert all(ipaddress.ip_address(a) in bench for a in netlab.ADDRESSES)
+    lab = netlab.TwoNodeLab(tag="123")
+    assert all(len(dev) <= 15 for dev in lab.interfaces)
+    env = lab.node_env(1, base={})
+    assert env["GLOO_SOCKET_IFNAME"] == lab.interfaces[1] and env["PET_LOCAL_ADDR"] == "198.18.0.2"
