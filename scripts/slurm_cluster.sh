@@ -128,6 +128,10 @@ start() {
         return 0
     fi
     ensure_packages
+    if [ -f "$CONF" ] && timeout 10 scontrol ping 2>/dev/null | grep -q "is UP"; then
+        log "a SLURM controller already answers for $CONF; stop that cluster first"
+        exit 1
+    fi
     mkdir -p "$DIR"
     write_conf
     start_munge
