@@ -366,7 +366,7 @@ def fit_cost_model(g: pd.DataFrame, sweep: pd.DataFrame | None = None) -> Fit | 
         return "no measured communication"
     calls = float(multi["comm_calls_per_step"].median())
     m_eff = float((multi["comm_bytes_per_step"] / ring_factor(multi["world_size"])).median())
-    source = "runs"
+    source = "the runs' measured communication"
     device = str(g["device"].iloc[0]) if "device" in g else ""
     fit = None
     if sweep is not None and not sweep.empty:

@@ -138,3 +138,21 @@ def test_weak_scaling_gets_gustafson_not_amdahl():
     fits = A.fits_table(runs, A.speedup_table(runs))
     assert "gustafson" in set(fits["law"]) and "amdahl" not in set(fits["law"])
     assert (A.speedup_table(runs)["measure"] == "scaled speedup").all()
+
+
+def test_cost_model_recovers_its_parameters_from_measured_communication():
+    alpha, bw, m, calls, t_comp, t_sync = 1e-3, 1e9, 4e6, 4, 1.0, 0.01
+    rows = []
+    for p in (1, 2, 4, 8):
+        sent = A.ring_factor(p) * m
+        comm = alpha * calls + sent / bw if p > 1 else 0.0
+        step = t_comp / p + comm + t_sync
+        rows.append(dict(world_size=p, device="cpu", timed_steps=10, step_time_mean_s=step, phase_comm_s=10 * comm,
+                         comm_calls_per_step=calls if p > 1 else 0, comm_bytes_per_step=sent))  # fmt: skip
+    fit = A.fit_cost_model(pd.DataFrame(rows))
+    assert fit.params["alpha_s"].estimate == pytest.approx(alpha, rel=1e-6)
+    assert fit.params["bandwidth_gbps"].estimate == pytest.approx(bw / 1e9, rel=1e-6)
+    assert fit.params["t_comp_s"].estimate == pytest.approx(t_comp, rel=1e-6)
+    assert fit.params["t_sync_s"].estimate == pytest.approx(t_sync, abs=1e-6)
+    assert fit.predict(16) == pytest.approx(t_comp / 16 + alpha * calls + A.ring_factor(16) * m / bw + t_sync)
+    assert "measured" in fit.note or "runs" in fit.note
