@@ -163,7 +163,8 @@ def cell_stats(runs: pd.DataFrame, n_boot: int = N_BOOT, seed: int = SEED) -> pd
                 iv = bootstrap_median(ok[m], n_boot, seed)
                 row.update({m: iv.estimate, f"{m}_ci_low": iv.low, f"{m}_ci_high": iv.high})
         rows.append(row)
-    return pd.DataFrame(rows)
+    stats = [f"{m}{s}" for m in METRICS if m in runs for s in ("", "_ci_low", "_ci_high")]
+    return pd.DataFrame(rows, columns=[*cols, "n_runs", "n_repeats", "n_failed", "n_timeout", "n_skipped", *stats])
 
 
 # -- speedup and efficiency --------------------------------------------------------------

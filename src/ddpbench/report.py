@@ -149,7 +149,7 @@ def grid(runs: pd.DataFrame) -> dict:
 
 def methodology(runs: pd.DataFrame, cells: pd.DataFrame, n_boot: int, steps_given: bool, comm_given: bool) -> dict:
     ok = runs[runs["status"] == "ok"]
-    span = lambda s: num(s.min()) if s.min() == s.max() else f"{num(s.min())}–{num(s.max())}"  # noqa: E731
+    span = lambda s: "0" if s.empty else num(s.min()) if s.min() == s.max() else f"{num(s.min())}–{num(s.max())}"  # noqa: E731
     get = lambda c: _values(runs[c]) if c in runs else "–"  # noqa: E731
     timed = f"{num(ok['timed_steps'].min())}–{num(ok['timed_steps'].max())}" if "timed_steps" in ok and len(ok) else "–"
     return dict(

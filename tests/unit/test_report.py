@@ -131,3 +131,13 @@ def test_prints_html_path_last(tmp_path, capsys):
     runs = make_runs(world_sizes=(1, 2), strategies=("single", "ddp"), repeats=1, failures=False)
     report.main(_write(tmp_path, runs))
     assert capsys.readouterr().out.strip().splitlines()[-1] == str(tmp_path / "out" / "report.html")
+
+
+def test_report_with_no_successful_run(tmp_path):
+    runs = make_runs(repeats=1, world_sizes=(1, 2), strategies=("single", "ddp"), failures=False)
+    runs["status"], runs["reason"] = "failed", "RuntimeError: gloo connect timed out"
+    runs["epoch_time_s"] = np.nan
+    assert report.main(_write(tmp_path, runs)) == 0
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert html.count("gloo connect timed out") == len(runs)
+    assert "<svg" not in html and "No figure" in html
