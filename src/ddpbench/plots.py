@@ -105,10 +105,10 @@ def _workers_axis(ax, ps):
 
 def fig_speedup(d: Data):
     sp = d.speed
-    if sp.empty or sp["world_size"].nunique() < 2:
+    groups = _scaling_series(sp, d.series_axes) if not sp.empty else []
+    if not groups:
         return []
     fig, ax = plt.subplots()
-    groups = _scaling_series(sp, d.series_axes)
     preds = d.fits[(d.fits["kind"] == "prediction") & d.fits["law"].isin(["amdahl", "gustafson"])] if not d.fits.empty else d.fits
     all_p = [*sp["world_size"], *(preds["p"] if not preds.empty else [])]
     for (name, g), color in zip(groups, _colors(len(groups))):
@@ -138,8 +138,8 @@ def fig_speedup(d: Data):
 
 
 def _scaling_series(sp: pd.DataFrame, cols: list[str]):
-    """Lines for speedup-type plots: only those measured at more than one p."""
-    return [(n, g) for n, g in _series(sp, cols) if g["world_size"].nunique() > 1]
+    """Lines for speedup-type plots: those measured at some p > 1 (p = 1 alone is the baseline)."""
+    return [(n, g) for n, g in _series(sp, cols) if g["world_size"].max() > 1]
 
 
 def _legend_outside(ax):
@@ -168,10 +168,10 @@ def _fitted_speedup(fit, law, q, g):
 
 def fig_efficiency(d: Data):
     sp = d.speed
-    if sp.empty or sp["world_size"].nunique() < 2:
+    groups = _scaling_series(sp, d.series_axes) if not sp.empty else []
+    if not groups:
         return []
     fig, ax = plt.subplots()
-    groups = _scaling_series(sp, d.series_axes)
     for (name, g), color in zip(groups, _colors(len(groups))):
         g = g.sort_values("world_size")
         ax.errorbar(g["world_size"], g["efficiency"], yerr=_yerr(g, "efficiency"), marker="o", color=color, label=name, capsize=3)
@@ -271,9 +271,11 @@ def _per_strategy_steps(d: Data, ycol: str, reduce: str, ylabel: str):
     if st is None or st.empty or ycol not in st:
         return []
     out = []
-    # First repeat of each run only: the lines stay readable; all repeats are in steps.csv.
-    first = st[st["repeat"] == st.groupby("run_dir")["repeat"].transform("min")] if "repeat" in st else st
-    first = first[first["repeat"] == first["repeat"].min()] if "repeat" in first else first
+    # One run per cell (the lowest repeat) keeps the lines readable; all repeats are in steps.csv.
+    cell = [c for c in ("strategy", "world_size", "batch_size", "scaling", "model", "dataset", "dataset_size", "device") if c in st]
+    runs = st.drop_duplicates("run_dir").assign(_r=lambda df: df["repeat"].fillna(0) if "repeat" in df else 0)
+    keep = runs.sort_values(["_r", "run_dir"]).drop_duplicates(cell)["run_dir"]
+    first = st[st["run_dir"].isin(keep)]
     for strategy, s in first.groupby("strategy", sort=True):
         per_step = s.groupby(["run_dir", "step"], sort=True).agg(
             y=(ycol, reduce), timed=("timed", "min"), world_size=("world_size", "first")

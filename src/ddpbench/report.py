@@ -25,9 +25,16 @@ import pandas as pd
 from ddpbench import analysis as A
 from ddpbench import plots
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-TEMPLATES = ROOT / "report" / "templates"
-CAPTIONS = ROOT / "report" / "captions"
+
+def _report_dir() -> pathlib.Path:
+    """report/ of the checkout: next to src/ (editable install) or in the working directory
+    (the workflow runs from the repository root, also with a non-editable install)."""
+    here = pathlib.Path(__file__).resolve().parents[2] / "report"
+    return here if (here / "templates").is_dir() else pathlib.Path.cwd() / "report"
+
+
+TEMPLATES = _report_dir() / "templates"
+CAPTIONS = _report_dir() / "captions"
 STATUS_ORDER = ("failed", "timeout", "skipped")
 
 # Metrics shown in the cells table (the CSV has all of them).
