@@ -185,27 +185,25 @@ def speedup_table(runs: pd.DataFrame, n_boot: int = N_BOOT, seed: int = SEED) ->
         return pd.DataFrame(columns=[*cols, *SPEEDUP_COLUMNS])
     p1 = ok[ok["world_size"] == 1]
     single = p1[p1["strategy"] == BASELINE_STRATEGY] if "strategy" in p1 else p1
-    exact = {k: g[TIME].to_numpy() for k, g in single.groupby(other, dropna=False)} if other else {(): single[TIME].to_numpy()}
-    loose = {k: g[TIME].to_numpy() for k, g in single.groupby(relaxed, dropna=False)} if relaxed else {(): single[TIME].to_numpy()}
     own_cols = [c for c in cols if c not in LAUNCH_AXES]
-    own = {_key(k): g[TIME].to_numpy() for k, g in p1.groupby(own_cols, dropna=False)}
-    exact = {_key(k if isinstance(k, tuple) else (k,)): v for k, v in exact.items()}
-    loose = {_key(k if isinstance(k, tuple) else (k,)): v for k, v in loose.items()}
+    # Candidate baselines, most specific first: times of the matching runs per key.
+    candidates = [(other, _times_by(single, other), BASELINE_STRATEGY),
+                  (relaxed, _times_by(single, relaxed), BASELINE_STRATEGY),
+                  (own_cols, _times_by(p1, own_cols), "own p=1")]  # fmt: skip
 
     rows = []
     for key, g in ok.groupby(cols, dropna=False, sort=True):
         row = dict(zip(cols, key))
         p = int(row["world_size"])
-        base, kind = exact.get(_key(row[c] for c in other)), BASELINE_STRATEGY
-        if base is None:
-            base, kind = loose.get(_key(row[c] for c in relaxed)), BASELINE_STRATEGY
-        if base is None:
-            base, kind = own.get(_key(row[c] for c in own_cols)), "own p=1"
-        if base is None:
+        found = [(index[_key(row[c] for c in by)], kind) for by, index, kind in candidates if _key(row[c] for c in by) in index]
+        if not found:
             continue
+        base, kind = found[0]
         t = g[TIME].to_numpy()
-        same = p == 1 and (kind == "own p=1" or row.get("strategy") == BASELINE_STRATEGY) and len(base) == len(t) and np.array_equal(np.sort(base), np.sort(t))
-        s = Interval(1.0, *((1.0, 1.0) if len(t) > 1 else (np.nan, np.nan))) if same else bootstrap_ratio(base, t, n_boot, seed)
+        if p == 1 and (kind == "own p=1" or row.get("strategy") == BASELINE_STRATEGY):
+            s = Interval(1.0, *((1.0, 1.0) if len(t) > 1 else (np.nan, np.nan)))  # the baseline itself
+        else:
+            s = bootstrap_ratio(base, t, n_boot, seed)
         weak = str(row.get("scaling", "strong")) == "weak"
         row.update(
             n_repeats=len(t),
@@ -223,6 +221,12 @@ def speedup_table(runs: pd.DataFrame, n_boot: int = N_BOOT, seed: int = SEED) ->
         )
         rows.append(row)
     return pd.DataFrame(rows, columns=[*cols, *SPEEDUP_COLUMNS])
+
+
+def _times_by(df: pd.DataFrame, by: list[str]) -> dict[tuple[str, ...], np.ndarray]:
+    if not by:
+        return {(): df[TIME].to_numpy()} if len(df) else {}
+    return {_key(k): g[TIME].to_numpy() for k, g in df.groupby(by, dropna=False)}
 
 
 # -- fits ----------------------------------------------------------------------------------
@@ -274,10 +278,7 @@ def fit_amdahl(p, t) -> Fit | str:
     p, t = np.asarray(p, float), np.asarray(t, float)
     if len(np.unique(p)) < 3:
         return f"too few points: {len(np.unique(p))} distinct worker counts, Amdahl needs 3"
-    t1_guess = float(np.max(t * 1.0))
-    (t1, f), cov = optimize.curve_fit(
-        amdahl_time, p, t, p0=(t1_guess, 0.1), sigma=t, bounds=([0, 0], [np.inf, 1])
-    )
+    (t1, f), cov = optimize.curve_fit(amdahl_time, p, t, p0=(float(t.max()), 0.1), sigma=t, bounds=([0, 0], [np.inf, 1]))
     lo, hi = _t_interval(np.array([t1, f]), cov, len(p) - 2)
     return Fit(
         {"f": Interval(f, max(lo[1], 0.0), min(hi[1], 1.0)), "t1_s": Interval(t1, lo[0], hi[0])},

@@ -156,3 +156,12 @@ def test_cost_model_recovers_its_parameters_from_measured_communication():
     assert fit.params["t_sync_s"].estimate == pytest.approx(t_sync, abs=1e-6)
     assert fit.predict(16) == pytest.approx(t_comp / 16 + alpha * calls + A.ring_factor(16) * m / bw + t_sync)
     assert "measured" in fit.note or "runs" in fit.note
+
+
+def test_baseline_ignores_settings_that_cannot_affect_single():
+    # `single` ran once (bucket_mb 25); ddp cells at two bucket sizes still get it as baseline.
+    runs = _table({("single", 1): [10.0], ("ddp", 2): [6.0], ("ddp", 4): [4.0]})
+    runs["bucket_mb"] = [25.0, 5.0, 25.0]
+    sp = A.speedup_table(runs).set_index(["strategy", "world_size"])
+    assert (sp["baseline"] == "single").all()
+    assert sp.loc[("ddp", 2), "speedup"] == pytest.approx(10 / 6)
