@@ -114,7 +114,8 @@ def _resample_medians(x: np.ndarray, rng: np.random.Generator, n_boot: int) -> n
 
 def _percentiles(draws: np.ndarray, level: float = LEVEL) -> tuple[float, float]:
     tail = 100 * (1 - level) / 2
-    lo, hi = np.percentile(draws, [tail, 100 - tail])
+    # Order statistics, not interpolation: a draw can be infinite (an unresolved bandwidth).
+    lo, hi = np.percentile(draws, tail, method="lower"), np.percentile(draws, 100 - tail, method="higher")
     return float(lo), float(hi)
 
 
@@ -266,6 +267,7 @@ class Fit:
     r2: float
     predict: callable = None  # p -> value (time or speedup, per law)
     note: str = ""
+    predictions: dict = None  # p -> Interval of the predicted value, where the fit has intervals for them
 
 
 def fit_amdahl(p, t) -> Fit | str:
@@ -346,7 +348,33 @@ def _per_step(runs: pd.DataFrame, col: str) -> pd.Series:
     return runs[col] / runs["timed_steps"]
 
 
-def fit_cost_model(g: pd.DataFrame, sweep: pd.DataFrame | None = None) -> Fit | str:
+COST_NEEDS = ["step_time_mean_s", "phase_comm_s", "timed_steps", "comm_calls_per_step", "comm_bytes_per_step"]
+
+
+def _cost_core(g: pd.DataFrame, ab: tuple[float, float] | None):
+    """One least-squares pass of the cost model: (α, B, T_comp, T_sync, predict) or a reason."""
+    p = g["world_size"].to_numpy(float)
+    multi = g[p > 1]
+    if multi.empty or not (multi["comm_bytes_per_step"] > 0).any():
+        return "no measured communication"
+    calls = float(multi["comm_calls_per_step"].median())
+    m_eff = float((multi["comm_bytes_per_step"] / ring_factor(multi["world_size"])).median())
+    ab = ab or fit_latency_bandwidth(multi["comm_calls_per_step"], multi["comm_bytes_per_step"], _per_step(multi, "phase_comm_s"))
+    if ab is None:
+        return "too few points with communication to fit latency and bandwidth"
+    alpha, bw = ab
+
+    def t_comm(q):
+        q = np.asarray(q, float)
+        return np.where(q > 1, alpha * calls + ring_factor(q) * m_eff / bw, 0.0)
+
+    t = g["step_time_mean_s"].to_numpy(float)
+    (t_comp, t_sync), *_ = np.linalg.lstsq(np.column_stack([1 / p, np.ones_like(p)]), t - t_comm(p), rcond=None)
+    return alpha, bw, t_comp, t_sync, lambda q: t_comp / np.asarray(q, float) + t_comm(q) + t_sync
+
+
+def fit_cost_model(g: pd.DataFrame, sweep: pd.DataFrame | None = None, predict_at=(), n_boot: int = 500,
+                   seed: int = SEED) -> Fit | str:  # fmt: skip
     """T(p) = T_comp/p + T_comm(p) + T_sync for one strong-scaling group (per step).
 
     T_comm(p) = α·calls + 2(p−1)/p·M/B: α and B from the collective sweep of the same
@@ -354,58 +382,52 @@ def fit_cost_model(g: pd.DataFrame, sweep: pd.DataFrame | None = None) -> Fit | 
     the effective all-reduced size implied by the measured bytes sent. T_comp and T_sync
     then come from linear least squares on the measured mean step time minus T_comm; for
     strategies that hide communication behind backward, T_sync absorbs the overlap (it
-    can be negative).
+    can be negative). Intervals (parameters and the step times predicted at `predict_at`)
+    come from a bootstrap that resamples the repeats of every world size and refits;
+    without two repeats at every world size there are none.
     """
-    need = {"step_time_mean_s", "phase_comm_s", "timed_steps", "comm_calls_per_step", "comm_bytes_per_step"}
-    if not need <= set(g.columns):
+    if not set(COST_NEEDS) <= set(g.columns):
         return "no communication columns in runs.csv"
-    g = g.dropna(subset=sorted(need))
-    p = g["world_size"].to_numpy(float)
-    if len(np.unique(p)) < 3:
-        return f"too few points: {len(np.unique(p))} distinct worker counts, the cost model needs 3"
-    multi = g[p > 1]
-    if multi.empty or not (multi["comm_bytes_per_step"] > 0).any():
-        return "no measured communication"
-    calls = float(multi["comm_calls_per_step"].median())
-    m_eff = float((multi["comm_bytes_per_step"] / ring_factor(multi["world_size"])).median())
-    source = "the runs' measured communication"
-    device = str(g["device"].iloc[0]) if "device" in g else ""
-    fit = None
-    if sweep is not None and not sweep.empty:
-        match = sweep[sweep["device"].astype(str) == device]
-        if not match.empty:
-            fit = float(match["alpha_s"].iloc[0]), float(match["bandwidth_Bps"].iloc[0])
-            source = "collective sweep"
-    if fit is None:
-        fit = fit_latency_bandwidth(multi["comm_calls_per_step"], multi["comm_bytes_per_step"], _per_step(multi, "phase_comm_s"))
-        if fit is None:
-            return "too few points with communication to fit latency and bandwidth"
-    alpha, bw = fit
-
-    def t_comm(q):
-        q = np.asarray(q, float)
-        return np.where(q > 1, alpha * calls + ring_factor(q) * m_eff / bw, 0.0)
-
-    t = g["step_time_mean_s"].to_numpy(float)
-    a = np.column_stack([1 / p, np.ones_like(p)])
-    (t_comp, t_sync), *_ = np.linalg.lstsq(a, t - t_comm(p), rcond=None)
-    resid = t - t_comm(p) - a @ [t_comp, t_sync]
-    dof = len(p) - 2
-    cov = np.linalg.inv(a.T @ a) * (resid @ resid / dof if dof > 0 else np.nan)
-    lo, hi = _t_interval(np.array([t_comp, t_sync]), cov, max(dof, 1))
-    predict = lambda q: t_comp / np.asarray(q, float) + t_comm(q) + t_sync  # noqa: E731
-    return Fit(
-        {
-            "alpha_s": Interval(alpha),
-            "bandwidth_gbps": Interval(bw / 1e9 if np.isfinite(bw) else np.nan),
-            "t_comp_s": Interval(t_comp, lo[0], hi[0]),
-            "t_sync_s": Interval(t_sync, lo[1], hi[1]),
-        },
-        len(p),
-        _r2(t, predict(p)),
+    g = g.dropna(subset=COST_NEEDS)
+    sizes = g["world_size"].value_counts()
+    if len(sizes) < 3:
+        return f"too few points: {len(sizes)} distinct worker counts, the cost model needs 3"
+    ab, source = None, "the runs' measured communication"
+    match = sweep[sweep["device"].astype(str) == str(g["device"].iloc[0])] if sweep is not None and len(sweep) and "device" in g else []
+    if len(match):
+        ab, source = (float(match["alpha_s"].iloc[0]), float(match["bandwidth_Bps"].iloc[0])), "collective sweep"
+    core = _cost_core(g, ab)
+    if isinstance(core, str):
+        return core
+    alpha, bw, t_comp, t_sync, predict = core
+    point = [alpha, bw / 1e9, t_comp, t_sync, *(predict(q) for q in predict_at)]
+    intervals = [(np.nan, np.nan)] * len(point)
+    if sizes.min() >= 2:
+        rng = np.random.default_rng(seed)
+        groups = [np.flatnonzero(g["world_size"].to_numpy() == q) for q in sizes.index]
+        draws = []
+        for _ in range(n_boot):
+            idx = np.concatenate([rng.choice(ix, size=len(ix)) for ix in groups])
+            c = _cost_core(g.iloc[idx], ab)
+            if not isinstance(c, str):
+                draws.append([c[0], c[1] / 1e9, c[2], c[3], *(c[4](q) for q in predict_at)])
+        if len(draws) >= n_boot // 2:
+            intervals = [_percentiles(np.asarray(col, float)) for col in zip(*draws)]
+    if ab is not None:
+        intervals[:2] = [(np.nan, np.nan)] * 2  # taken from the sweep, not resampled here
+    names = ["alpha_s", "bandwidth_gbps", "t_comp_s", "t_sync_s"]
+    params = {n: Interval(float(v), *ci) for n, v, ci in zip(names, point, intervals)}
+    if not np.isfinite(bw):
+        params["bandwidth_gbps"] = Interval(np.nan)
+    fit = Fit(
+        params,
+        len(g),
+        _r2(g["step_time_mean_s"], predict(g["world_size"])),
         predict,
         f"α and B from {source}" + ("" if np.isfinite(bw) else "; bandwidth term not resolved"),
     )
+    fit.predictions = {q: Interval(float(v), *ci) for q, v, ci in zip(predict_at, point[4:], intervals[4:])}
+    return fit
 
 
 FIT_COLUMNS = ["group", "law", "parameter", "p", "kind", "estimate", "ci_low", "ci_high", "n_points", "r2", "note"]
@@ -467,8 +489,11 @@ def fits_table(runs: pd.DataFrame, speed: pd.DataFrame, comm: pd.DataFrame | Non
             add("karp_flatt", "e", kind="measured", iv=Interval(*map(float, e)), p=int(r["world_size"]), n=int(r["n_repeats"]),
                 note="experimentally determined serial fraction")
         step_base = _baseline_step_time(runs, info)
-        add_fit("cost_model", fit_cost_model(g, sweep),
-                lambda f, q: Interval(float(step_base / f.predict(q))) if step_base else Interval(np.nan))
+        def cost_speedup(fit, q):
+            t = fit.predictions[q]  # predicted step time; speedup falls as it rises
+            return Interval(step_base / t.estimate, step_base / t.high, step_base / t.low) if step_base else Interval(np.nan)
+
+        add_fit("cost_model", fit_cost_model(g, sweep, predict_at=(2 * p_max, 4 * p_max)), cost_speedup)
     return pd.DataFrame(rows).reindex(columns=[*FIT_COLUMNS[:1], *gcols, *FIT_COLUMNS[1:]])
 
 

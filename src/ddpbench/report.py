@@ -46,8 +46,10 @@ CELL_TABLE = ["step_time_median_s", "samples_per_s", "epoch_time_s", "frac_comm"
 
 def num(x, digits: int = 3) -> str:
     """Compact number; an absent value is an en dash, never 0 or 'nan'."""
-    if x is None or (isinstance(x, float) and not np.isfinite(x)) or x is pd.NA:
+    if x is None or x is pd.NA or (isinstance(x, float) and np.isnan(x)):
         return "–"
+    if isinstance(x, float) and np.isinf(x):
+        return "∞" if x > 0 else "−∞"
     if isinstance(x, (int, np.integer)):
         return str(int(x))
     x = float(x)
@@ -232,7 +234,7 @@ _TEX = {
     "\\": r"$\backslash$", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
     "~": r"\~{}", "^": r"\^{}", "<": r"$<$", ">": r"$>$", "|": r"$|$",
     "–": "--", "—": "---", "−": "-", "×": r"$\times$", "α": r"$\alpha$", "·": r"$\cdot$", "²": r"$^2$",
-    "≥": r"$\geq$", "≤": r"$\leq$", "`": "", "\n": " ",
+    "≥": r"$\geq$", "≤": r"$\leq$", "∞": r"$\infty$", "`": "", "\n": " ",
 }  # fmt: skip
 _TEX_RE = re.compile("|".join(re.escape(k) for k in _TEX))
 
