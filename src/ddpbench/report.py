@@ -200,7 +200,8 @@ DEFINITIONS = [
                    "rising e means overhead growing with p"),
     ("cost model", "T(p) = T_comp/p + T_comm(p) + T_sync per step, T_comm(p) = α·calls + 2(p − 1)/p·M/B "
                    "(ring all-reduce); α, B from the collective sweep when given, else from the measured "
-                   "communication; T_comp, T_sync by least squares; T_sync absorbs overlap (may be negative)"),
+                   "communication; T_comp, T_sync by least squares; T_sync absorbs overlap (may be negative); "
+                   "intervals by resampling each world size's repeats and refitting"),
     ("bus bandwidth", "nccl-tests: algbw = M/t, busbw = algbw·2(p − 1)/p for all-reduce"),
     ("rank skew", "median over timed steps of (max − min)/max of the ranks' step times"),
     ("predictions", "model values at 2× and 4× the largest measured p: extrapolations, not measurements"),
