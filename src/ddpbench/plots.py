@@ -217,6 +217,12 @@ def _numeric(s: pd.Series) -> pd.Series:
     return pd.to_numeric(s, errors="coerce")
 
 
+AXIS_LABELS = {
+    "batch_size": "batch size (global: strong scaling; per rank: weak)",
+    "dataset_size": "dataset size [training samples]",
+}
+
+
 def _vs_axis(d: Data, axis: str, metrics: list[tuple[str, str]], logx=True):
     """Cells' medians of `metrics` against a numeric axis, one line per other combination."""
     c = d.cells
@@ -238,7 +244,7 @@ def _vs_axis(d: Data, axis: str, metrics: list[tuple[str, str]], logx=True):
             ax.errorbar(g[axis], g[m], yerr=yerr, marker="o", color=color, label=name, capsize=3)
         if logx:
             ax.set_xscale("log", base=2)
-        ax.set_xlabel(axis.replace("_", " "))
+        ax.set_xlabel(AXIS_LABELS.get(axis, axis.replace("_", " ")))
         ax.set_ylabel(ylabel)
     _legend_outside(axs[0][-1])
     return fig
