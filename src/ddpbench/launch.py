@@ -47,7 +47,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.nproc_per_node < 1 or args.nnodes < 1:
         parser.exit(2, "error: --nproc-per-node and --nnodes must be >= 1\n")
     if args.nnodes > 1 and not args.rdzv_endpoint:
-        parser.exit(2, "error: --nnodes > 1 needs --rdzv-endpoint HOST:PORT\n")
+        from ddpbench import slurm
+
+        if not slurm.in_allocation():
+            parser.exit(2, "error: --nnodes > 1 needs --rdzv-endpoint HOST:PORT (or a SLURM allocation)\n")
+        return across_slurm_nodes(args, params, argv)
 
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -70,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
         env["OMP_NUM_THREADS"] = str(max(1, usable_cores() // args.nproc_per_node))
 
     limit = params.timeout_s + args.grace_s
-    with open(out / "train.log", "w") as log:
+    # Nodes of a multi-node cell share DIR: node 0 logs to train.log, the others apart.
+    with open(out / ("train.log" if lead else f"train_node{args.node_rank}.log"), "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
             rc, timed_out = proc.wait(timeout=limit), False
@@ -104,6 +109,26 @@ def main(argv: list[str] | None = None) -> int:
     if summary["status"] != "ok":
         line += f" ({summary['reason'].strip().splitlines()[-1] if summary['reason'].strip() else ''})"
     print(line, flush=True)
+    return 0
+
+
+def across_slurm_nodes(args: argparse.Namespace, params: CellParams, argv: list[str] | None) -> int:
+    """--nnodes N inside a SLURM allocation: one launcher per node (ddpbench.slurm)."""
+    from ddpbench import slurm
+
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").unlink(missing_ok=True)
+    try:
+        rc = slurm.run_across_nodes(
+            sys.argv[1:] if argv is None else argv, args.nnodes, args.nproc_per_node, params.threads_per_rank
+        )
+        reason = f"srun exited with code {rc}"
+    except (OSError, RuntimeError, subprocess.CalledProcessError) as e:
+        reason = f"could not start the nodes: {e}"
+    if not (out / "summary.json").exists():
+        write_failure(out, params, args.nproc_per_node * args.nnodes, args.nnodes, "failed", reason + "\n" + error_tail(out))
+        print(f"[ddpbench] {out}: failed - samples/s ({reason})", flush=True)
     return 0
 
 
