@@ -16,6 +16,12 @@
 # The node is this host (hostname -s) at 127.0.0.1 with its real CPU count and memory
 # (slurmd -C); set DDPBENCH_SLURM_CPUS to declare more CPUs than the hardware has
 # (SlurmdParameters=config_overrides), e.g. to schedule a world-size-3 cell on 2 cores.
+#
+# Several nodes on one machine: DDPBENCH_SLURM_NODES="n0:198.18.0.1:NETNS0 n1:198.18.0.2:NETNS1"
+# (name:address:network namespace, e.g. ddpbench.netlab's two namespaces) runs slurmctld
+# and slurmd -N n0 in the first namespace and slurmd -N n1 in the second; each node
+# declares all CPUs and 1/N of the memory. Client commands must then run in the first
+# namespace (`nsenter --net=/run/netns/NETNS0 sbatch ...`); this script does so itself.
 # Plugins: select/cons_tres (CPUs and memory consumable), proctrack/linuxproc,
 # task/none, no accounting (MinJobAge=600 so `squeue` still reports finished jobs:
 # the Snakemake plugin runs with slurm-status-command: squeue).
@@ -25,6 +31,14 @@ DIR=${DDPBENCH_SLURM_DIR:-/tmp/ddpbench-slurm}
 CONF=/etc/slurm/slurm.conf
 MARKER="# written by ddpbench scripts/slurm_cluster.sh"
 NODE=$(hostname -s)
+NODES=${DDPBENCH_SLURM_NODES:-}
+CLIENT=()
+if [ -n "$NODES" ]; then
+    first=${NODES%% *}
+    # nsenter enters the network namespace only (`ip netns exec` would also remount
+    # /sys, hiding /sys/fs/cgroup from slurmd).
+    CLIENT=(nsenter "--net=/run/netns/${first##*:}")
+fi
 
 log() { echo "[slurm_cluster] $*" >&2; }
 
@@ -57,11 +71,23 @@ write_conf() {
         log "$CONF exists and was not written by this script; refusing to touch it"
         exit 1
     fi
-    mkdir -p /etc/slurm "$DIR/state" "$DIR/spool"
+    mkdir -p /etc/slurm "$DIR/state"
+    local ctld="$NODE(127.0.0.1)" node_lines="NodeName=$NODE NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem State=UNKNOWN"
+    if [ -n "$NODES" ]; then
+        local entries=($NODES) e
+        mem=$((mem / ${#entries[@]}))
+        node_lines=""
+        for e in "${entries[@]}"; do
+            IFS=: read -r name addr _ <<<"$e"
+            node_lines+="NodeName=$name NodeAddr=$addr CPUs=$cpus RealMemory=$mem State=UNKNOWN"$'\n'
+        done
+        IFS=: read -r _ addr _ <<<"${entries[0]}"
+        ctld="$NODE($addr)"
+    fi
     cat >"$CONF" <<EOF
 $MARKER (state in $DIR); removed by 'stop'
 ClusterName=ddpbench
-SlurmctldHost=$NODE(127.0.0.1)
+SlurmctldHost=$ctld
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -80,18 +106,18 @@ MinJobAge=600
 ReturnToService=2
 KillWait=10
 StateSaveLocation=$DIR/state
-SlurmdSpoolDir=$DIR/spool
+SlurmdSpoolDir=$DIR/spool-%n
 SlurmctldPidFile=$DIR/slurmctld.pid
-SlurmdPidFile=$DIR/slurmd.pid
+SlurmdPidFile=$DIR/slurmd-%n.pid
 SlurmctldLogFile=$DIR/slurmctld.log
-SlurmdLogFile=$DIR/slurmd.log
+SlurmdLogFile=$DIR/slurmd-%n.log
 SlurmctldPort=6817
 SlurmdPort=6818
 $overrides
-NodeName=$NODE NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem State=UNKNOWN
+$node_lines
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
-    log "wrote $CONF (node $NODE: CPUs=$cpus RealMemory=${mem}M)"
+    log "wrote $CONF (nodes ${NODES:-$NODE}: CPUs=$cpus RealMemory=${mem}M each)"
 }
 
 # Start a daemon in the foreground flags of its own, detached, and record its pid.
@@ -128,26 +154,39 @@ start() {
         return 0
     fi
     ensure_packages
-    if [ -f "$CONF" ] && timeout 10 scontrol ping 2>/dev/null | grep -q "is UP"; then
+    if [ -f "$CONF" ] && timeout 10 "${CLIENT[@]}" scontrol ping 2>/dev/null | grep -q "is UP"; then
         log "a SLURM controller already answers for $CONF; stop that cluster first"
         exit 1
     fi
     mkdir -p "$DIR"
     write_conf
     start_munge
-    spawn slurmctld /usr/sbin/slurmctld -D -c -f "$CONF"
-    spawn slurmd /usr/sbin/slurmd -D -f "$CONF"
-    # Bounded wait for the node to come up idle.
+    spawn slurmctld "${CLIENT[@]}" /usr/sbin/slurmctld -D -c -f "$CONF"
+    local want=1
+    if [ -n "$NODES" ]; then
+        for e in $NODES; do
+            IFS=: read -r name _ ns <<<"$e"
+            # nsenter execs the daemon, so the recorded pid is slurmd's.
+            mkdir -p "$DIR/spool-$name"
+            spawn "slurmd-$name" nsenter "--net=/run/netns/$ns" /usr/sbin/slurmd -D -N "$name" -f "$CONF"
+        done
+        want=$(wc -w <<<"$NODES")
+    else
+        mkdir -p "$DIR/spool-$NODE"
+        spawn "slurmd-$NODE" /usr/sbin/slurmd -D -f "$CONF"
+    fi
+    # Bounded wait for every node to come up idle.
     for _ in $(seq 120); do
-        state=$(sinfo -h -n "$NODE" -o %T 2>/dev/null || true)
-        if [ "$state" = idle ]; then
-            log "node $NODE idle; cluster ready"
+        idle=$("${CLIENT[@]}" sinfo -h -N -t idle -o %N 2>/dev/null | sort -u | wc -l || true)
+        if [ "$idle" -ge "$want" ]; then
+            log "$want node(s) idle; cluster ready"
             return 0
         fi
         sleep 0.5
     done
+    state=$("${CLIENT[@]}" sinfo -h -N -o "%N:%T" 2>/dev/null | tr '\n' ' ' || true)
     log "node did not become idle (state: ${state:-none}); logs in $DIR"
-    tail -n 20 "$DIR"/slurmctld.log "$DIR"/slurmd.log "$DIR"/*.out >&2 || true
+    tail -n 20 "$DIR"/*.log "$DIR"/*.out >&2 || true
     stop
     exit 1
 }
@@ -168,17 +207,19 @@ stop_pid() {
 stop() {
     if [ -f "$DIR/slurmctld.ourpid" ] && pid_alive "$(cat "$DIR/slurmctld.ourpid")"; then
         # Cancel this cluster's jobs (all of them: the cluster is ours), bounded wait.
-        jobs=$(squeue -h -o %i 2>/dev/null || true)
+        jobs=$("${CLIENT[@]}" squeue -h -o %i 2>/dev/null || true)
         if [ -n "$jobs" ]; then
             # shellcheck disable=SC2086
-            scancel $jobs 2>/dev/null || true
+            "${CLIENT[@]}" scancel $jobs 2>/dev/null || true
             for _ in $(seq 30); do
-                [ -z "$(squeue -h -t running,completing -o %i 2>/dev/null)" ] && break
+                [ -z "$("${CLIENT[@]}" squeue -h -t running,completing -o %i 2>/dev/null)" ] && break
                 sleep 0.5
             done
         fi
     fi
-    stop_pid slurmd
+    for f in "$DIR"/slurmd-*.ourpid; do
+        [ -e "$f" ] && stop_pid "$(basename "$f" .ourpid)"
+    done
     stop_pid slurmctld
     stop_pid munged
     # Job step daemons of our slurmd detach from it; end those still running by pid.
@@ -195,8 +236,8 @@ status() {
         if pid_alive "$pid"; then s=running; else s=dead; fi
         echo "$(basename "$f" .ourpid): pid $pid $s"
     done
-    sinfo 2>/dev/null || true
-    squeue 2>/dev/null || true
+    "${CLIENT[@]}" sinfo 2>/dev/null || true
+    "${CLIENT[@]}" squeue 2>/dev/null || true
 }
 
 case "${1:-}" in

@@ -5,6 +5,8 @@
 #            if missing) runs configs/tiny.yaml through profiles/slurm.
 # multinode: two network namespaces joined by a veth pair run a 2-node cell, then
 #            over links shaped to 100 and 20 Mbit/s.
+# all:       both, and a 2-node SLURM cluster (slurmd n0, n1 in the two namespaces)
+#            running a cell with `sbatch -N 2` (markers slurm and multinode).
 source "$(dirname "$0")/bootstrap.sh"
 which=${1:-all}
 shift || true

@@ -39,6 +39,7 @@ from typing import Sequence
 
 SUBNET_PREFIX = "198.18.0."  # RFC 2544 benchmarking range; never any other address
 ADDRESSES = (SUBNET_PREFIX + "1", SUBNET_PREFIX + "2")
+IFNAME = "ddpb0"  # the veth end's name inside each namespace
 UNSHAPED = "unshaped"
 _RATE_RE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit)$")
 _RATE_SCALE = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
@@ -107,7 +108,12 @@ class TwoNodeLab:
     def __init__(self, tag: str | None = None):
         tag = tag or str(os.getpid())
         self.namespaces = (f"ddpb-{tag}-n0", f"ddpb-{tag}-n1")
-        self.interfaces = (f"ddpb{tag}a"[:15], f"ddpb{tag}b"[:15])
+        # Made under unique names in the root namespace, then renamed to one name inside
+        # each namespace, so GLOO_SOCKET_IFNAME=ddpb0 is right on every node (what a
+        # job spanning nodes, e.g. under SLURM, needs).
+        self._tmp_names = (f"ddpb{tag}a"[:15], f"ddpb{tag}b"[:15])
+        self.ifname = IFNAME
+        self.interfaces = (IFNAME, IFNAME)
         self.addresses = ADDRESSES
         self._made: list[str] = []
         self.link = Link(UNSHAPED)
@@ -120,10 +126,11 @@ class TwoNodeLab:
             for ns in self.namespaces:
                 _run(["ip", "netns", "add", ns])
                 self._made.append(ns)
-            a, b = self.interfaces
+            a, b = self._tmp_names
             _run(["ip", "link", "add", a, "type", "veth", "peer", "name", b])
-            for ns, dev, addr in zip(self.namespaces, self.interfaces, self.addresses):
-                _run(["ip", "link", "set", dev, "netns", ns])
+            for ns, tmp, dev, addr in zip(self.namespaces, self._tmp_names, self.interfaces, self.addresses):
+                _run(["ip", "link", "set", tmp, "netns", ns])
+                _run(["ip", "-n", ns, "link", "set", "dev", tmp, "name", dev])
                 _run(["ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", dev])
                 _run(["ip", "-n", ns, "link", "set", "lo", "up"])
                 _run(["ip", "-n", ns, "link", "set", dev, "up"])
@@ -141,7 +148,7 @@ class TwoNodeLab:
             ns = self._made.pop()
             _run(["ip", "netns", "del", ns], check=False)
         # A veth end still in the root namespace (failure between add and move).
-        for dev in self.interfaces:
+        for dev in self._tmp_names:
             if Path(f"/sys/class/net/{dev}").exists():
                 _run(["ip", "link", "del", dev], check=False)
 

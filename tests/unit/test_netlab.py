@@ -36,6 +36,6 @@ def test_addresses_stay_in_the_benchmarking_range():
     bench = ipaddress.ip_network("198.18.0.0/15")
     assert all(ipaddress.ip_address(a) in bench for a in netlab.ADDRESSES)
     lab = netlab.TwoNodeLab(tag="123")
-    assert all(len(dev) <= 15 for dev in lab.interfaces)
+    assert all(len(dev) <= 15 for dev in lab.interfaces + lab._tmp_names)
     env = lab.node_env(1, base={})
-    assert env["GLOO_SOCKET_IFNAME"] == lab.interfaces[1] and env["PET_LOCAL_ADDR"] == "198.18.0.2"
+    assert env["GLOO_SOCKET_IFNAME"] == "ddpb0" and env["PET_LOCAL_ADDR"] == "198.18.0.2"
