@@ -11,7 +11,8 @@ source "$(dirname "$0")/bootstrap.sh"
 which=${1:-all}
 shift || true
 case "$which" in
-    slurm | multinode) marker=$which ;;
+    slurm) marker="slurm and not multinode" ;;
+    multinode) marker="multinode and not slurm" ;;
     all) marker="slurm or multinode" ;;
     *) echo "usage: $0 [slurm|multinode|all] [pytest args...]" >&2; exit 2 ;;
 esac
