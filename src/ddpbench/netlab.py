@@ -16,8 +16,12 @@ summary. Namespaces are always deleted on exit (their veth ends go with them).
 
 Command line (root)::
 
-    python -m ddpbench.netlab --link 100mbit --nproc-per-node 2 --out DIR -- --model mlp ...
-    python -m ddpbench.netlab --link unshaped,1gbit,100mbit --out-root DIR -- <cell flags>
+    python -m ddpbench.netlab --link 100mbit --nproc-per-node 2 --out DIR --model mlp ...
+    python -m ddpbench.netlab --link unshaped,1gbit,100mbit --out-root DIR <cell flags>
+
+It behaves like ddpbench.launch (bad cell flags: exit 2 before anything starts; a
+summary.json always left, status failed with the reason when a node or the lab failed;
+exit 0), so a workflow rule can call it in place of the launcher for a `link` axis.
 
 Traffic stays on loopback and on the namespace addresses; nothing outside is reached.
 """
@@ -280,6 +284,7 @@ def run_cell(
     (with `link` added under "extra"). Makes (and deletes) a lab unless one is given."""
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").unlink(missing_ok=True)  # an earlier attempt's must not pass
     own = lab is None
     lab = lab or TwoNodeLab()
     if own:
@@ -300,50 +305,83 @@ def run_cell(
                 if log.exists():
                     tails.append(f"node{node}: " + log.read_text()[-2000:])
             raise NetlabError(f"no summary.json in {out} (exit codes {codes})\n" + "\n".join(tails))
-        summary = json.loads(summary_path.read_text())
-        summary.setdefault("extra", {})["link"] = lab.link.name
-        tmp = summary_path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(summary, indent=2))
-        os.replace(tmp, summary_path)
-        return summary
+        return _tag_link(out, lab.link)
     finally:
         if own:
             lab.close()
 
 
+def _tag_link(out: Path, link: Link) -> dict:
+    """Add extra.link to a run's summary (atomically) and return the summary."""
+    path = out / "summary.json"
+    summary = json.loads(path.read_text())
+    summary.setdefault("extra", {})["link"] = link.name
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(summary, indent=2))
+    os.replace(tmp, path)
+    return summary
+
+
+def _write_failure(out: Path, link: Link, params, nproc_per_node: int, reason: str) -> dict:
+    from ddpbench.launch import write_failure
+
+    out.mkdir(parents=True, exist_ok=True)
+    write_failure(out, params, nproc_per_node * 2, 2, "failed", reason[-2000:])
+    return _tag_link(out, link)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Like ddpbench.launch (cell flags validated first, exit 2 on a bad value; a summary
+    always left, exit 0), for a 2-node cell per link in namespaces."""
+    from ddpbench.params import CellParams, ParamError
+
     argv = list(sys.argv[1:] if argv is None else argv)
-    cell_args: list[str] = []
+    after: list[str] = []
     if "--" in argv:
         i = argv.index("--")
-        argv, cell_args = argv[:i], argv[i + 1 :]
+        argv, after = argv[:i], argv[i + 1 :]
     parser = argparse.ArgumentParser(
         prog="python -m ddpbench.netlab",
         description="Run a 2-node cell in two network namespaces over a (shaped) veth link. "
-        "Cell flags (as for ddpbench.launch) follow '--'.",
+        "Cell flags are those of ddpbench.launch (optionally after '--').",
     )
     parser.add_argument("--link", default=UNSHAPED, help="comma-separated: unshaped, 1gbit, 100mbit, ...")
-    parser.add_argument("--nproc-per-node", type=int, default=2)
+    parser.add_argument("--nproc-per-node", type=int, default=2, help="ranks per node (world size = 2 x this)")
     parser.add_argument("--out", type=Path, help="run directory (one link)")
     parser.add_argument("--out-root", type=Path, help="one run directory per link: OUT_ROOT/link~<link>")
-    parser.add_argument("--port", type=int, default=29400)
-    parser.add_argument("--timeout-s", type=float, default=900.0)
-    args = parser.parse_args(argv)
-    links = [Link(x.strip()) for x in args.link.split(",") if x.strip()]
+    parser.add_argument("--port", type=int, default=29400, help="rendezvous port on 198.18.0.1")
+    args, cell_args = parser.parse_known_args(argv)
+    cell_args += after
+    cell_parser = argparse.ArgumentParser(prog="python -m ddpbench.netlab (cell flags)")
+    CellParams.add_arguments(cell_parser)
+    try:
+        params = CellParams.from_namespace(cell_parser.parse_args(cell_args))
+        links = [Link(x.strip()) for x in args.link.split(",") if x.strip()]
+    except (ParamError, ValueError) as e:
+        parser.exit(2, f"error: {e}\n")
     if (args.out is None) == (args.out_root is None):
         parser.error("give exactly one of --out (one link) or --out-root (several)")
     if args.out is not None and len(links) != 1:
         parser.error("--out takes one link; use --out-root for several")
-    with TwoNodeLab() as lab:
-        for link in links:
-            out = args.out or args.out_root / f"link~{link.name}"
-            s = run_cell(out, link, args.nproc_per_node, cell_args, args.timeout_s, args.port, lab=lab)
-            print(
-                f"[netlab] {link.name}: {s.get('status')} world_size={s.get('world_size')} "
-                f"nodes={s.get('nodes')} phase_comm_s={s.get('phase_comm_s')} "
-                f"samples_per_s={s.get('samples_per_s')}",
-                flush=True,
-            )
+    outs = [args.out or args.out_root / f"link~{link.name}" for link in links]
+    done: dict[Path, dict] = {}
+    try:
+        with TwoNodeLab() as lab:
+            for link, out in zip(links, outs):
+                try:
+                    done[out] = run_cell(out, link, args.nproc_per_node, cell_args, params.timeout_s + 60, args.port, lab=lab)
+                except NetlabError as e:
+                    done[out] = _write_failure(out, link, params, args.nproc_per_node, f"netlab: {e}")
+    except NetlabError as e:  # no lab (not root, no iproute2): every run fails, each with a summary
+        for link, out in zip(links, outs):
+            done.setdefault(out, _write_failure(out, link, params, args.nproc_per_node, f"netlab: {e}"))
+    for link, out in zip(links, outs):
+        s = done[out]
+        print(
+            f"[netlab] {out} ({link.name}): {s.get('status')} world_size={s.get('world_size')} "
+            f"nodes={s.get('nodes')} phase_comm_s={s.get('phase_comm_s')} samples_per_s={s.get('samples_per_s')}",
+            flush=True,
+        )
     return 0
 
 

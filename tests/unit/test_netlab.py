@@ -39,3 +39,26 @@ def test_addresses_stay_in_the_benchmarking_range():
     assert all(len(dev) <= 15 for dev in lab.interfaces + lab._tmp_names)
     env = lab.node_env(1, base={})
     assert env["GLOO_SOCKET_IFNAME"] == "ddpb0" and env["PET_LOCAL_ADDR"] == "198.18.0.2"
+
+
+def test_bad_cell_flag_or_link_exits_2_before_anything(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        netlab.main(["--link", "100mbit", "--out", str(tmp_path / "r"), "--strategy", "nope"])
+    assert e.value.code == 2 and "strategy" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        netlab.main(["--link", "fast", "--out", str(tmp_path / "r")])
+    assert e.value.code == 2 and "'link'" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
+def test_without_a_lab_every_run_still_gets_a_failed_summary(tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.setattr(netlab, "available", lambda: "needs root (network namespaces)")
+    rc = netlab.main(["--link", "unshaped,20mbit", "--out-root", str(tmp_path), "--model", "mlp", "--max-steps", "2"])
+    assert rc == 0
+    for link in ("unshaped", "20mbit"):
+        s = json.loads((tmp_path / f"link~{link}" / "summary.json").read_text())
+        assert s["status"] == "failed" and "needs root" in s["reason"]
+        assert s["world_size"] == 4 and s["nodes"] == 2 and s["extra"]["link"] == link
+        assert s["params"]["max_steps"] == 2
