@@ -282,6 +282,7 @@ def _per_strategy_steps(d: Data, ycol: str, reduce: str, ylabel: str):
     runs = st.drop_duplicates("run_dir").assign(_r=lambda df: df["repeat"].fillna(0) if "repeat" in df else 0)
     keep = runs.sort_values(["_r", "run_dir"]).drop_duplicates(cell)["run_dir"]
     first = st[st["run_dir"].isin(keep)]
+    reference = first[first["strategy"] == A.BASELINE_STRATEGY] if ycol == "loss" else first.iloc[:0]
     for strategy, s in first.groupby("strategy", sort=True):
         per_step = s.groupby(["run_dir", "step"], sort=True).agg(
             y=(ycol, reduce), timed=("timed", "min"), world_size=("world_size", "first")
@@ -289,6 +290,11 @@ def _per_strategy_steps(d: Data, ycol: str, reduce: str, ylabel: str):
         if per_step["y"].notna().sum() == 0:
             continue
         fig, ax = plt.subplots()
+        if strategy != A.BASELINE_STRATEGY and not reference.empty:
+            # The single-worker loss curve: exact strategies should follow it, approximate ones may drift.
+            ref = reference.groupby(["run_dir", "step"], sort=True)[ycol].mean().reset_index()
+            for i, (_, g) in enumerate(ref.groupby("run_dir")):
+                ax.plot(g["step"], g[ycol], "--", color="gray", lw=1, label=f"{A.BASELINE_STRATEGY} (reference)" if i == 0 else None)
         runs = sorted(per_step["run_dir"].unique(), key=lambda r: (per_step.loc[per_step.run_dir == r, "world_size"].iloc[0], r))
         for run, color in zip(runs, _colors(len(runs))):
             g = per_step[per_step["run_dir"] == run]
