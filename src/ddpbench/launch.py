@@ -60,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
         for stale in ["summary.json", *(p.name for p in out.glob("steps_rank*.csv")), *(p.name for p in out.glob("error_rank*.txt"))]:
             (out / stale).unlink(missing_ok=True)
 
+    # A workflow stops a job with SIGTERM: turn it into an exception so that the ranks,
+    # in their own session, are stopped too instead of being orphaned.
+    signal.signal(signal.SIGTERM, _terminated)
     cmd = [sys.executable, "-m", "torch.distributed.run", *rendezvous(args, out)]
     cmd += ["--nproc-per-node", str(args.nproc_per_node), "--max-restarts", "0"]
     cmd += ["-m", "ddpbench.train", "--out", str(out), *params.to_argv()]
@@ -93,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         # failed first, whose traceback error_tail() puts first.
         summary = json.loads(summary_path.read_text())
         if summary["status"] == "failed":
-            from ddpbench.train import write_json
+            from ddpbench.metrics import write_json
 
             write_json(summary_path, {**summary, "reason": f"torchrun exited with code {rc}\n" + error_tail(out)})
     if not summary_path.exists():
@@ -130,6 +133,10 @@ def across_slurm_nodes(args: argparse.Namespace, params: CellParams, argv: list[
         write_failure(out, params, args.nproc_per_node * args.nnodes, args.nnodes, "failed", reason + "\n" + error_tail(out))
         print(f"[ddpbench] {out}: failed - samples/s ({reason})", flush=True)
     return 0
+
+
+def _terminated(signum, frame):
+    raise SystemExit(128 + signum)
 
 
 def rendezvous(args: argparse.Namespace, out: Path) -> list[str]:
@@ -170,11 +177,11 @@ def error_tail(out: Path) -> str:
 
 def write_failure(out: Path, params: CellParams, world: int, nodes: int, status: str, reason: str) -> None:
     from ddpbench import metrics, sysinfo
-    from ddpbench.train import write_json
 
     backend = "nccl" if params.device == "cuda" else "gloo"
     env = sysinfo.environment(backend, params.threads_per_rank or None)
-    write_json(out / "summary.json", metrics.make_summary(status, reason, params.as_dict(), world, nodes, env))
+    summary = metrics.make_summary(status, reason, params.as_dict(), world, nodes, env)
+    metrics.write_json(out / "summary.json", summary)
 
 
 if __name__ == "__main__":

@@ -7,11 +7,14 @@ the warm-up steps are excluded from every timed figure.
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import resource
 import statistics
 import sys
 import time
+from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 PHASES = ("data", "forward", "backward", "comm", "optimizer")
@@ -230,3 +233,10 @@ def _finite(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """Atomically (temporary file + rename): readers never see a half-written file."""
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(obj, indent=1) + "\n")
+    os.replace(tmp, path)

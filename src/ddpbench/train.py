@@ -17,7 +17,6 @@ import argparse
 import collections
 import csv
 import datetime
-import json
 import os
 import sys
 import time
@@ -31,6 +30,7 @@ import torch.distributed as dist
 
 from ddpbench import data as datamod
 from ddpbench import metrics, models, strategies, sysinfo
+from ddpbench.metrics import write_json
 from ddpbench.params import CellParams, ParamError
 from ddpbench.strategies.base import Context, Strategy
 
@@ -380,13 +380,6 @@ def write_steps(path: Path, records: list[dict[str, Any]]) -> None:
         writer = csv.DictWriter(f, fieldnames=metrics.STEP_COLUMNS)
         writer.writeheader()
         writer.writerows(records)
-    os.replace(tmp, path)
-
-
-def write_json(path: Path, obj: Any) -> None:
-    """Atomically: readers never see a half-written file."""
-    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=1) + "\n")
     os.replace(tmp, path)
 
 
