@@ -170,7 +170,7 @@ if not image or name not in image or digest not in image:
     problems.append(f"env.container_image {image!r} does not name {name}@{digest}")
 if problems:
     sys.exit("smoke summary invalid: " + "; ".join(problems))
-print(f"[containers] smoke ok: {image}, {s['samples_per_s']:.1f} samples/s")
+print(f"[containers] smoke ok: {image}, {s['samples_per_s']:.1f} samples/s", file=sys.stderr)
 EOF
     record smoke "$((SECONDS - t0))"
 fi
