@@ -9,6 +9,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from ddpbench.container import image_identity
+
 ENV_PREFIXES = ("OMP_", "NCCL_", "GLOO_")
 
 
@@ -22,7 +24,8 @@ def usable_cores() -> int:
 
 def git_commit() -> str | None:
     """The project's commit (+"-dirty" with uncommitted changes); DDPBENCH_GIT_COMMIT wins,
-    for containers that carry no .git."""
+    for containers that carry no .git. Code outside a checkout (an image's installed copy)
+    reports the commit the image was built from (DDPBENCH_IMAGE_REVISION)."""
     if os.environ.get("DDPBENCH_GIT_COMMIT"):
         return os.environ["DDPBENCH_GIT_COMMIT"]
     here = Path(__file__).resolve().parent
@@ -30,11 +33,12 @@ def git_commit() -> str | None:
         run = lambda *a: subprocess.run(["git", *a], cwd=here, capture_output=True, text=True, timeout=10)  # noqa: E731
         head = run("rev-parse", "HEAD")
         if head.returncode != 0:
-            return None
+            # An image's own installed copy: the commit it was built from.
+            return os.environ.get("DDPBENCH_IMAGE_REVISION") or None
         dirty = run("status", "--porcelain", "--untracked-files=no").stdout.strip()
         return head.stdout.strip() + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
-        return None
+        return os.environ.get("DDPBENCH_IMAGE_REVISION") or None
 
 
 def environment(backend: str | None, threads_per_rank: int | None) -> dict[str, Any]:
@@ -64,5 +68,5 @@ def environment(backend: str | None, threads_per_rank: int | None) -> dict[str, 
         "threads_per_rank": threads_per_rank,
         "env_vars": {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)},
         "git_commit": git_commit(),
-        "container_image": os.environ.get("DDPBENCH_CONTAINER_IMAGE") or None,
+        "container_image": image_identity(),
     }

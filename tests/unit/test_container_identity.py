@@ -64,3 +64,22 @@ def test_sif_name_when_image_env_is_missing(tmp_path):
     sif.write_bytes(b"x")
     ident = container.image_identity({"SINGULARITY_CONTAINER": str(sif)})
     assert ident.startswith("abc.simg@sha256:")
+
+
+def test_summary_env_carries_name_and_digest(monkeypatch):
+    from ddpbench import sysinfo
+
+    monkeypatch.setenv("DDPBENCH_CONTAINER_IMAGE", "ddpbench-cpu:0.1.0")
+    monkeypatch.setenv("DDPBENCH_CONTAINER_DIGEST", DIGEST)
+    assert sysinfo.environment(None, 1)["container_image"] == f"ddpbench-cpu:0.1.0@{DIGEST}"
+
+
+def test_image_revision_when_the_code_is_not_in_a_checkout(monkeypatch):
+    import subprocess
+
+    from ddpbench import sysinfo
+
+    monkeypatch.delenv("DDPBENCH_GIT_COMMIT", raising=False)
+    monkeypatch.setenv("DDPBENCH_IMAGE_REVISION", "abc123")
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 128, "", "not a repo"))
+    assert sysinfo.git_commit() == "abc123"
