@@ -49,10 +49,12 @@ ENV UV_PROJECT_ENVIRONMENT=/opt/ddpbench/.venv \
 # containers/build.sh instead mounts the host's ~/.cache/uv (-v) and points
 # UV_CACHE_DIR at it, so the wheels .venv was built from are not downloaded again.
 ARG UV_CACHE_DIR=/root/.cache/uv
-COPY pyproject.toml uv.lock README.md ./
+COPY pyproject.toml uv.lock ./
 RUN --mount=type=cache,target=/root/.cache/uv \
     if [ -n "$BUILD_CA_BUNDLE" ]; then export SSL_CERT_FILE="$BUILD_CA_BUNDLE"; fi \
  && uv sync --locked --no-dev --no-install-project
+# (README.md is the package's readme: only the project's own build needs it.)
+COPY README.md ./
 COPY src ./src
 RUN --mount=type=cache,target=/root/.cache/uv \
     if [ -n "$BUILD_CA_BUNDLE" ]; then export SSL_CERT_FILE="$BUILD_CA_BUNDLE"; fi \
