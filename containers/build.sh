@@ -90,7 +90,7 @@ if ((build)) && ! "${PODMAN[@]}" image exists "$BASE_IMAGE"; then
     rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
     log "podman import -> $BASE_IMAGE"
     tar --numeric-owner --sort=name --mtime=@0 -C "$rootfs" -c . \
-        | "${PODMAN[@]}" import --change 'CMD ["/bin/bash"]' \
+        | "${PODMAN[@]}" import -q --change 'CMD ["/bin/bash"]' \
             --message "debootstrap --variant=minbase $SUITE $mirror" - "$BASE_IMAGE" >/dev/null
     rm -rf "$rootfs"
     record base "$((SECONDS - t0))"
