@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import copy
 import csv
 import datetime
 import os
@@ -166,9 +167,12 @@ def execute(
     torch.manual_seed(params.seed + 1 + ranks.rank)  # then a per-rank stream (dropout, augmentation)
 
     ctx = Context(params, ranks.rank, ranks.world, device, metrics.CommMeter(), metrics.Clock(device.type))
+    # Approximate strategies: rank 0 replays `single` from the same start afterwards (untimed).
+    initial = copy.deepcopy(model) if not strategy.exact and ranks.rank == 0 else None
     model = strategy.wrap(model, ctx)
     optimizer = strategy.make_optimizer(model, ctx)
-    sampler = datamod.ShardedBatchSampler(len(data.train), global_batch, ranks.rank, ranks.world, params.seed)
+    shard, shards = strategy.data_shard(ctx)
+    sampler = datamod.ShardedBatchSampler(len(data.train), global_batch, shard, shards, params.seed)
     loader = datamod.train_loader(data, sampler, params.num_workers, pin_memory=device.type == "cuda")
     total_steps = params.max_steps or params.epochs * len(sampler)
 
@@ -183,6 +187,7 @@ def execute(
         "test": test,
         "peak_rss_mb": metrics.peak_rss_mb(),
         "cuda_max_allocated_mb": metrics.cuda_max_allocated_mb(device),
+        "optimizer_state_bytes": strategy.optimizer_state_bytes(optimizer),
     }
     spread = rank_spread(flat)
     extra = strategy.extra(model, ctx)
@@ -214,15 +219,57 @@ def execute(
         test_acc=t_correct / t_n if t_n else None,
         param_norm=float(flat.norm()),
     )
+    state_bytes = [p["optimizer_state_bytes"] for p in payloads]
     extra = {
         "steps_per_epoch": len(sampler),
         "model_parameters": flat.numel(),
         "param_rank_max_abs_diff": spread,
+        "optimizer_state_bytes": max(state_bytes),  # the largest rank's
+        "optimizer_state_bytes_total": sum(state_bytes),
         **extra,
     }
+    if initial is not None:
+        extra.update(deviation_from_single(initial, bare, data, params, device, total_steps, global_batch))
+        extra["accuracy_reached"] = stats["test_acc"]
     reason = "" if stats["timed_steps"] else "no timed steps: total steps <= 1 + warmup_steps"
     env = sysinfo.environment(dist.get_backend() if dist.is_initialized() else None, threads)
     return metrics.make_summary("ok", reason, params.as_dict(), ranks.world, ranks.nodes, env, stats, extra)
+
+
+def deviation_from_single(
+    initial: torch.nn.Module,
+    trained: torch.nn.Module,
+    data: datamod.Data,
+    params: CellParams,
+    device: torch.device,
+    total_steps: int,
+    global_batch: int,
+) -> dict[str, Any]:
+    """Train `initial` as `single` would (one process, the same global batches, the bare
+    loop, untimed) and compare: the price in accuracy of an approximate strategy.
+
+    param_deviation_from_single: per tensor max|ours - single| / max|single|, the worst
+    tensor (the measure the exact strategies are tested with); ..._l2: ||ours - single||_2 /
+    ||single||_2 over all parameters; single_*: the replay's final train loss and test accuracy.
+    """
+    single = strategies.get("single")
+    ctx = Context(params, 0, 1, device, metrics.CommMeter(), metrics.Clock(device.type), instrument=False)
+    optimizer = single.make_optimizer(initial, ctx)
+    sampler = datamod.ShardedBatchSampler(len(data.train), global_batch, 0, 1, params.seed)
+    loader = datamod.train_loader(data, sampler, 0, pin_memory=False)
+    run = train_loop(initial, optimizer, single, ctx, loader, sampler, total_steps, global_batch)
+    ours = {k: v.detach() for k, v in trained.named_parameters()}
+    ref = {k: v.detach() for k, v in initial.named_parameters()}
+    worst = max(float((ours[k] - ref[k]).abs().max() / ref[k].abs().max().clamp_min(1e-12)) for k in ref)
+    a, b = models.flat_parameters(trained), models.flat_parameters(initial)
+    loss, _, n = run.tail()
+    _, t_correct, t_n = evaluate(initial, data, Ranks(), device, max(global_batch, 64))
+    return {
+        "param_deviation_from_single": worst,
+        "param_deviation_from_single_l2": float((a - b).norm() / b.norm().clamp_min(1e-12)),
+        "single_train_loss_final": loss / n if n else None,
+        "single_test_acc": t_correct / t_n if t_n else None,
+    }
 
 
 class LoopResult:
@@ -279,6 +326,7 @@ def train_loop(
             timer.lap("data")
             scale = ctx.world * len(y) / global_batch
             loss, correct = strategy.forward_backward(model, x, y, scale, timer)
+            samples = strategy.counted_samples(len(y), ctx)
             strategy.sync_gradients(model, ctx)
             timer.lap("comm")
             optimizer.step()
@@ -286,12 +334,12 @@ def train_loop(
             timer.lap("optimizer")
             strategy.after_step(model, optimizer, ctx)
             timer.lap("comm")
-            result.last.append((loss, correct, len(y)))
+            result.last.append((loss, correct, samples))
             if instrument:
                 timed = step >= first_timed
                 if timed and timed_start is None:
                     timed_start = timer.start
-                result.records.append(_record(step, epoch, ctx.rank, timed, timer, meter, float(loss), len(y)))
+                result.records.append(_record(step, epoch, ctx.rank, timed, timer, meter, float(loss), samples))
                 meter.reset()
             step += 1
         epoch += 1

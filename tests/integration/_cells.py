@@ -1,10 +1,11 @@
 """Run several cells in one torchrun launch (one process group), so the integration tests
 check every exact strategy x model without paying torchrun's start-up for each.
 
-    torchrun --standalone --nproc-per-node P _cells.py OUT STRATEGY:MODEL ... -- [cell flags]
+    torchrun --standalone --nproc-per-node P _cells.py OUT STRATEGY:MODEL[:KEY=VALUE,...] ... -- [cell flags]
 
 Each cell goes through `ddpbench.train.execute`, the code path of a real launch, and
-leaves OUT/<strategy>-<model>/{summary.json, steps_rank*.csv, params.pt}.
+leaves OUT/<strategy>-<model>[-KEY=VALUE...]/{summary.json, steps_rank*.csv, params.pt}
+(KEY=VALUE: cell parameters overriding the flags for that cell).
 """
 
 import argparse
@@ -29,10 +30,11 @@ def main() -> None:
     dist.init_process_group("gloo")
     try:
         for cell in cells:
-            strategy, model = cell.split(":")
-            params = CellParams.from_mapping({**base, "strategy": strategy, "model": model})
+            strategy, model, *more = cell.split(":")
+            overrides = dict(kv.split("=") for kv in more[0].split(",")) if more else {}
+            params = CellParams.from_mapping({**base, "strategy": strategy, "model": model, **overrides})
             threads = train.configure_threads(params, ranks)
-            run_dir = out / f"{strategy}-{model}"
+            run_dir = out / "-".join([strategy, model, *(f"{k}={v}" for k, v in overrides.items())])
             run_dir.mkdir(parents=True, exist_ok=True)
             summary = train.execute(
                 params, run_dir, ranks, torch.device("cpu"), dump_params=run_dir / "params.pt", threads=threads

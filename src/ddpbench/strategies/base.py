@@ -100,6 +100,20 @@ class Strategy:
         """Strategy-specific scalars for summary.json's "extra"."""
         return {}
 
+    def optimizer_state_bytes(self, optimizer: torch.optim.Optimizer) -> int:
+        """Bytes of optimizer state (e.g. momentum buffers) this rank holds."""
+        return state_bytes(optimizer)
+
+    def data_shard(self, ctx: Context) -> tuple[int, int]:
+        """(shard, shards) of each global batch this rank reads: its own slice by default;
+        (0, 1) for a rank that needs the whole batch (pipeline stages)."""
+        return ctx.rank, ctx.world
+
+    def counted_samples(self, samples: int, ctx: Context) -> int:
+        """Samples this rank's step counts toward throughput and the final train loss
+        (a pipeline counts the batch once, on the stage that computes the loss)."""
+        return samples
+
 
 # -- helpers shared by the explicit (blocking, after-backward) strategies ---------------------
 
@@ -167,4 +181,9 @@ def nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
-__all__ = ["Context", "Strategy", "BucketedSum", "gradients", "buckets", "allreduce_bytes", "nbytes", "dist"]
+def state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """Bytes of the tensors in an optimizer's state."""
+    return sum(nbytes(v) for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v))
+
+
+__all__ = ["Context", "Strategy", "BucketedSum", "gradients", "buckets", "allreduce_bytes", "nbytes", "state_bytes", "dist"]

@@ -9,7 +9,10 @@ gradients are computed) and when its all-reduce completed (a callback on its fut
   exposed_comm_s = from the hand-over of the last bucket (backward's computation is over)
                    to the completion of the last all-reduce: the part not hidden.
 The loop subtracts the exposed part from the backward phase, so the phases still add up
-to the step. Uninstrumented runs use DDP's built-in hook (the overhead benchmark
+to the step. Bytes are measured where they leave: the hooks run on a `CountingGroup`, a
+process group that counts every tensor handed to its all-reduce (the fp16 hook's
+compressed tensor, PowerSGD's P and Q matrices), in the ring convention of
+`allreduce_bytes`. Uninstrumented runs use DDP's built-in hook (the overhead benchmark
 compares the two). Variants (ddp_fp16, powersgd, zero) override `comm_hook` or
 `make_optimizer` and inherit the measurement.
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import torch
+import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
@@ -28,25 +32,39 @@ from ddpbench.strategies.base import Context, Strategy, allreduce_bytes, nbytes
 Hook = Callable[[Any, Any], torch.futures.Future]
 
 
+class CountingGroup:
+    """A process group that counts what is all-reduced through it (calls and bytes this
+    rank sends, `allreduce_bytes`) and forwards everything to the real group."""
+
+    def __init__(self, group: Any, ctx: Context):
+        self._group, self._meter, self._world = group, ctx.meter, ctx.world
+
+    def allreduce(self, tensors, *args, **kwargs):
+        for t in tensors:
+            self._meter.add(1, allreduce_bytes(nbytes(t), self._world))
+        return self._group.allreduce(tensors, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._group, name)
+
+
 class DDP(Strategy):
     name = "ddp"
 
-    def comm_hook(self, ctx: Context) -> tuple[Any, Hook] | None:
-        """(state, hook) to register, or None for DDP's built-in all-reduce."""
+    def comm_hook(self, group: Any, ctx: Context) -> tuple[Any, Hook] | None:
+        """(state, hook) to register, communicating over `group` (None: the default
+        group), or None for DDP's built-in all-reduce."""
         return None
-
-    def wire_bytes(self, buffer: torch.Tensor, ctx: Context) -> int:
-        """Bytes this rank sends for one bucket (override when the hook compresses)."""
-        return allreduce_bytes(nbytes(buffer), ctx.world)
 
     def wrap(self, model, ctx):
         cuda = ctx.device.type == "cuda"
         ddp = DistributedDataParallel(
             model, device_ids=[ctx.device.index] if cuda else None, bucket_cap_mb=ctx.params.bucket_mb
         )
-        hook = self.comm_hook(ctx)
+        group = CountingGroup(dist.group.WORLD, ctx) if ctx.instrument else None
+        hook = self.comm_hook(group, ctx)
         if ctx.instrument:
-            state, inner = hook or (None, default_hooks.allreduce_hook)
+            state, inner = hook or (group, default_hooks.allreduce_hook)
             ddp.register_comm_hook(state, self._timed(inner, ctx))
         elif hook is not None:
             ddp.register_comm_hook(*hook)
@@ -57,11 +75,10 @@ class DDP(Strategy):
 
     def _timed(self, inner: Hook, ctx: Context) -> Hook:
         spans = ctx.state.setdefault("ddp_spans", [])
-        clock, meter = ctx.clock, ctx.meter
+        clock = ctx.clock
 
         def timed_hook(state, bucket):
             start = clock.stamp()
-            meter.add(1, self.wire_bytes(bucket.buffer(), ctx))
 
             def done(fut):
                 spans.append((start, clock.stamp()))
