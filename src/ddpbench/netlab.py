@@ -375,13 +375,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except NetlabError as e:  # no lab (not root, no iproute2): every run fails, each with a summary
         for link, out in zip(links, outs):
             done.setdefault(out, _write_failure(out, link, params, args.nproc_per_node, f"netlab: {e}"))
-    for link, out in zip(links, outs):
+    for link, out in zip(links, outs):  # the launcher's progress line, with the link
         s = done[out]
-        print(
-            f"[netlab] {out} ({link.name}): {s.get('status')} world_size={s.get('world_size')} "
-            f"nodes={s.get('nodes')} phase_comm_s={s.get('phase_comm_s')} samples_per_s={s.get('samples_per_s')}",
-            flush=True,
-        )
+        rate = s.get("samples_per_s")
+        comm = s.get("phase_comm_s")
+        line = f"[ddpbench] {out}: {s.get('status')} {f'{rate:.1f}' if rate else '-'} samples/s (link {link.name}"
+        line += f", comm {comm:.3f} s)" if comm is not None else ")"
+        print(line, flush=True)
     return 0
 
 

@@ -62,3 +62,9 @@ def test_without_a_lab_every_run_still_gets_a_failed_summary(tmp_path, monkeypat
         assert s["status"] == "failed" and "needs root" in s["reason"]
         assert s["world_size"] == 4 and s["nodes"] == 2 and s["extra"]["link"] == link
         assert s["params"]["max_steps"] == 2
+
+
+def test_progress_line_is_the_launchers(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(netlab, "available", lambda: "needs root (network namespaces)")
+    netlab.main(["--link", "1gbit", "--out", str(tmp_path / "r"), "--max-steps", "2"])
+    assert f"[ddpbench] {tmp_path / 'r'}: failed - samples/s (link 1gbit)" in capsys.readouterr().out
