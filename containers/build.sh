@@ -6,13 +6,16 @@
 #   bash containers/build.sh              # base (once) + CPU image + smoke cell
 #   bash containers/build.sh --no-smoke   # build only
 #   bash containers/build.sh --smoke-only # smoke cell on the image already built
-#   bash containers/build.sh --cuda       # the CUDA image too (needs docker.io reachable)
+#   bash containers/build.sh --cuda       # the CUDA image too (needs docker.io reachable;
+#                                         # its smoke cell runs on the GPU via podman CDI)
+#   bash containers/build.sh --cuda-standin  # cuda.Dockerfile on the local bookworm base:
+#                                         # checks all of it but the base, with no registry
 #
 # Steps: apt-get install podman/runc/debootstrap if missing; debootstrap Debian bookworm
 # from the mirror the machine's apt sources name; `podman import` it as
 # localhost/ddpbench-base:bookworm; `podman build` containers/cpu.Dockerfile on it
 # (packages from Debian's mirror and PyPI only); write the image ID to
-# containers/build/<image>.digest; run the smoke cell with containers/build/smoke
+# containers/build/<image>.digest; run the smoke cell with containers/build/smoke-<image>
 # bind-mounted at /out. Timings go to containers/build/timings.tsv.
 #
 # Settings for machines like the project's CI (VMs without systemd, cgroup v1, a
@@ -27,6 +30,7 @@ ROOT=$PWD
 VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -1)
 CPU_NAME=${DDPBENCH_CPU_IMAGE:-ddpbench-cpu:$VERSION}
 CUDA_NAME=${DDPBENCH_CUDA_IMAGE:-ddpbench-cuda:$VERSION}
+STANDIN_NAME=ddpbench-cuda-standin:$VERSION
 BASE_IMAGE=${DDPBENCH_BASE_IMAGE:-localhost/ddpbench-base:bookworm}
 SUITE=bookworm
 WORK=${DDPBENCH_CONTAINER_WORK:-/var/tmp/ddpbench-containers}
@@ -35,13 +39,14 @@ STORAGE_DRIVER=${DDPBENCH_PODMAN_STORAGE_DRIVER:-}   # e.g. vfs where overlay is
 UV_CACHE_HOST=${UV_CACHE_DIR:-$HOME/.cache/uv}
 CA_BUNDLE=${DDPBENCH_BUILD_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
 
-smoke=1 build=1 cuda=0
+smoke=1 build=1 cuda=0 standin=0
 for arg in "$@"; do
     case $arg in
         --no-smoke) smoke=0 ;;
         --smoke-only) build=0 ;;
         --cuda) cuda=1 ;;
-        -h | --help) sed -n '2,22p' "$0"; exit 0 ;;
+        --cuda-standin) standin=1 ;;
+        -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
         *) echo "build.sh: unknown argument $arg" >&2; exit 2 ;;
     esac
 done
@@ -115,45 +120,36 @@ write_digest() { # image name -> containers/build/<name>.digest (the image ID, s
     log "$1 image ID sha256:${id#sha256:}"
 }
 
-if ((build)); then
-    t0=$SECONDS
-    log "podman build $CPU_NAME (log: $OUT/build-cpu.log)"
-    "${PODMAN[@]}" build "${build_args[@]}" \
-        --build-arg "BASE_IMAGE=$BASE_IMAGE" --build-arg "IMAGE_NAME=$CPU_NAME" \
-        -f containers/cpu.Dockerfile -t "localhost/$CPU_NAME" . >"$OUT/build-cpu.log" 2>&1 \
-        || { tail -30 "$OUT/build-cpu.log" >&2; exit 1; }
-    write_digest "$CPU_NAME"
-    record build-cpu "$((SECONDS - t0))"
-    size=$("${PODMAN[@]}" image inspect --format '{{.Size}}' "localhost/$CPU_NAME")
-    log "$CPU_NAME size $((size / 1000000)) MB"
-fi
+build_image() { # dockerfile name:tag [extra podman build args...]
+    local dockerfile=$1 name=$2 t0=$SECONDS size
+    shift 2
+    local logfile=$OUT/build-${name%%:*}.log
+    log "podman build $name from $dockerfile (log: $logfile)"
+    "${PODMAN[@]}" build "${build_args[@]}" --build-arg "IMAGE_NAME=$name" "$@" \
+        -f "$dockerfile" -t "localhost/$name" . >"$logfile" 2>&1 \
+        || { tail -30 "$logfile" >&2; exit 1; }
+    write_digest "$name"
+    record "build ${name%%:*}" "$((SECONDS - t0))"
+    size=$("${PODMAN[@]}" image inspect --format '{{.Size}}' "localhost/$name")
+    log "$name size $((size / 1000000)) MB"
+}
 
-if ((cuda)); then
-    t0=$SECONDS
-    log "podman build $CUDA_NAME (needs the nvidia/cuda base from docker.io)"
-    "${PODMAN[@]}" build "${build_args[@]}" --build-arg "IMAGE_NAME=$CUDA_NAME" \
-        -f containers/cuda.Dockerfile -t "localhost/$CUDA_NAME" . >"$OUT/build-cuda.log" 2>&1 \
-        || { tail -30 "$OUT/build-cuda.log" >&2; exit 1; }
-    write_digest "$CUDA_NAME"
-    record build-cuda "$((SECONDS - t0))"
-fi
-
-# --- smoke cell --------------------------------------------------------------------
-if ((smoke)); then
-    t0=$SECONDS
-    digest=$(cat "$OUT/${CPU_NAME%%:*}.digest")
-    smoke_out=$OUT/smoke
+smoke_cell() { # name:tag device [extra podman run args...]
+    local name=$1 device=$2 t0=$SECONDS digest
+    shift 2
+    local smoke_out=$OUT/smoke-${name%%:*}
+    digest=$(cat "$OUT/${name%%:*}.digest")
     rm -rf "$smoke_out" && mkdir -p "$smoke_out"
-    log "smoke cell in $CPU_NAME (world size 2, synthetic, mlp) -> $smoke_out"
+    log "smoke cell in $name ($device, world size 2, synthetic, mlp) -> $smoke_out"
     # The runner passes the digest it knows (an image cannot contain its own);
     # ddpbench.container.image_identity() joins it to the name baked into the image.
-    "${PODMAN[@]}" run --rm --network=host --shm-size=1g "${ULIMITS[@]}" \
-        -e "DDPBENCH_CONTAINER_DIGEST=$digest" -v "$smoke_out:/out" "localhost/$CPU_NAME" \
+    "${PODMAN[@]}" run --rm --network=host --shm-size=1g "${ULIMITS[@]}" "$@" \
+        -e "DDPBENCH_CONTAINER_DIGEST=$digest" -v "$smoke_out:/out" "localhost/$name" \
         python -m ddpbench.launch --nproc-per-node 2 --out /out \
-            --device cpu --strategy ddp --model mlp --dataset synthetic \
+            --device "$device" --strategy ddp --model mlp --dataset synthetic \
             --batch-size 32 --dataset-size 512 --max-steps 6 --warmup-steps 1 \
-            --threads-per-rank 1 --timeout-s 300 2>&1 | tee "$OUT/smoke.log" >&2
-    python3 - "$smoke_out/summary.json" "$CPU_NAME" "$digest" <<'EOF'
+            --threads-per-rank 1 --timeout-s 300 2>&1 | tee "$smoke_out.log" >&2
+    python3 - "$smoke_out/summary.json" "$name" "$digest" <<'EOF'
 import json, sys
 path, name, digest = sys.argv[1:]
 with open(path) as f:
@@ -166,12 +162,40 @@ if s.get("world_size") != 2:
     problems.append(f"world_size {s.get('world_size')!r}")
 if not (s.get("samples_per_s") or 0) > 0:
     problems.append(f"samples_per_s {s.get('samples_per_s')!r}")
-if not image or name not in image or digest not in image:
-    problems.append(f"env.container_image {image!r} does not name {name}@{digest}")
+if image != f"{name}@{digest}":
+    problems.append(f"env.container_image {image!r} is not {name}@{digest}")
 if problems:
     sys.exit("smoke summary invalid: " + "; ".join(problems))
 print(f"[containers] smoke ok: {image}, {s['samples_per_s']:.1f} samples/s", file=sys.stderr)
 EOF
-    record smoke "$((SECONDS - t0))"
+    record "smoke ${name%%:*}" "$((SECONDS - t0))"
+}
+
+if ((build)); then
+    build_image containers/cpu.Dockerfile "$CPU_NAME" --build-arg "BASE_IMAGE=$BASE_IMAGE"
+fi
+if ((smoke)); then
+    smoke_cell "$CPU_NAME" cpu
+fi
+
+if ((standin)); then
+    # All of the CUDA image but its base: the same Dockerfile on the local bookworm
+    # base (bookworm names its Python 3.11 packages as Ubuntu 22.04 does).
+    if ((build)); then
+        build_image containers/cuda.Dockerfile "$STANDIN_NAME" --build-arg "BASE_IMAGE=$BASE_IMAGE"
+    fi
+    if ((smoke)); then
+        smoke_cell "$STANDIN_NAME" cpu
+    fi
+fi
+
+if ((cuda)); then
+    if ((build)); then
+        build_image containers/cuda.Dockerfile "$CUDA_NAME"
+    fi
+    if ((smoke)); then
+        read -r -a gpu_flags <<<"${DDPBENCH_PODMAN_GPU_FLAGS:---device nvidia.com/gpu=all}"
+        smoke_cell "$CUDA_NAME" cuda "${gpu_flags[@]}"
+    fi
 fi
 record total "$((SECONDS - t_start))"

@@ -2,9 +2,10 @@
 
     pytest -m container            # or: bash containers/build.sh
 
-Runs containers/build.sh (debootstrap base once, podman build — cached layers make a
-rebuild take seconds — then a world-size-2 smoke cell inside the image), then checks
-the summary and that the image holds exactly the lock's versions. Not part of the
+Runs `containers/build.sh --cuda-standin` (debootstrap base once, podman build —
+cached layers make a rebuild take seconds — then a world-size-2 smoke cell inside the
+CPU image, and the same for cuda.Dockerfile built on the local base), then checks the
+summaries and that the image holds exactly the lock's versions. Not part of the
 default test command (scripts/test.sh deselects the `container` marker).
 """
 
@@ -38,24 +39,27 @@ def built():
     if shutil.which("podman") is None and os.geteuid() != 0:
         pytest.skip("podman missing and not root (build.sh installs it with apt-get as root)")
     proc = subprocess.run(
-        ["bash", "containers/build.sh"], cwd=ROOT, capture_output=True, text=True, timeout=3600
+        ["bash", "containers/build.sh", "--cuda-standin"], cwd=ROOT, capture_output=True, text=True, timeout=3600
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
 
 
-def test_smoke_cell_summary_is_ok_and_names_the_image(built):
-    digest = (BUILD / "ddpbench-cpu.digest").read_text().strip()
-    summary = json.loads((BUILD / "smoke" / "summary.json").read_text())
+@pytest.mark.parametrize("image", [IMAGE, f"ddpbench-cuda-standin:{_version()}"])
+def test_smoke_cell_summary_is_ok_and_names_the_image(built, image):
+    """The CPU image, and cuda.Dockerfile built on the local base (all of it but the base)."""
+    name = image.split(":")[0]
+    digest = (BUILD / f"{name}.digest").read_text().strip()
+    summary = json.loads((BUILD / f"smoke-{name}" / "summary.json").read_text())
     assert summary["status"] == "ok", summary.get("reason")
     assert summary["world_size"] == 2
     assert summary["samples_per_s"] > 0
-    assert summary["env"]["container_image"] == f"{IMAGE}@{digest}"
+    assert summary["env"]["container_image"] == f"{image}@{digest}"
     assert summary["env"]["python"].startswith("3.11")
     assert summary["env"]["torch"].startswith("2.15.0")
     for rank in (0, 1):
-        assert (BUILD / "smoke" / f"steps_rank{rank}.csv").exists()
-    assert "smoke ok" in built.stderr
+        assert (BUILD / f"smoke-{name}" / f"steps_rank{rank}.csv").exists()
+    assert f"smoke ok: {image}@{digest}" in built.stderr
 
 
 def test_image_holds_exactly_the_locked_versions(built):
