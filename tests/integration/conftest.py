@@ -27,6 +27,9 @@ def cells_dir(tmp_path_factory):
 def single_dir(tmp_path_factory):
     """The baseline: `single` in this process (world size 1, no process group)."""
     import argparse
+    import os
+
+    import torch
 
     from ddpbench import train
     from ddpbench.params import CellParams
@@ -34,8 +37,12 @@ def single_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("single")
     parser = argparse.ArgumentParser()
     CellParams.add_arguments(parser)
+    threads, env = torch.get_num_threads(), dict(os.environ)
     for model in MODELS:
         params = CellParams.from_namespace(parser.parse_args([*CELL_FLAGS, "--strategy", "single", "--model", model]))
         out = root / f"single-{model}"
         assert train.run(params, out, out / "params.pt") == 0
+    torch.set_num_threads(threads)  # train.run set them for this process
+    os.environ.clear()
+    os.environ.update(env)
     return root

@@ -8,6 +8,22 @@ from ddpbench import sysinfo, train
 from ddpbench.params import CellParams
 
 
+@pytest.fixture(autouse=True)
+def keep_threads():
+    """train.run sets this process's thread count and OMP_NUM_THREADS: restore them."""
+    import os
+
+    import torch
+
+    threads, omp = torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
+    yield
+    torch.set_num_threads(threads)
+    if omp is None:
+        os.environ.pop("OMP_NUM_THREADS", None)
+    else:
+        os.environ["OMP_NUM_THREADS"] = omp
+
+
 def run(tmp_path, **kw):
     assert train.run(CellParams(**kw), tmp_path) in (0, 1)
     return json.loads((tmp_path / "summary.json").read_text())
