@@ -58,32 +58,37 @@ def main() -> None:
         model = strategy.wrap(model, ctx)
         loops[instrument] = (model, strategy.make_optimizer(model, ctx), ctx)
 
-    def block(instrument: bool) -> float:
+    def block(instrument: bool) -> tuple[float, float]:
+        """(wall, CPU) seconds of one block; CPU time (this process, all threads) is far
+        less disturbed by other jobs on a shared machine than wall time."""
         model, optimizer, ctx = loops[instrument]
         clock = metrics.Clock(device.type)
         if ranks.launched:
             dist.barrier()
-        start = clock.now()
+        start, cpu = clock.now(), time.process_time()
         train.train_loop(model, optimizer, strategy, ctx, loader, sampler, args.steps, global_batch)
-        return clock.now() - start
+        return clock.now() - start, time.process_time() - cpu
 
     block(False), block(True)  # warm-up (allocator, DDP bucket rebuild, caches)
-    ratios, bare, inst = [], [], []
+    ratios, cpu_ratios, bare, inst = [], [], [], []
     for r in range(args.rounds):
         order = (False, True) if r % 2 == 0 else (True, False)
         times = {mode: block(mode) for mode in order}
-        bare.append(times[False] / args.steps)
-        inst.append(times[True] / args.steps)
-        ratios.append(times[True] / times[False])
+        bare.append(times[False][0] / args.steps)
+        inst.append(times[True][0] / args.steps)
+        ratios.append(times[True][0] / times[False][0])
+        cpu_ratios.append(times[True][1] / times[False][1])
     if ranks.rank == 0:
         ratio = statistics.median(ratios)
+        cpu_ratio = statistics.median(cpu_ratios)
         print(
             f"instrumentation overhead: {params.strategy} {params.model} world {ranks.world} "
             f"batch {global_batch} threads {threads} {params.device}: "
             f"bare {statistics.median(bare) * 1e3:.2f} ms/step, instrumented {statistics.median(inst) * 1e3:.2f} "
             f"ms/step, ratio {ratio:.4f} (median of {args.rounds} rounds; IQR "
             f"{statistics.quantiles(ratios, n=4)[0]:.4f}-{statistics.quantiles(ratios, n=4)[2]:.4f}) "
-            f"-> overhead {100 * (ratio - 1):+.2f}%"
+            f"-> overhead {100 * (ratio - 1):+.2f}%; CPU-time ratio {cpu_ratio:.4f} "
+            f"(IQR {statistics.quantiles(cpu_ratios, n=4)[0]:.4f}-{statistics.quantiles(cpu_ratios, n=4)[2]:.4f})"
         )
         cost = bookkeeping_s(device)
         print(
