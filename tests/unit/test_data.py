@@ -102,3 +102,23 @@ def test_missing_real_data_says_how_to_fetch_it(tmp_path):
     p = CellParams(strategy="single", dataset="cifar10", data_root=str(tmp_path))
     with pytest.raises(RuntimeError, match="python -m ddpbench.data --dataset cifar10"):
         data.load(p)
+
+
+def test_imagenette_reader_on_tiny_jpegs(tmp_path):
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 4), ("val", 2)):
+        for wnid in ("n01440764", "n02102040"):
+            folder = tmp_path / "imagenette2-160" / split / wnid
+            folder.mkdir(parents=True)
+            for i in range(n):
+                pixels = rng.integers(0, 255, (180, 200, 3), dtype=np.uint8)
+                Image.fromarray(pixels).save(folder / f"{wnid}_{i}.JPEG")
+    p = CellParams(strategy="single", dataset="imagenette", data_root=str(tmp_path), image_size=48, dataset_size=6,
+                   test_size=3)  # fmt: skip
+    d = data.load(p)
+    assert d.shape == (3, 48, 48) and d.classes == 10 and len(d.train) == 6 and len(d.test) == 3
+    x, y = d.train[0]
+    assert x.shape == (3, 48, 48) and int(y) in (0, 1)
+    assert {int(d.train[i][1]) for i in range(6)} == {0, 1}  # a seeded subset, not the first class only
