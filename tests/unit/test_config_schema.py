@@ -1,0 +1,52 @@
+"""The committed config schema is the one generated from CellParams; configs validate."""
+
+import pathlib
+
+import jsonschema
+import pytest
+import yaml
+
+from ddpbench import config_schema
+from ddpbench.params import CellParams
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+CONFIGS = [ROOT / "config.yaml", *sorted((ROOT / "configs").glob("*.yaml"))]
+
+
+def test_committed_schema_is_up_to_date():
+    assert config_schema.main(["--check"]) == 0, "run: python -m ddpbench.config_schema --write"
+
+
+def test_every_cell_parameter_is_an_axis_and_a_setting():
+    props = config_schema.build_schema()["properties"]
+    settings = {**props["timing"]["properties"], **props["params"]["properties"]}
+    assert set(CellParams.names()) == set(settings)
+    assert set(CellParams.names()) | {"world_size"} == set(props["grid"]["properties"])
+    for name, prop in settings.items():
+        assert prop["default"] == getattr(CellParams(), name)
+        assert prop["description"]
+
+
+def test_every_key_has_type_description_and_axes_are_non_empty():
+    def walk(schema, where):
+        for name, prop in schema.get("properties", {}).items():
+            assert "description" in prop, f"{where}.{name}"
+            assert "type" in prop or "anyOf" in prop, f"{where}.{name}"
+            walk(prop, f"{where}.{name}")
+
+    schema = config_schema.build_schema()
+    walk(schema, "config")
+    assert schema["additionalProperties"] is False
+    for prop in schema["properties"]["grid"]["properties"].values():
+        assert prop["type"] == "array" and prop["minItems"] == 1
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_shipped_configs_validate(path):
+    jsonschema.Draft202012Validator(config_schema.build_schema()).validate(yaml.safe_load(path.read_text()))
+
+
+def test_markdown_reference_lists_every_key():
+    text = config_schema.render_markdown()
+    for name in CellParams.names():
+        assert f"`{name}`" in text
