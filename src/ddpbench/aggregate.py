@@ -1,0 +1,200 @@
+"""Merge runs into two tidy tables: runs.csv (one row per run) and steps.csv (one row
+per rank and step), the input of the analysis and report.
+
+    python -m ddpbench.aggregate results/runs/.../summary.json ... --runs runs.csv --steps steps.csv
+    find results/runs -name summary.json | python -m ddpbench.aggregate --summaries-from - ...
+
+runs.csv: run_dir, repeat, world_size, nodes, every CellParams field (same name),
+status, reason, every scalar top-level summary metric, extra.<k> as extra_<k>, env.<k>
+as env_<k> (env.env_vars.<NAME> as env_var_<NAME>); lists are dropped.
+steps.csv: every rank's step rows with run_dir, repeat, world_size, strategy,
+batch_size, scaling, model, dataset, dataset_size, device prepended.
+
+A run whose summary.json cannot be read becomes a row with status "failed" and the
+reason, its parameters taken from the name~value folders of its path, so nothing that
+was scheduled silently disappears from the tables. Both files are written atomically.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import pathlib
+import re
+import sys
+from typing import Any, Iterable, Iterator
+
+from ddpbench.params import CellParams
+
+STEP_COLUMNS = (
+    "step",
+    "epoch",
+    "rank",
+    "timed",
+    "data_s",
+    "forward_s",
+    "backward_s",
+    "comm_s",
+    "exposed_comm_s",
+    "optimizer_s",
+    "total_s",
+    "loss",
+    "samples",
+    "comm_calls",
+    "comm_bytes",
+)
+STEP_KEYS = (
+    "run_dir",
+    "repeat",
+    "world_size",
+    "strategy",
+    "batch_size",
+    "scaling",
+    "model",
+    "dataset",
+    "dataset_size",
+    "device",
+)
+LEADING_RUN_COLUMNS = ("run_dir", "repeat", "world_size", "nodes", *CellParams.names(), "status", "reason")
+_PATH_PART = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)~(.+)$")
+
+
+def path_values(run_dir: pathlib.Path) -> dict[str, str]:
+    """The name~value folders of a run's path (the workflow's layout), e.g. repeat."""
+    values = {}
+    for part in run_dir.parts:
+        match = _PATH_PART.match(part)
+        if match:
+            values[match.group(1)] = match.group(2)
+    return values
+
+
+def load_summary(path: pathlib.Path) -> dict[str, Any]:
+    try:
+        summary = json.loads(path.read_text())
+        if not isinstance(summary, dict):
+            raise ValueError("not a JSON object")
+        return summary
+    except (OSError, ValueError) as err:
+        return {"status": "failed", "reason": f"unreadable summary.json: {err}"}
+
+
+def run_row(summary_path: pathlib.Path) -> dict[str, Any]:
+    """One runs.csv row from a summary.json (flattened per the contract)."""
+    run_dir = summary_path.parent
+    from_path = path_values(run_dir)
+    summary = load_summary(summary_path)
+    row: dict[str, Any] = {"run_dir": str(run_dir), "repeat": from_path.get("repeat")}
+    params = summary.get("params") or {}
+    for key in ("world_size", "nodes"):
+        row[key] = summary.get(key, from_path.get(key))
+    if row["nodes"] is None:
+        row["nodes"] = 1
+    for name in CellParams.names():
+        row[name] = params.get(name, from_path.get(name))
+    row["status"] = summary.get("status", "failed")
+    row["reason"] = summary.get("reason", "")
+    for key, value in summary.items():
+        if key in ("params", "world_size", "nodes", "status", "reason", "schema"):
+            continue
+        if key == "extra" and isinstance(value, dict):
+            row.update({f"extra_{k}": v for k, v in value.items() if _is_scalar(v)})
+        elif key == "env" and isinstance(value, dict):
+            for k, v in value.items():
+                if k == "env_vars" and isinstance(v, dict):
+                    row.update({f"env_var_{name}": val for name, val in v.items() if _is_scalar(val)})
+                elif _is_scalar(v):
+                    row[f"env_{k}"] = v
+        elif _is_scalar(value):
+            row[key] = value
+    return row
+
+
+def _is_scalar(value: Any) -> bool:
+    return value is None or isinstance(value, (str, int, float, bool))
+
+
+def _atomic_writer(path: pathlib.Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
+    return tmp, open(tmp, "w", newline="")
+
+
+def write_runs(rows: list[dict[str, Any]], path: pathlib.Path) -> None:
+    columns = list(LEADING_RUN_COLUMNS)
+    seen = set(columns)
+    for row in rows:
+        for key in row:
+            if key not in seen:
+                seen.add(key)
+                columns.append(key)
+    tmp, handle = _atomic_writer(path)
+    with handle:
+        writer = csv.DictWriter(handle, fieldnames=columns, restval="")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: "" if v is None else v for k, v in row.items()})
+    os.replace(tmp, path)
+
+
+def _step_files(run_dir: pathlib.Path) -> list[pathlib.Path]:
+    def rank(p: pathlib.Path) -> int:
+        digits = p.stem.removeprefix("steps_rank")
+        return int(digits) if digits.isdigit() else 1 << 30
+
+    return sorted(run_dir.glob("steps_rank*.csv"), key=rank)
+
+
+def write_steps(rows: list[dict[str, Any]], path: pathlib.Path) -> int:
+    """Stream every run's per-rank step files into one table; returns the row count."""
+    tmp, handle = _atomic_writer(path)
+    count = 0
+    with handle:
+        writer = csv.DictWriter(handle, fieldnames=[*STEP_KEYS, *STEP_COLUMNS], extrasaction="ignore", restval="")
+        writer.writeheader()
+        for row in rows:
+            keys = {k: row.get(k) for k in STEP_KEYS}
+            for step_file in _step_files(pathlib.Path(row["run_dir"])):
+                with open(step_file, newline="") as f:
+                    for step in csv.DictReader(f):
+                        writer.writerow({**step, **keys})
+                        count += 1
+    os.replace(tmp, path)
+    return count
+
+
+def aggregate(summaries: Iterable[str | os.PathLike], runs_csv: str | os.PathLike, steps_csv: str | os.PathLike):
+    """Write both tables; returns (runs, step rows)."""
+    rows = [run_row(pathlib.Path(s)) for s in summaries]
+    write_runs(rows, pathlib.Path(runs_csv))
+    steps = write_steps(rows, pathlib.Path(steps_csv))
+    return len(rows), steps
+
+
+def _read_list(source: str) -> Iterator[str]:
+    handle = sys.stdin if source == "-" else open(source)
+    with handle:
+        for line in handle:
+            if line.strip():
+                yield line.strip()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ddpbench.aggregate", description=__doc__.splitlines()[0])
+    parser.add_argument("summaries", nargs="*", help="summary.json files of the runs")
+    parser.add_argument("--summaries-from", metavar="FILE", help="read summary paths from FILE ('-': stdin), one a line")
+    parser.add_argument("--runs", required=True, help="runs.csv to write")
+    parser.add_argument("--steps", required=True, help="steps.csv to write")
+    args = parser.parse_args(argv)
+    summaries = list(args.summaries)
+    if args.summaries_from:
+        summaries += list(_read_list(args.summaries_from))
+    runs, steps = aggregate(summaries, args.runs, args.steps)
+    print(f"[ddpbench] aggregate: {runs} runs -> {args.runs}, {steps} step rows -> {args.steps}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

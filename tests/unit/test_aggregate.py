@@ -1,0 +1,76 @@
+"""aggregate flattens summaries per the contract and streams the per-rank step rows."""
+
+import csv
+import json
+
+from ddpbench import aggregate
+from ddpbench.params import CellParams
+
+
+def make_run(root, strategy="ddp", world_size=2, repeat=0, status="ok", steps=3):
+    run_dir = root / f"device~cpu/world_size~{world_size}/strategy~{strategy}/repeat~{repeat}"
+    run_dir.mkdir(parents=True)
+    params = CellParams(strategy=strategy).as_dict()
+    summary = {
+        "schema": 1,
+        "status": status,
+        "reason": "" if status == "ok" else "boom",
+        "params": params,
+        "world_size": world_size,
+        "nodes": 1,
+        "samples_per_s": 123.5 if status == "ok" else None,
+        "peak_rss_mb_per_rank": [1.0, 2.0],
+        "extra": {"bubble_fraction": 0.25, "per_layer": [1, 2]},
+        "env": {"host": "h", "cores": 2, "env_vars": {"OMP_NUM_THREADS": "1"}},
+    }
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    for rank in range(world_size):
+        with open(run_dir / f"steps_rank{rank}.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=aggregate.STEP_COLUMNS)
+            writer.writeheader()
+            for step in range(steps):
+                writer.writerow({c: 0 for c in aggregate.STEP_COLUMNS} | {"step": step, "rank": rank})
+    return run_dir / "summary.json"
+
+
+def read(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_runs_and_steps_tables(tmp_path):
+    summaries = [
+        make_run(tmp_path, "ddp", 2, 0),
+        make_run(tmp_path, "allreduce", 1, 1, status="failed", steps=0),
+    ]
+    assert aggregate.aggregate(summaries, tmp_path / "a/runs.csv", tmp_path / "a/steps.csv") == (2, 6)
+    runs = read(tmp_path / "a/runs.csv")
+    header = list(runs[0])
+    assert header[:4] == ["run_dir", "repeat", "world_size", "nodes"]
+    assert header[4 : 4 + len(CellParams.names())] == list(CellParams.names())
+    assert [r["strategy"] for r in runs] == ["ddp", "allreduce"]
+    assert [r["repeat"] for r in runs] == ["0", "1"]
+    assert runs[0]["samples_per_s"] == "123.5" and runs[1]["samples_per_s"] == ""
+    assert runs[1]["status"] == "failed" and runs[1]["reason"] == "boom"
+    assert runs[0]["extra_bubble_fraction"] == "0.25" and "extra_per_layer" not in header
+    assert runs[0]["env_host"] == "h" and runs[0]["env_var_OMP_NUM_THREADS"] == "1"
+    assert "peak_rss_mb_per_rank" not in header and "schema" not in header
+    steps = read(tmp_path / "a/steps.csv")
+    assert list(steps[0])[:10] == list(aggregate.STEP_KEYS)
+    assert [s["rank"] for s in steps] == ["0", "0", "0", "1", "1", "1"]
+    assert {s["strategy"] for s in steps} == {"ddp"} and steps[0]["world_size"] == "2"
+
+
+def test_unreadable_summary_is_a_failed_row_with_path_params(tmp_path, capsys):
+    run_dir = tmp_path / "device~cpu/world_size~2/strategy~ddp/batch_size~32/repeat~2"
+    run_dir.mkdir(parents=True)
+    (run_dir / "summary.json").write_text("{not json")
+    listing = tmp_path / "list.txt"
+    listing.write_text(f"{run_dir / 'summary.json'}\n")
+    args = ["--summaries-from", str(listing), "--runs", str(tmp_path / "r.csv"), "--steps", str(tmp_path / "s.csv")]
+    assert aggregate.main(args) == 0
+    (row,) = read(tmp_path / "r.csv")
+    assert row["status"] == "failed" and "unreadable" in row["reason"]
+    assert (row["strategy"], row["batch_size"], row["world_size"], row["repeat"]) == ("ddp", "32", "2", "2")
+    assert read(tmp_path / "s.csv") == []
+    assert "1 runs" in capsys.readouterr().out
