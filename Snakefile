@@ -1,4 +1,6 @@
-from snakemake.utils import min_version
+# ddpbench: config grid -> one torchrun job per cell and repeat -> tidy tables -> report.
+# Helpers live in workflow/rules/common.smk; the rules in workflow/rules/*.smk.
+from snakemake.utils import min_version, validate
 
 min_version("9.0")
 
@@ -6,9 +8,23 @@ min_version("9.0")
 configfile: "config.yaml"
 
 
+validate(config, "workflow/schemas/config.schema.yaml")
+
+
+report: "report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/aggregate.smk"
+include: "workflow/rules/report.smk"
 
 
 rule all:
+    default_target: True
     input:
         get_final_output(),
+
+
+onsuccess:
+    print(f"ddpbench: report at {Path(RESULTS, 'report', 'report.html').resolve()}")

@@ -1,3 +1,247 @@
+"""Helpers of the workflow (no rules): the validated grid of cells, their paths,
+launcher flags and resources, and the final targets. Rules call these by name.
+
+Parse-time order: the Snakefile has validated `config` against the schema (types,
+unknown keys, empty axes; defaults filled in); here every axis value, exclusion and
+baseline value is checked against the harness's own `CellParams`, so a value the
+launcher would reject fails now, naming the key, before any job exists.
+"""
+
+import itertools
+import os
+import shlex
+import sys
+from pathlib import Path
+
+import pandas as pd
+from snakemake.exceptions import WorkflowError
+from snakemake.logging import logger
+from snakemake.utils import Paramspace
+
+# The package's pure-Python parts (params, schema) work with any snakemake install,
+# even when the jobs themselves run in a container or conda env; the jobs import the
+# checkout's code too (the image or env provides the pinned dependencies).
+SRC_DIR = str(Path(workflow.basedir) / "src")
+sys.path.insert(0, SRC_DIR)
+shell.prefix(
+    f"set -euo pipefail; export PYTHONPATH={shlex.quote(SRC_DIR)}${{{{PYTHONPATH:+:$PYTHONPATH}}}}; "
+)
+from ddpbench.config_schema import CORE_AXES, LAUNCH_AXES, TIMING_KEYS  # noqa: E402
+from ddpbench.params import CellParams, ParamError, check_values  # noqa: E402
+
+RESULTS = "results"
+REAL_DATASETS = ("cifar10", "mnist", "imagenette")
+PATH_UNSAFE = (os.sep, "~")  # axis values are folder names: name~value
+
+
+def config_error(key, message):
+    return WorkflowError(f"invalid config at '{key}': {message}")
+
+
+def check_axis_values(key, name, values):
+    """Check values of cell parameter or launch axis `name`; `key` is the config path."""
+    if name in LAUNCH_AXES:
+        return  # integers >= 1, checked by the schema
+    try:
+        check_values(name, values)
+    except ParamError as err:
+        raise config_error(key, str(err)) from None
+
+
+def fixed_cell_params(config):
+    """The cell parameters shared by all cells: CellParams defaults <- params <- timing."""
+    values = {**config["params"], **config["timing"]}
+    try:
+        return CellParams.from_mapping(values).as_dict()
+    except ParamError as err:
+        section = "timing" if err.name in TIMING_KEYS else "params"
+        raise config_error(f"{section}.{err.name}", str(err)) from None
+
+
+def grid_axes(config):
+    """The axes in path order (core axes first, then the others in parameter order)."""
+    grid = config["grid"]
+    order = list(CORE_AXES) + [n for n in CellParams.names() if n not in CORE_AXES]
+    axes = {name: list(grid[name]) for name in order if name in grid}
+    for name, values in axes.items():
+        check_axis_values(f"grid.{name}", name, values)
+        for value in values:
+            if any(ch in str(value) for ch in PATH_UNSAFE) or str(value) in (
+                "",
+                ".",
+                "..",
+            ):
+                raise config_error(
+                    f"grid.{name}",
+                    f"{value!r} cannot be a path component (no slash or tilde); "
+                    "set it in params instead",
+                )
+    return axes
+
+
+def value_matches(value, spec):
+    """Exclusion filter syntax: value (equal), list (one of), {not:, min:, max:}."""
+    if isinstance(spec, list):
+        return value in spec
+    if not isinstance(spec, dict):
+        return value == spec
+    if "not" in spec:
+        banned = spec["not"] if isinstance(spec["not"], list) else [spec["not"]]
+        if value in banned:
+            return False
+    numeric = isinstance(value, (int, float))
+    if "min" in spec and not (numeric and value >= spec["min"]):
+        return False
+    if "max" in spec and not (numeric and value <= spec["max"]):
+        return False
+    return True
+
+
+def cell_is_excluded(cell, exclusions):
+    return any(
+        all(value_matches(cell[key], spec) for key, spec in entry.items())
+        for entry in exclusions
+    )
+
+
+def check_exclusions(exclusions, axes):
+    for i, entry in enumerate(exclusions):
+        for key, spec in entry.items():
+            where = f"exclude[{i}].{key}"
+            if key not in axes:
+                raise config_error(
+                    where, f"'{key}' is not a grid axis (axes: {', '.join(axes)})"
+                )
+            if isinstance(spec, dict):
+                listed = spec.get("not", [])
+                listed = listed if isinstance(listed, list) else [listed]
+            else:
+                listed = spec if isinstance(spec, list) else [spec]
+            check_axis_values(where, key, listed)
+
+
+def check_baseline(baseline, axes):
+    for key, value in baseline.items():
+        if key not in axes:
+            raise config_error(
+                f"baseline.{key}",
+                f"'{key}' is not a grid axis (axes: {', '.join(axes)})",
+            )
+        check_axis_values(f"baseline.{key}", key, [value])
+
+
+def expand_grid(axes, exclusions):
+    """Every combination of axis values that no exclusion drops, as a data frame."""
+    names = list(axes)
+    cells = [dict(zip(names, combo)) for combo in itertools.product(*axes.values())]
+    kept = [cell for cell in cells if not cell_is_excluded(cell, exclusions)]
+    for i, entry in enumerate(exclusions):
+        if not any(
+            all(value_matches(c[k], s) for k, s in entry.items()) for c in cells
+        ):
+            logger.warning(f"ddpbench: exclude[{i}] matches no cell of the grid")
+    if not kept:
+        raise config_error("exclude", "the exclusions drop every cell of the grid")
+    return pd.DataFrame(kept, columns=names).astype(object)
+
+
+AXES = grid_axes(config)
+check_exclusions(config["exclude"], AXES)
+check_baseline(config["baseline"], AXES)
+FIXED_PARAMS = fixed_cell_params(config)
+CELLS = expand_grid(AXES, config["exclude"])
+CELL_SPACE = Paramspace(CELLS, param_sep="~")
+REPEATS = list(range(config["repeats"]))
+# cell path (device~cpu/world_size~2/...) -> the cell's axis values
+CELL_BY_PATH = dict(zip(CELL_SPACE.instance_patterns, CELLS.to_dict(orient="records")))
+RUN_DIR = f"{RESULTS}/runs/{CELL_SPACE.wildcard_pattern}/repeat~{{repeat}}"
+CELL_WILDCARD_CONSTRAINTS = {name: "[^/~]+" for name in AXES}
+
+
+# -- per-job helpers (rules refer to these by name) ----------------------------------
+def cell_of(wildcards):
+    path = CELL_SPACE.wildcard_pattern.format(**{n: wildcards[n] for n in AXES})
+    try:
+        return CELL_BY_PATH[path]
+    except KeyError:
+        raise WorkflowError(f"{path} is not a cell of the configured grid") from None
+
+
+def cell_params(wildcards):
+    """Every CellParams field of this cell: the shared values, then its axis values."""
+    cell = cell_of(wildcards)
+    return {name: cell.get(name, FIXED_PARAMS[name]) for name in CellParams.names()}
+
+
+def launcher_flags(wildcards):
+    """The cell's parameters as `python -m ddpbench.launch` flags (every field, so the
+    command in the log reproduces the run whatever the defaults become)."""
+    return " ".join(
+        f"--{name.replace('_', '-')} {shlex.quote(str(value))}"
+        for name, value in cell_params(wildcards).items()
+    )
+
+
+def world_size_of(wildcards):
+    return int(cell_of(wildcards)["world_size"])
+
+
+def threads_for_cell(wildcards):
+    """Cores a cell occupies: ranks x threads per rank (0 = one per rank)."""
+    return world_size_of(wildcards) * max(1, cell_params(wildcards)["threads_per_rank"])
+
+
+def gpus_for_cell(wildcards):
+    return world_size_of(wildcards) if cell_params(wildcards)["device"] == "cuda" else 0
+
+
+def runtime_minutes_for_cell(wildcards):
+    """A scheduler limit a little above the launcher's own wall-clock limit."""
+    return int(cell_params(wildcards)["timeout_s"] // 60) + 5
+
+
+def image_for_cell(wildcards):
+    return config["images"][cell_params(wildcards)["device"]]
+
+
+def image_for_host():
+    """Image of the non-timed rules (aggregate, report): the CPU one."""
+    return config["images"]["cpu"]
+
+
+def prepared_data_for_cell(wildcards):
+    """The prepare_data marker a cell on a real dataset waits for (none if synthetic)."""
+    dataset = cell_params(wildcards)["dataset"]
+    return [prepared_data_marker(dataset)] if dataset in REAL_DATASETS else []
+
+
+def prepared_data_marker(dataset):
+    return f"{RESULTS}/data/{dataset}.json"
+
+
+def data_root():
+    return FIXED_PARAMS["data_root"]
+
+
+def largest_image_size():
+    """imagenette is fetched once, in the smallest variant that serves every cell."""
+    return max(AXES.get("image_size", [FIXED_PARAMS["image_size"]]))
+
+
+def run_summaries():
+    """summary.json of every run of the grid (cells x repeats)."""
+    return [
+        f"{RESULTS}/runs/{path}/repeat~{repeat}/summary.json"
+        for path in CELL_BY_PATH
+        for repeat in REPEATS
+    ]
+
+
 def get_final_output():
-    """Everything the default target builds (grows as the workflow lands)."""
-    return []
+    """What `snakemake` with no target builds: the tables and the report."""
+    return [
+        f"{RESULTS}/aggregate/runs.csv",
+        f"{RESULTS}/aggregate/steps.csv",
+        f"{RESULTS}/report/report.html",
+        f"{RESULTS}/report/fits.csv",
+    ]

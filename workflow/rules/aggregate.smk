@@ -1,0 +1,19 @@
+# Merge every run's summary.json and per-rank step files into two tidy tables. The
+# summary paths go through stdin (printf is a shell builtin), so grids of any size fit.
+
+
+rule aggregate:
+    input:
+        summaries=run_summaries(),
+    output:
+        runs=f"{RESULTS}/aggregate/runs.csv",
+        steps=f"{RESULTS}/aggregate/steps.csv",
+    log:
+        f"{RESULTS}/logs/aggregate.log",
+    conda:
+        "../../envs/ddpbench.yaml"
+    container:
+        image_for_host()
+    shell:
+        "printf '%s\\n' {input.summaries} | python -m ddpbench.aggregate --summaries-from -"
+        " --runs {output.runs} --steps {output.steps} > {log} 2>&1"

@@ -1,0 +1,58 @@
+# One job per cell and repeat. The launcher validates the flags, runs torchrun, enforces
+# the cell's wall-clock limit and always leaves summary.json (status ok|failed|timeout|
+# skipped), exiting 0, so a failed cell is a row in runs.csv and never stops the others.
+
+
+wildcard_constraints:
+    **CELL_WILDCARD_CONSTRAINTS,
+    repeat=r"\d+",
+
+
+rule train:
+    input:
+        data=prepared_data_for_cell,
+    output:
+        summary=f"{RUN_DIR}/summary.json",
+    log:
+        f"{RESULTS}/logs/train/{CELL_SPACE.wildcard_pattern}/repeat~{{repeat}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/train/{CELL_SPACE.wildcard_pattern}/repeat~{{repeat}}.tsv"
+    conda:
+        "../../envs/ddpbench.yaml"
+    container:
+        image_for_cell
+    threads: threads_for_cell
+    resources:
+        timing_slot=1,
+        gpus=gpus_for_cell,
+        runtime=runtime_minutes_for_cell,
+    params:
+        run_dir=subpath(output.summary, parent=True),
+        world_size=world_size_of,
+        flags=launcher_flags,
+    shell:
+        # Per-rank step files of an earlier attempt must not outlive it; the launcher's
+        # progress line goes to the terminal as well as the log.
+        "rm -f {params.run_dir}/steps_rank*.csv; "
+        "python -m ddpbench.launch --nproc-per-node {params.world_size}"
+        " --out {params.run_dir} {params.flags} > {log} 2>&1; "
+        "grep -h '^\\[ddpbench\\] ' {log} || echo '[ddpbench] {params.run_dir}: no progress line, see {log}'"
+
+
+rule prepare_data:
+    output:
+        marker=prepared_data_marker("{dataset}"),
+    log:
+        f"{RESULTS}/logs/prepare_data/{{dataset}}.log",
+    wildcard_constraints:
+        dataset="|".join(REAL_DATASETS),
+    conda:
+        "../../envs/ddpbench.yaml"
+    container:
+        image_for_host()
+    params:
+        root=data_root(),
+        image_size=largest_image_size(),
+    shell:
+        "python -m ddpbench.prepare --dataset {wildcards.dataset} --root {params.root}"
+        " --image-size {params.image_size} --marker {output.marker} > {log} 2>&1"
