@@ -1,10 +1,11 @@
 """Helpers of the workflow (no rules): the validated grid of cells, their paths,
 launcher flags and resources, and the final targets. Rules call these by name.
 
-Parse-time order: the Snakefile has validated `config` against the schema (types,
-unknown keys, empty axes; defaults filled in); here every axis value, exclusion and
-baseline value is checked against the harness's own `CellParams`, so a value the
-launcher would reject fails now, naming the key, before any job exists.
+At include time `config` is validated twice, each failure one line naming the key:
+against workflow/schemas/config.schema.yaml (types, unknown keys, empty axes; schema
+defaults are filled in), then every axis value, exclusion and baseline value against
+the harness's own `CellParams`, so a value the launcher would reject fails before any
+job exists.
 """
 
 import itertools
@@ -16,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 from snakemake.exceptions import WorkflowError
 from snakemake.logging import logger
-from snakemake.utils import Paramspace
+from snakemake.utils import Paramspace, validate
 
 # The package's pure-Python parts (params, schema) work with any snakemake install,
 # even when the jobs themselves run in a container or conda env; the jobs import the
@@ -36,6 +37,19 @@ PATH_UNSAFE = (os.sep, "~")  # axis values are folder names: name~value
 
 def config_error(key, message):
     return WorkflowError(f"invalid config at '{key}': {message}")
+
+
+def validate_config(config):
+    """The schema check of snakemake.utils.validate, reported as one line naming the
+    offending key instead of a dump of the whole schema."""
+    try:
+        validate(config, "../schemas/config.schema.yaml")
+    except WorkflowError as err:
+        cause = err.__context__  # the jsonschema ValidationError
+        if not hasattr(cause, "absolute_path"):
+            raise
+        key = ".".join(str(part) for part in cause.absolute_path) or "(top level)"
+        raise config_error(key, cause.message) from None
 
 
 def check_axis_values(key, name, values):
@@ -145,6 +159,7 @@ def expand_grid(axes, exclusions):
     return pd.DataFrame(kept, columns=names).astype(object)
 
 
+validate_config(config)
 AXES = grid_axes(config)
 check_exclusions(config["exclude"], AXES)
 check_baseline(config["baseline"], AXES)
@@ -238,8 +253,10 @@ def run_summaries():
 
 
 def get_final_output():
-    """What `snakemake` with no target builds: the tables and the report."""
-    return [
+    """What `snakemake` with no target builds: every run, the tables and the report.
+    The runs are listed themselves so that deleting one run's folder reruns that cell
+    (and what depends on it) even though the tables exist."""
+    return run_summaries() + [
         f"{RESULTS}/aggregate/runs.csv",
         f"{RESULTS}/aggregate/steps.csv",
         f"{RESULTS}/report/report.html",

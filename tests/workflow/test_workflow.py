@@ -1,0 +1,163 @@
+"""The Snakemake workflow end to end on the tiny grid, in a temporary working directory.
+
+Each test runs the repository's Snakefile with `--directory <tmp>`, so nothing is
+written into the checkout's results/ (the workflow's own profiles/default applies); the tmp folder holds a copy of config.yaml, and
+configs/tiny.yaml is merged over it exactly as `snakemake --configfile configs/tiny.yaml`
+does from the repository root.
+"""
+
+import csv
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+TINY = ROOT / "configs" / "tiny.yaml"
+# the default target (every run, the tables, the report), stopping after the tables
+TABLES = ["--until", "aggregate"]
+EXPECTED_CELLS = {(ws, s) for ws in ("1", "2") for s in ("allreduce", "ddp")}
+
+
+def snakemake(workdir, *args, configfile=TINY, check=True):
+    """Run snakemake on the repository's Snakefile in `workdir`; returns the process."""
+    cmd = [
+        sys.executable, "-m", "snakemake",
+        "--snakefile", str(ROOT / "Snakefile"),
+        "--directory", str(workdir),
+        *(["--configfile", str(configfile)] if configfile else []),
+        "--cores", "2",
+        *args,
+    ]  # fmt: skip
+    env = {**os.environ, "PATH": f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, env=env, timeout=600)
+    if check and proc.returncode != 0:
+        pytest.fail(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}")
+    return proc
+
+
+def read_runs(workdir):
+    with open(workdir / "results/aggregate/runs.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def summaries(workdir):
+    return sorted((workdir / "results" / "runs").rglob("summary.json"))
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """The tiny grid, run once for the tests of this module (they only read or rerun)."""
+    workdir = tmp_path_factory.mktemp("tiny")
+    shutil.copy(ROOT / "config.yaml", workdir / "config.yaml")
+    proc = snakemake(workdir, *TABLES)
+    return workdir, proc
+
+
+def test_tiny_grid_end_to_end(tiny_run):
+    workdir, proc = tiny_run
+    runs = read_runs(workdir)
+    assert len(runs) == len(EXPECTED_CELLS)
+    assert {(r["world_size"], r["strategy"]) for r in runs} == EXPECTED_CELLS
+    assert all(r["status"] == "ok" for r in runs), [(r["run_dir"], r["reason"]) for r in runs]
+    assert {r["model"] for r in runs} == {"mlp"} and {r["dataset"] for r in runs} == {"synthetic"}
+    assert {r["repeat"] for r in runs} == {"0"}
+    # every axis is readable in the run's path
+    for r in runs:
+        assert f"world_size~{r['world_size']}/strategy~{r['strategy']}/" in r["run_dir"]
+    with open(workdir / "results/aggregate/steps.csv", newline="") as f:
+        ranks = {(row["run_dir"], row["rank"]) for row in csv.DictReader(f)}
+    assert len(ranks) == sum(int(ws) for ws, _ in EXPECTED_CELLS)
+    # one progress line per finished cell reaches the terminal
+    progress = [line for line in proc.stdout.splitlines() if line.startswith("[ddpbench] results/runs/")]
+    assert len(progress) == len(EXPECTED_CELLS), proc.stdout[-3000:]
+
+
+def test_second_run_does_nothing(tiny_run):
+    workdir, _ = tiny_run
+    proc = snakemake(workdir, *TABLES, "--dry-run")
+    out = proc.stdout + proc.stderr
+    assert "Nothing to be done" in out or re.search(r"^total\s+0$", out, re.M), out[-3000:]
+    assert not re.search(r"rule train:", out)
+
+
+def test_deleting_one_run_reruns_only_that_cell(tiny_run):
+    workdir, _ = tiny_run
+    runs = summaries(workdir)
+    victim = next(p for p in runs if "world_size~2/strategy~ddp" in str(p))
+    before = {p: p.stat().st_mtime_ns for p in runs if p != victim}
+    shutil.rmtree(victim.parent)
+    proc = snakemake(workdir, *TABLES)
+    out = proc.stdout + proc.stderr
+    trains = re.findall(r"^\s*(?:local)?rule train:", out, re.M)
+    assert len(trains) == 1, out[-3000:]
+    assert victim.exists()
+    assert {p: p.stat().st_mtime_ns for p in before} == before
+    assert len(read_runs(workdir)) == len(EXPECTED_CELLS)
+
+
+def write_config(workdir, change):
+    config = yaml.safe_load(TINY.read_text())
+    change(config)
+    path = workdir / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def parse_in_process(workdir):
+    """Load the workflow the way the CLI does, without a new interpreter per case;
+    returns the error text (empty if it parsed)."""
+    from snakemake.api import SnakemakeApi
+    from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings
+
+    try:
+        with SnakemakeApi(OutputSettings(quiet=True)) as api:
+            api.workflow(
+                snakefile=ROOT / "Snakefile",
+                workdir=workdir,
+                resource_settings=ResourceSettings(cores=1),
+                config_settings=ConfigSettings(),
+            ).dag()
+    except Exception as err:  # WorkflowError, possibly wrapping the schema's error
+        parts, seen = [], err
+        while seen is not None:
+            parts.append(f"{seen!s} {getattr(seen, 'args', '')}")
+            seen = seen.__cause__ or seen.__context__
+        return "\n".join(parts)
+    return ""
+
+
+@pytest.mark.parametrize(
+    "change,key",
+    [
+        (lambda c: c["grid"].update(batchsize=[8]), "batchsize"),
+        (lambda c: c.update(repeats="three"), "repeats"),
+        (lambda c: c["grid"].update(strategy=[]), "strategy"),
+        (lambda c: c["grid"].update(model=["mlp", "alexnet"]), "model"),
+        (lambda c: c["timing"].update(max_steps=-1), "max_steps"),
+        (lambda c: c.update(exclude=[{"colour": "red"}]), "colour"),
+        (lambda c: c.update(exclude=[{"model": "mlp"}]), "exclude"),
+        (lambda c: c.update(baseline={"strategy": "no_such_strategy"}), "baseline.strategy"),
+    ],
+    ids=["unknown-key", "wrong-type", "empty-axis", "bad-enum", "bad-timing", "bad-filter", "all-excluded", "bad-baseline"],
+)
+def test_bad_config_fails_naming_the_key(tmp_path, change, key):
+    write_config(tmp_path, change)
+    error = parse_in_process(tmp_path)
+    assert key in error, error
+    assert not (tmp_path / "results").exists()
+
+
+def test_bad_value_fails_on_the_command_line_and_runs_nothing(tmp_path):
+    """A value only the harness knows is wrong (an unregistered strategy) stops the
+    CLI before any job, naming the key; nothing is created under results/."""
+    config = write_config(tmp_path, lambda c: c["grid"].update(strategy=["allreduce", "no_such_strategy"]))
+    proc = snakemake(tmp_path, *TABLES, configfile=config, check=False)
+    assert proc.returncode != 0
+    assert "grid.strategy" in proc.stderr and "no_such_strategy" in proc.stderr, proc.stderr[-3000:]
+    assert not (tmp_path / "results").exists()
