@@ -260,5 +260,4 @@ def get_final_output():
         f"{RESULTS}/aggregate/runs.csv",
         f"{RESULTS}/aggregate/steps.csv",
         f"{RESULTS}/report/report.html",
-        f"{RESULTS}/report/fits.csv",
     ]

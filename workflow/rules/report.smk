@@ -1,6 +1,6 @@
-# Statistics, scaling-law fits, figures and the HTML report from the tidy tables. Each
-# output registered with report() appears in `snakemake --report`; to add one, add a
-# line here and its caption in report/captions/.
+# Statistics, scaling-law fits, figures and the HTML/LaTeX report from the tidy tables.
+# Every output registered with report() appears in `snakemake --report report.html`;
+# to add one: one line here and its caption in report/captions/.
 
 
 rule report:
@@ -12,13 +12,32 @@ rule report:
             f"{RESULTS}/report/report.html",
             caption="../../report/captions/report.rst",
             category="Report",
-            labels={"file": "HTML report"},
+            labels={"file": "report.html"},
+        ),
+        cells=report(
+            f"{RESULTS}/report/cells.csv",
+            caption="../../report/captions/cells.rst",
+            category="Tables",
+            labels={"table": "per-cell statistics"},
+        ),
+        speedup=report(
+            f"{RESULTS}/report/speedup.csv",
+            caption="../../report/captions/speedup_table.rst",
+            category="Tables",
+            labels={"table": "speedup and efficiency"},
         ),
         fits=report(
             f"{RESULTS}/report/fits.csv",
             caption="../../report/captions/fits.rst",
-            category="Scaling fits",
-            labels={"file": "fits.csv"},
+            category="Tables",
+            labels={"table": "scaling-law fits"},
+        ),
+        figures=report(
+            directory(f"{RESULTS}/report/figures"),
+            patterns=["{figure}.svg"],
+            caption="../../report/captions/figures.rst",
+            category="Figures",
+            labels={"figure": "{figure}"},
         ),
     log:
         f"{RESULTS}/logs/report.log",
