@@ -231,7 +231,7 @@ def prepared_data_for_cell(wildcards):
 
 
 def prepared_data_marker(dataset):
-    return f"{RESULTS}/data/{dataset}.json"
+    return f"{RESULTS}/data/{dataset}.txt"
 
 
 def data_root():

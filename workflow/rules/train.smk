@@ -31,9 +31,8 @@ rule train:
         world_size=world_size_of,
         flags=launcher_flags,
     shell:
-        # Per-rank step files of an earlier attempt must not outlive it; the launcher's
-        # progress line goes to the terminal as well as the log.
-        "rm -f {params.run_dir}/steps_rank*.csv; "
+        # The launcher clears an earlier attempt's files itself; its progress line goes
+        # to the terminal as well as the log (the ranks' output is in run_dir/train.log).
         "python -m ddpbench.launch --nproc-per-node {params.world_size}"
         " --out {params.run_dir} {params.flags} > {log} 2>&1; "
         "grep -h '^\\[ddpbench\\] ' {log} || echo '[ddpbench] {params.run_dir}: no progress line, see {log}'"
@@ -41,7 +40,7 @@ rule train:
 
 rule prepare_data:
     output:
-        marker=prepared_data_marker("{dataset}"),
+        record=prepared_data_marker("{dataset}"),
     log:
         f"{RESULTS}/logs/prepare_data/{{dataset}}.log",
     wildcard_constraints:
@@ -54,5 +53,7 @@ rule prepare_data:
         root=data_root(),
         image_size=largest_image_size(),
     shell:
-        "python -m ddpbench.prepare --dataset {wildcards.dataset} --root {params.root}"
-        " --image-size {params.image_size} --marker {output.marker} > {log} 2>&1"
+        # The harness's one downloading entry point (torchvision's layout under
+        # data_root); its one-line record of what is there is this rule's output.
+        "python -m ddpbench.data --dataset {wildcards.dataset} --data-root {params.root}"
+        " --image-size {params.image_size} > {output.record} 2> {log}"
