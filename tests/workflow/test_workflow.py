@@ -163,3 +163,37 @@ def test_bad_value_fails_on_the_command_line_and_runs_nothing(tmp_path):
     assert proc.returncode != 0
     assert "grid.strategy" in proc.stderr and "no_such_strategy" in proc.stderr, proc.stderr[-3000:]
     assert not (tmp_path / "results").exists()
+
+
+def write_fake_mnist(root, train=64, test=16):
+    """Tiny MNIST in its real on-disk format (idx files under MNIST/raw)."""
+    import numpy as np
+
+    raw = root / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for prefix, n in (("train", train), ("t10k", test)):
+        images = rng.integers(0, 256, size=(n, 28, 28), dtype=np.uint8)
+        labels = (np.arange(n) % 10).astype(np.uint8)
+        header = np.array([0x803, n, 28, 28], dtype=">i4").tobytes()
+        (raw / f"{prefix}-images-idx3-ubyte").write_bytes(header + images.tobytes())
+        header = np.array([0x801, n], dtype=">i4").tobytes()
+        (raw / f"{prefix}-labels-idx1-ubyte").write_bytes(header + labels.tobytes())
+
+
+def test_real_dataset_is_prepared_once_before_its_cells(tmp_path):
+    """prepare_data runs before the cells on a real dataset (present files: no network)."""
+    write_fake_mnist(tmp_path / "data")
+
+    def mnist_grid(c):
+        c["grid"].update(strategy=["single"], world_size=[1], dataset=["mnist"], dataset_size=[32])
+        c["timing"].update(max_steps=2)
+        c["params"].update(test_size=16)
+
+    config = write_config(tmp_path, mnist_grid)
+    proc = snakemake(tmp_path, *TABLES, configfile=config)
+    out = proc.stdout + proc.stderr
+    assert len(re.findall(r"^\s*(?:local)?rule prepare_data:", out, re.M)) == 1, out[-3000:]
+    assert "mnist" in (tmp_path / "results/data/mnist.txt").read_text()
+    (run,) = read_runs(tmp_path)
+    assert (run["dataset"], run["status"]) == ("mnist", "ok"), run["reason"]
