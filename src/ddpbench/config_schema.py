@@ -231,7 +231,7 @@ def render_markdown() -> str:
     schema = build_schema()
     lines: list[str] = []
     for section, spec in schema["properties"].items():
-        lines += [f"#### `{section}`", "", spec["description"], ""]
+        lines += [f"##### `{section}`", "", spec["description"], ""]
         props = spec.get("properties")
         if section in ("exclude", "baseline") or not props:
             default = spec.get("default")

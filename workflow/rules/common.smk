@@ -19,16 +19,29 @@ from snakemake.exceptions import WorkflowError
 from snakemake.logging import logger
 from snakemake.utils import Paramspace, validate
 
-# The package's pure-Python parts (params, schema) work with any snakemake install,
-# even when the jobs themselves run in a container or conda env; the jobs import the
-# checkout's code too (the image or env provides the pinned dependencies).
+# The package's pure-Python parts (params, schema) work with any snakemake install.
 SRC_DIR = str(Path(workflow.basedir) / "src")
 sys.path.insert(0, SRC_DIR)
-shell.prefix(
-    f"set -euo pipefail; export PYTHONPATH={shlex.quote(SRC_DIR)}${{{{PYTHONPATH:+:$PYTHONPATH}}}}; "
-)
 from ddpbench.config_schema import CORE_AXES, LAUNCH_AXES, TIMING_KEYS  # noqa: E402
 from ddpbench.params import CellParams, ParamError, check_values  # noqa: E402
+
+
+def job_shell_prefix():
+    """Bash prefix of every job: strict mode; the checkout's src/ first on PYTHONPATH
+    (the image or conda env provides the pinned dependencies, the checkout the code);
+    and, unless a conda env or container provides Python, the directory of the Python
+    running Snakemake (e.g. .venv/bin) first on PATH, so `python` is the one with torch.
+    """
+    prefix = "set -euo pipefail; "
+    prefix += (
+        f"export PYTHONPATH={shlex.quote(SRC_DIR)}${{{{PYTHONPATH:+:$PYTHONPATH}}}}; "
+    )
+    if not workflow.deployment_settings.deployment_method:
+        prefix += f"export PATH={shlex.quote(os.path.dirname(sys.executable))}:$PATH; "
+    return prefix
+
+
+shell.prefix(job_shell_prefix())
 
 RESULTS = "results"
 REAL_DATASETS = ("cifar10", "mnist", "imagenette")
