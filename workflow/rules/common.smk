@@ -85,6 +85,11 @@ def fixed_cell_params(config):
         raise config_error(f"{section}.{err.name}", str(err)) from None
 
 
+def is_path_component(text):
+    """Axis values become folder names `name~value` of a run's path."""
+    return text not in ("", ".", "..") and not any(ch in text for ch in PATH_UNSAFE)
+
+
 def grid_axes(config):
     """The axes in path order (core axes first, then the others in parameter order)."""
     grid = config["grid"]
@@ -92,17 +97,13 @@ def grid_axes(config):
     axes = {name: list(grid[name]) for name in order if name in grid}
     for name, values in axes.items():
         check_axis_values(f"grid.{name}", name, values)
-        for value in values:
-            if any(ch in str(value) for ch in PATH_UNSAFE) or str(value) in (
-                "",
-                ".",
-                "..",
-            ):
-                raise config_error(
-                    f"grid.{name}",
-                    f"{value!r} cannot be a path component (no slash or tilde); "
-                    "set it in params instead",
-                )
+        unsafe = [v for v in values if not is_path_component(str(v))]
+        if unsafe:
+            raise config_error(
+                f"grid.{name}",
+                f"{unsafe[0]!r} cannot be a folder name (no slash or tilde); "
+                "set it in params instead",
+            )
     return axes
 
 
