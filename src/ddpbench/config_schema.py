@@ -44,7 +44,15 @@ LAUNCH_AXES = {
     "world_size": {
         "type": "integer",
         "minimum": 1,
-        "description": "processes (ranks) of the cell: torchrun --nproc-per-node",
+        "description": "processes (ranks) of the cell, over all its nodes",
+    },
+    "nodes": {
+        "type": "integer",
+        "minimum": 1,
+        "description": (
+            "nodes of the cell (world_size / nodes ranks each; > 1 needs a SLURM "
+            "allocation, profiles/slurm); cells whose world_size is not a multiple are left out"
+        ),
     },
 }
 DEFAULT_IMAGES = {

@@ -21,7 +21,7 @@ def test_every_cell_parameter_is_an_axis_and_a_setting():
     props = config_schema.build_schema()["properties"]
     settings = {**props["timing"]["properties"], **props["params"]["properties"]}
     assert set(CellParams.names()) == set(settings)
-    assert set(CellParams.names()) | {"world_size"} == set(props["grid"]["properties"])
+    assert set(CellParams.names()) | set(config_schema.LAUNCH_AXES) == set(props["grid"]["properties"])
     for name, prop in settings.items():
         assert prop["default"] == getattr(CellParams(), name)
         assert prop["description"]

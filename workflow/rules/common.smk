@@ -91,9 +91,12 @@ def is_path_component(text):
 
 
 def grid_axes(config):
-    """The axes in path order (core axes first, then the others in parameter order)."""
+    """The axes in path order: the core axes (nodes after world_size), then the
+    others in parameter order."""
     grid = config["grid"]
-    order = list(CORE_AXES) + [n for n in CellParams.names() if n not in CORE_AXES]
+    order = list(CORE_AXES)
+    order.insert(order.index("world_size") + 1, "nodes")
+    order += [n for n in CellParams.names() if n not in order]
     axes = {name: list(grid[name]) for name in order if name in grid}
     for name, values in axes.items():
         check_axis_values(f"grid.{name}", name, values)
@@ -163,6 +166,12 @@ def expand_grid(axes, exclusions):
     names = list(axes)
     cells = [dict(zip(names, combo)) for combo in itertools.product(*axes.values())]
     kept = [cell for cell in cells if not cell_is_excluded(cell, exclusions)]
+    uneven = [c for c in kept if c["world_size"] % c.get("nodes", 1)]
+    if uneven:
+        logger.warning(
+            f"ddpbench: {len(uneven)} cell(s) left out: world_size is not a multiple of nodes"
+        )
+        kept = [c for c in kept if c not in uneven]
     for i, entry in enumerate(exclusions):
         if not any(
             all(value_matches(c[k], s) for k, s in entry.items()) for c in cells
@@ -215,13 +224,27 @@ def world_size_of(wildcards):
     return int(cell_of(wildcards)["world_size"])
 
 
+def nodes_of(wildcards):
+    return int(cell_of(wildcards).get("nodes", 1))
+
+
+def launch_topology(wildcards):
+    """Launcher flags for where the ranks run: ranks per node, and nodes if several."""
+    nodes = nodes_of(wildcards)
+    flags = f"--nproc-per-node {world_size_of(wildcards) // nodes}"
+    return flags + (f" --nnodes {nodes}" if nodes > 1 else "")
+
+
 def threads_for_cell(wildcards):
     """Cores a cell occupies: ranks x threads per rank (0 = one per rank)."""
     return world_size_of(wildcards) * max(1, cell_params(wildcards)["threads_per_rank"])
 
 
 def gpus_for_cell(wildcards):
-    return world_size_of(wildcards) if cell_params(wildcards)["device"] == "cuda" else 0
+    """GPUs per node: one per local rank."""
+    if cell_params(wildcards)["device"] != "cuda":
+        return 0
+    return world_size_of(wildcards) // nodes_of(wildcards)
 
 
 def runtime_minutes_for_cell(wildcards):

@@ -28,13 +28,13 @@ rule train:
         runtime=runtime_minutes_for_cell,
     params:
         run_dir=subpath(output.summary, parent=True),
-        world_size=world_size_of,
+        topology=launch_topology,
         flags=launcher_flags,
     shell:
         # The launcher clears an earlier attempt's files itself; its progress line goes
         # to the terminal as well as the log (the ranks' output is in run_dir/train.log).
-        "python -m ddpbench.launch --nproc-per-node {params.world_size}"
-        " --out {params.run_dir} {params.flags} > {log} 2>&1; "
+        "python -m ddpbench.launch {params.topology} --out {params.run_dir}"
+        " {params.flags} > {log} 2>&1; "
         "grep -h '^\\[ddpbench\\] ' {log} || echo '[ddpbench] {params.run_dir}: no progress line, see {log}'"
 
 
