@@ -146,6 +146,7 @@ def build_schema() -> dict[str, Any]:
         ),
         "type": "object",
         "additionalProperties": False,
+        "$defs": {"match": match_value},
         "properties": {
             "grid": {
                 "type": "object",
@@ -177,7 +178,9 @@ def build_schema() -> dict[str, Any]:
                     "type": "object",
                     "minProperties": 1,
                     "additionalProperties": False,
-                    "properties": {name: match_value for name in axis_names},
+                    "properties": {
+                        name: {"$ref": "#/$defs/match", "description": f"filter on {name}"} for name in axis_names
+                    },
                 },
             },
             "baseline": {

@@ -31,7 +31,7 @@ def test_every_key_has_type_description_and_axes_are_non_empty():
     def walk(schema, where):
         for name, prop in schema.get("properties", {}).items():
             assert "description" in prop, f"{where}.{name}"
-            assert "type" in prop or "anyOf" in prop, f"{where}.{name}"
+            assert {"type", "anyOf", "$ref"} & set(prop), f"{where}.{name}"
             walk(prop, f"{where}.{name}")
 
     schema = config_schema.build_schema()
