@@ -29,16 +29,20 @@ def git_commit() -> str | None:
     if os.environ.get("DDPBENCH_GIT_COMMIT"):
         return os.environ["DDPBENCH_GIT_COMMIT"]
     here = Path(__file__).resolve().parent
+    # An image's own installed copy has no checkout: it reports the commit the image was
+    # built from. A checkout whose git is unreadable (say, a worktree whose .git lies
+    # outside the container's mounts) reports None rather than the image's commit.
+    installed = "site-packages" in here.parts
+    fallback = (os.environ.get("DDPBENCH_IMAGE_REVISION") or None) if installed else None
     try:
         run = lambda *a: subprocess.run(["git", *a], cwd=here, capture_output=True, text=True, timeout=10)  # noqa: E731
         head = run("rev-parse", "HEAD")
         if head.returncode != 0:
-            # An image's own installed copy: the commit it was built from.
-            return os.environ.get("DDPBENCH_IMAGE_REVISION") or None
+            return fallback
         dirty = run("status", "--porcelain", "--untracked-files=no").stdout.strip()
         return head.stdout.strip() + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
-        return os.environ.get("DDPBENCH_IMAGE_REVISION") or None
+        return fallback
 
 
 def environment(backend: str | None, threads_per_rank: int | None) -> dict[str, Any]:

@@ -74,7 +74,7 @@ def test_summary_env_carries_name_and_digest(monkeypatch):
     assert sysinfo.environment(None, 1)["container_image"] == f"ddpbench-cpu:0.1.0@{DIGEST}"
 
 
-def test_image_revision_when_the_code_is_not_in_a_checkout(monkeypatch):
+def test_image_revision_only_for_the_images_installed_copy(monkeypatch):
     import subprocess
 
     from ddpbench import sysinfo
@@ -82,4 +82,7 @@ def test_image_revision_when_the_code_is_not_in_a_checkout(monkeypatch):
     monkeypatch.delenv("DDPBENCH_GIT_COMMIT", raising=False)
     monkeypatch.setenv("DDPBENCH_IMAGE_REVISION", "abc123")
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 128, "", "not a repo"))
+    # A checkout whose git cannot be read: unknown, not the image's commit.
+    assert sysinfo.git_commit() is None
+    monkeypatch.setattr(sysinfo, "__file__", "/opt/ddpbench/.venv/lib/python3.11/site-packages/ddpbench/sysinfo.py")
     assert sysinfo.git_commit() == "abc123"
