@@ -89,6 +89,18 @@ class StepTimer:
             self.phases[phase] += t - self._last
             self._last = t
 
+    def lap_split(self, parts: dict[str, float], rest: str) -> None:
+        """Close a lap that mixed phases: charge the measured `parts` (seconds) to their
+        phases and the remainder of the lap to `rest` (e.g. a pipeline step: forward and
+        backward compute measured per micro-batch, the idle rest is communication)."""
+        if self.enabled:
+            t = self.clock.now()
+            lap = t - self._last
+            for phase, seconds in parts.items():
+                self.phases[phase] += seconds
+            self.phases[rest] += lap - sum(parts.values())
+            self._last = t
+
     @property
     def total(self) -> float:
         return self._last - self.start

@@ -166,7 +166,9 @@ def execute(
     model = models.build(params.model, data.shape, data.classes).to(device)
     torch.manual_seed(params.seed + 1 + ranks.rank)  # then a per-rank stream (dropout, augmentation)
 
-    ctx = Context(params, ranks.rank, ranks.world, device, metrics.CommMeter(), metrics.Clock(device.type))
+    ctx = Context(
+        params, ranks.rank, ranks.world, device, metrics.CommMeter(), metrics.Clock(device.type), input_shape=data.shape
+    )
     # Approximate strategies: rank 0 replays `single` from the same start afterwards (untimed).
     initial = copy.deepcopy(model) if not strategy.exact and ranks.rank == 0 else None
     model = strategy.wrap(model, ctx)

@@ -1,7 +1,8 @@
 """The approximate and structurally different strategies at world size 2 (one launch):
 loss falls, ranks agree where they must, and the measured claims hold — fp16 halves
 ddp's bytes, ZeRO shards ddp's optimizer state, PowerSGD compresses, local SGD with
-sync_period=1 is synchronous SGD, the deviation from `single` is reported."""
+sync_period=1 is synchronous SGD, the pipeline equals single and reports its bubble, the
+deviation from `single` is reported."""
 
 import csv
 import json
@@ -18,7 +19,10 @@ CELLS = {
     "powersgd": "powersgd:mlp:powersgd_start_iter=2",
     "local_sgd": "local_sgd:mlp",
     "local_sgd_sync1": "local_sgd:mlp:sync_period=1",
+    "pipeline_mlp": "pipeline:mlp:micro_batches=2",
+    "pipeline_cnn": "pipeline:simple_cnn:micro_batches=5",
 }
+PIPELINES = ("pipeline_mlp", "pipeline_cnn")
 APPROXIMATE = ("ddp_fp16", "powersgd", "local_sgd", "local_sgd_sync1")
 
 
@@ -99,3 +103,27 @@ def test_local_sgd_rounds_and_sync_period_one_is_synchronous_sgd(runs):
     assert four["param_deviation_from_single"] > 1e-3  # local steps do drift
     # Bytes: one parameter all-reduce per round, so sync_period=4 sends a quarter.
     assert summary(runs["local_sgd"])["comm_bytes_per_step"] < one["comm_bytes_per_step"] / 2
+
+
+@pytest.mark.parametrize("key", PIPELINES)
+def test_pipeline_trains_like_single_and_measures_its_bubble(key, runs, cells_dir):
+    s = summary(runs[key])
+    extra = s["extra"]
+    last = losses(runs[key], rank=WORLD - 1)  # the loss lives on the last stage
+    assert s["train_loss_final"] < last[0]
+    # Equal micro-batches: the same update as single, up to rounding.
+    assert extra["param_deviation_from_single"] < 1e-4
+    assert extra["param_rank_max_abs_diff"] == 0.0  # after the final broadcast of the stages
+    # The stages hold different parts: their optimizer states are disjoint and make up the whole.
+    model = "mlp" if key == "pipeline_mlp" else "simple_cnn"
+    ddp = summary(cells_dir[WORLD] / f"ddp-{model}")["extra"]
+    assert extra["optimizer_state_bytes_total"] == ddp["optimizer_state_bytes"]
+    assert extra["optimizer_state_bytes"] < ddp["optimizer_state_bytes"]
+    m = s["params"]["micro_batches"]
+    assert extra["stages"] == WORLD and extra["micro_batches"] == m
+    assert extra["bubble_fraction_ideal"] == pytest.approx((WORLD - 1) / (m + WORLD - 1))
+    assert 0 < extra["bubble_fraction"] <= extra["bubble_fraction_max"] < 1
+    # Throughput counts the global batch once (on the last stage), activations are sent.
+    assert s["comm_bytes_per_step"] > 0 and s["samples_per_s"] > 0
+    with open(runs[key] / "steps_rank0.csv") as f:
+        assert {int(r["samples"]) for r in csv.DictReader(f)} == {0}

@@ -87,3 +87,14 @@ def test_comm_meter_resets():
 
 def test_peak_rss_is_positive():
     assert metrics.peak_rss_mb() > 1
+
+
+def test_step_timer_lap_split_charges_parts_and_the_rest():
+    timer = metrics.StepTimer(FakeClock())
+    timer.begin()
+    timer.lap("data")
+    timer.lap_split({"forward": 0.25, "backward": 0.5}, rest="comm")
+    lap = timer.total - timer.phases["data"]
+    assert timer.phases["forward"] == 0.25 and timer.phases["backward"] == 0.5
+    assert timer.phases["comm"] == pytest.approx(lap - 0.75)
+    assert sum(timer.phases.values()) == pytest.approx(timer.total)

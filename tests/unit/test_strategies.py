@@ -69,3 +69,27 @@ def test_allreduce_bytes_is_the_ring_volume():
     assert allreduce_bytes(1000, 1) == 0
     assert allreduce_bytes(1000, 2) == 1000
     assert allreduce_bytes(900, 3) == 1200
+
+
+def test_pipeline_ideal_bubble_and_balanced_cuts():
+    from ddpbench.strategies.pipeline import cut_points, ideal_bubble_fraction, layer_costs
+
+    assert ideal_bubble_fraction(2, 4) == pytest.approx(1 / 5)
+    assert ideal_bubble_fraction(4, 1) == pytest.approx(3 / 4)
+    assert ideal_bubble_fraction(1, 8) == 0
+    assert cut_points([0, 10, 0, 10, 0, 10, 0, 10], 2) == [0, 4]
+    assert cut_points([100, 1, 1, 1], 3) == [0, 1, 2]  # every stage gets a layer
+    mlp = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 5), torch.nn.ReLU(), torch.nn.Linear(5, 2))
+    assert layer_costs(mlp, torch.zeros(1, 3, 2, 2)) == [0, 60, 0, 10]
+    with pytest.raises(ValueError, match="layers"):
+        cut_points([1, 1], 3)
+
+
+def test_pipeline_refuses_models_without_a_layer_order():
+    from types import SimpleNamespace
+
+    from ddpbench.models import build
+
+    ctx = SimpleNamespace(params=SimpleNamespace(model="resnet18"))
+    with pytest.raises(ValueError, match="nn.Sequential"):
+        strategies.get("pipeline").wrap(build("resnet18", (3, 32, 32), 10), ctx)

@@ -46,6 +46,7 @@ class Context:
     clock: "Clock"
     instrument: bool = True  # False: the bare loop (benchmarks/instrumentation_overhead.py)
     state: dict[str, Any] = field(default_factory=dict)
+    input_shape: tuple[int, ...] = ()  # one sample's shape (C, H, W)
 
 
 class Strategy:
