@@ -128,11 +128,9 @@ def value_matches(value, spec):
     return True
 
 
-def cell_is_excluded(cell, exclusions):
-    return any(
-        all(value_matches(cell[key], spec) for key, spec in entry.items())
-        for entry in exclusions
-    )
+def filter_matches(cell, entry):
+    """A cell matches an exclude entry when it matches every key of it."""
+    return all(value_matches(cell[key], spec) for key, spec in entry.items())
 
 
 def check_exclusions(exclusions, axes):
@@ -165,18 +163,24 @@ def expand_grid(axes, exclusions):
     """Every combination of axis values that no exclusion drops, as a data frame."""
     names = list(axes)
     cells = [dict(zip(names, combo)) for combo in itertools.product(*axes.values())]
-    kept = [cell for cell in cells if not cell_is_excluded(cell, exclusions)]
-    uneven = [c for c in kept if c["world_size"] % c.get("nodes", 1)]
+    used = [False] * len(exclusions)
+    kept, uneven = [], 0
+    for cell in cells:
+        hits = [i for i, entry in enumerate(exclusions) if filter_matches(cell, entry)]
+        for i in hits:
+            used[i] = True
+        if hits:
+            continue
+        if cell["world_size"] % cell.get("nodes", 1):
+            uneven += 1
+            continue
+        kept.append(cell)
+    for i in (i for i, hit in enumerate(used) if not hit):
+        logger.warning(f"ddpbench: exclude[{i}] matches no cell of the grid")
     if uneven:
         logger.warning(
-            f"ddpbench: {len(uneven)} cell(s) left out: world_size is not a multiple of nodes"
+            f"ddpbench: {uneven} cell(s) left out: world_size is not a multiple of nodes"
         )
-        kept = [c for c in kept if c not in uneven]
-    for i, entry in enumerate(exclusions):
-        if not any(
-            all(value_matches(c[k], s) for k, s in entry.items()) for c in cells
-        ):
-            logger.warning(f"ddpbench: exclude[{i}] matches no cell of the grid")
     if not kept:
         raise config_error("exclude", "the exclusions drop every cell of the grid")
     return pd.DataFrame(kept, columns=names).astype(object)
