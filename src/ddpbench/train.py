@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 
 from ddpbench import data as datamod
-from ddpbench import metrics, models, strategies, sysinfo
+from ddpbench import autobatch, metrics, models, strategies, sysinfo
 from ddpbench.metrics import write_json
 from ddpbench.params import CellParams, ParamError
 from ddpbench.strategies.base import Context, Strategy
@@ -157,14 +157,17 @@ def execute(
     """Train one cell in an initialised process group; returns rank 0's summary."""
     t_start = time.perf_counter() if t_start is None else t_start
     strategy = strategies.get(params.strategy)
-    if params.batch_size == "auto":
-        raise NotImplementedError("batch_size=auto is not available yet; give an integer batch size")
-    global_batch, per_rank_batch = datamod.batch_sizes(params.batch_size, params.scaling, ranks.world)
-
     torch.manual_seed(params.seed)  # identical data and initial weights on every rank
     data = datamod.load(params)
     model = models.build(params.model, data.shape, data.classes).to(device)
     torch.manual_seed(params.seed + 1 + ranks.rank)  # then a per-rank stream (dropout, augmentation)
+    batch_size, auto = params.batch_size, None
+    if batch_size == "auto":
+        limit = len(data.train) // ranks.world
+        found = autobatch.search(model, data.shape, device, params.memory_budget_gb, limit, ranks.local_world)
+        auto = autobatch.agree(found, device)
+        batch_size = auto["chosen"] * (1 if params.scaling == "weak" else ranks.world)
+    global_batch, per_rank_batch = datamod.batch_sizes(batch_size, params.scaling, ranks.world)
 
     ctx = Context(
         params, ranks.rank, ranks.world, device, metrics.CommMeter(), metrics.Clock(device.type), input_shape=data.shape
@@ -229,6 +232,7 @@ def execute(
         "optimizer_state_bytes": max(state_bytes),  # the largest rank's
         "optimizer_state_bytes_total": sum(state_bytes),
         **extra,
+        **(autobatch.extra(auto) if auto else {}),
     }
     if initial is not None:
         extra.update(deviation_from_single(initial, bare, data, params, device, total_steps, global_batch))

@@ -21,6 +21,8 @@ CELLS = {
     "local_sgd_sync1": "local_sgd:mlp:sync_period=1",
     "pipeline_mlp": "pipeline:mlp:micro_batches=2",
     "pipeline_cnn": "pipeline:simple_cnn:micro_batches=5",
+    "auto_ddp": "ddp:mlp:batch_size=auto,memory_budget_gb=0.5",
+    "auto_pipeline": "pipeline:mlp:batch_size=auto",
 }
 PIPELINES = ("pipeline_mlp", "pipeline_cnn")
 APPROXIMATE = ("ddp_fp16", "powersgd", "local_sgd", "local_sgd_sync1")
@@ -127,3 +129,17 @@ def test_pipeline_trains_like_single_and_measures_its_bubble(key, runs, cells_di
     assert s["comm_bytes_per_step"] > 0 and s["samples_per_s"] > 0
     with open(runs[key] / "steps_rank0.csv") as f:
         assert {int(r["samples"]) for r in csv.DictReader(f)} == {0}
+
+
+@pytest.mark.parametrize("key", ["auto_ddp", "auto_pipeline"])
+def test_auto_batch_trains_with_the_agreed_power_of_two(key, runs):
+    s = summary(runs[key])
+    extra = s["extra"]
+    chosen = extra["auto_batch"]
+    assert s["params"]["batch_size"] == "auto"
+    assert chosen > 0 and chosen & (chosen - 1) == 0
+    # 96 training samples over 2 ranks: at most 48 per rank, so 32.
+    assert chosen == 32 and "capped" in extra["auto_batch_method"]
+    assert extra["auto_batch_tried"] == "1,2,4,8,16,32"
+    assert s["per_rank_batch"] == chosen and s["global_batch"] == chosen * WORLD
+    assert s["train_loss_final"] is not None and s["total_steps"] == 12
