@@ -88,6 +88,16 @@ def test_second_run_does_nothing(tiny_run):
     assert not re.search(r"rule train:", out)
 
 
+def test_adding_an_axis_value_plans_only_the_new_cells(tiny_run):
+    workdir, _ = tiny_run
+    config = write_config(workdir / "more", lambda c: c["grid"].update(batch_size=[16, 32]))
+    proc = snakemake(workdir, *TABLES, "--dry-run", configfile=config)
+    out = proc.stdout + proc.stderr
+    planned = re.findall(r"^\s*output: (results/runs/\S+)", out, re.M)
+    assert len(planned) == len(EXPECTED_CELLS), out[-3000:]
+    assert all("batch_size~32/" in path for path in planned)
+
+
 def test_deleting_one_run_reruns_only_that_cell(tiny_run):
     workdir, _ = tiny_run
     runs = summaries(workdir)
@@ -106,6 +116,7 @@ def test_deleting_one_run_reruns_only_that_cell(tiny_run):
 def write_config(workdir, change):
     config = yaml.safe_load(TINY.read_text())
     change(config)
+    workdir.mkdir(exist_ok=True)
     path = workdir / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
