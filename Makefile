@@ -1,0 +1,29 @@
+# Short names for the project's scripts (each also runs on its own with bash).
+.PHONY: main test test-unit test-integration test-workflow container slurm-test multinode-test cluster-test dryrun-bench overhead-bench
+
+main:              ## the default grid, then the report (prints its path)
+	bash scripts/main.sh
+
+test:              ## everything CI runs
+	bash scripts/test.sh
+
+test-unit test-integration test-workflow:
+	bash scripts/test.sh -m $(subst test-,,$@)
+
+container:         ## build the CPU image without a registry + smoke cell (~8 min)
+	bash containers/build.sh
+
+slurm-test:        ## one-node SLURM cluster on localhost, tiny grid (~5 min, root)
+	bash scripts/test_cluster.sh slurm
+
+multinode-test:    ## two network namespaces, 2-node cell, shaped links (~4 min, root)
+	bash scripts/test_cluster.sh multinode
+
+cluster-test:      ## both, plus a 2-node SLURM cluster (~12 min, root)
+	bash scripts/test_cluster.sh all
+
+dryrun-bench:      ## snakemake -n on the default grid and on 5,000 cells
+	bash -c 'source scripts/bootstrap.sh && python benchmarks/dryrun_scale.py'
+
+overhead-bench:    ## instrumented vs bare training loop, side by side
+	bash -c 'source scripts/bootstrap.sh && python benchmarks/instrumentation_overhead.py'
