@@ -6,7 +6,10 @@ import torch
 from ddpbench import strategies
 from ddpbench.strategies.base import BucketedSum, Strategy, allreduce_bytes, buckets, gradients
 
-EXPECTED = {"single", "gather_scatter", "allreduce", "bucketed_allreduce", "ring_allreduce", "ddp"}
+EXPECTED = {
+    "single", "gather_scatter", "allreduce", "bucketed_allreduce", "ring_allreduce", "ddp",
+    "ddp_fp16", "powersgd", "local_sgd", "pipeline", "zero",
+}  # fmt: skip
 
 
 def test_registry_lists_every_module_but_base():
