@@ -7,5 +7,7 @@ if ! command -v uv >/dev/null 2>&1 || [ "$(uv --version | cut -d' ' -f2)" != "$U
     python3 -m pip install --quiet --disable-pip-version-check "uv==$UV_VERSION"
     export PATH="$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))'):$(python3 -m site --user-base)/bin:$PATH"
 fi
-uv sync --locked --quiet
+# Compiled bytecode: every rank imports torch, and without .pyc files (or where
+# PYTHONDONTWRITEBYTECODE is set) each import recompiles thousands of modules (~10 s).
+uv sync --locked --compile-bytecode --quiet
 export PATH="$PWD/.venv/bin:$PATH"

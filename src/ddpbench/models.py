@@ -10,7 +10,6 @@ dropout, so strategies can be checked for exact equality with `single` on them.
 from __future__ import annotations
 
 import torch
-import torchvision
 from torch import nn
 
 SMALL = 64  # images below this side get the small-image stems
@@ -41,9 +40,17 @@ def simple_cnn(shape, classes):
     )  # fmt: skip
 
 
+def _torchvision_models():
+    """torchvision.models, imported on first use: it pulls in torch._dynamo, seconds of
+    start-up in every rank of cells that never use a torchvision architecture."""
+    from torchvision import models
+
+    return models
+
+
 def vgg11(shape, classes):
     c, h, w = shape
-    model = torchvision.models.vgg11(num_classes=classes)
+    model = _torchvision_models().vgg11(num_classes=classes)
     model.features[0] = nn.Conv2d(c, 64, 3, padding=1)
     if min(h, w) < SMALL:
         side = min(h, w)
@@ -60,7 +67,7 @@ def vgg11(shape, classes):
 
 def resnet18(shape, classes):
     c, h, w = shape
-    model = torchvision.models.resnet18(num_classes=classes)
+    model = _torchvision_models().resnet18(num_classes=classes)
     if min(h, w) < SMALL:
         model.conv1 = nn.Conv2d(c, 64, 3, stride=1, padding=1, bias=False)
         model.maxpool = nn.Identity()
@@ -71,7 +78,7 @@ def resnet18(shape, classes):
 
 def densenet121(shape, classes):
     c, h, w = shape
-    model = torchvision.models.densenet121(num_classes=classes)
+    model = _torchvision_models().densenet121(num_classes=classes)
     if min(h, w) < SMALL:
         model.features.conv0 = nn.Conv2d(c, 64, 3, stride=1, padding=1, bias=False)
         model.features.pool0 = nn.Identity()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import platform
 import socket
@@ -48,7 +49,6 @@ def git_commit() -> str | None:
 def environment(backend: str | None, threads_per_rank: int | None) -> dict[str, Any]:
     import psutil
     import torch
-    import torchvision
 
     cuda = torch.cuda.is_available()
     nccl = None
@@ -63,7 +63,7 @@ def environment(backend: str | None, threads_per_rank: int | None) -> dict[str, 
         "ram_gb": round(psutil.virtual_memory().total / 2**30, 2),
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "torchvision": torchvision.__version__,
+        "torchvision": importlib.metadata.version("torchvision"),  # without importing it
         "cuda": torch.version.cuda if cuda else None,
         "cudnn": torch.backends.cudnn.version() if cuda else None,
         "nccl": nccl,
