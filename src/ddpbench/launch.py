@@ -23,7 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ddpbench.params import CellParams, ParamError
+from ddpbench.params import CellParams
 
 REASON_CHARS = 2000
 KILL_WAIT_S = 10.0
@@ -38,12 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rdzv-endpoint", help="HOST:PORT of the c10d rendezvous (multi-node)")
     parser.add_argument("--grace-s", type=float, default=30.0, help="added to timeout_s for the wall-clock limit")
     parser.add_argument("--dump-params", type=Path, help="passed to ddpbench.train")
-    CellParams.add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        params = CellParams.from_namespace(args)
-    except ParamError as e:
-        parser.exit(2, f"error: {e}\n")
+    args, params = CellParams.parse_args(parser, argv)
     if args.nproc_per_node < 1 or args.nnodes < 1:
         parser.exit(2, "error: --nproc-per-node and --nnodes must be >= 1\n")
     if args.nnodes > 1 and not args.rdzv_endpoint:

@@ -129,6 +129,19 @@ class CellParams:
     def from_namespace(cls, ns: argparse.Namespace) -> "CellParams":
         return cls.from_mapping({name: getattr(ns, name) for name in cls.names()})
 
+    @classmethod
+    def parse_args(
+        cls, parser: argparse.ArgumentParser, argv: list[str] | None = None
+    ) -> tuple[argparse.Namespace, "CellParams"]:
+        """Add the cell flags to `parser`, parse `argv`, validate; a bad value exits 2
+        with the message naming the parameter (before anything expensive starts)."""
+        cls.add_arguments(parser)
+        args = parser.parse_args(argv)
+        try:
+            return args, cls.from_namespace(args)
+        except ParamError as e:
+            parser.exit(2, f"error: {e}\n")
+
 
 def _choices(f: dataclasses.Field) -> tuple[str, ...] | None:
     choices = f.metadata.get("choices")

@@ -32,7 +32,7 @@ import torch.distributed as dist
 from ddpbench import data as datamod
 from ddpbench import autobatch, metrics, models, strategies, sysinfo
 from ddpbench.metrics import write_json
-from ddpbench.params import CellParams, ParamError
+from ddpbench.params import CellParams
 from ddpbench.strategies.base import Context, Strategy
 
 TAIL_STEPS = 10  # final train loss/accuracy: sample-weighted over the last steps
@@ -67,12 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ddpbench.train", description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="run folder (summary.json, steps_rank*.csv)")
     parser.add_argument("--dump-params", type=Path, help="save the final bare model state dict (rank 0) here")
-    CellParams.add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        params = CellParams.from_namespace(args)
-    except ParamError as e:
-        parser.exit(2, f"error: {e}\n")
+    args, params = CellParams.parse_args(parser, argv)
     return run(params, args.out, args.dump_params)
 
 
