@@ -171,10 +171,12 @@ def cell_stats(runs: pd.DataFrame, n_boot: int = N_BOOT, seed: int = SEED) -> pd
 # -- speedup and efficiency --------------------------------------------------------------
 
 
-def speedup_table(runs: pd.DataFrame, n_boot: int = N_BOOT, seed: int = SEED) -> pd.DataFrame:
+def speedup_table(
+    runs: pd.DataFrame, n_boot: int = N_BOOT, seed: int = SEED, baseline_strategy: str = BASELINE_STRATEGY
+) -> pd.DataFrame:
     """Speedup and efficiency of every cell against its baseline, with bootstrap CIs.
 
-    Baseline: `single` at p = 1 with every other axis equal (settings that cannot matter
+    Baseline: `baseline_strategy` (default `single`) at p = 1 with every other axis equal (settings that cannot matter
     for it relaxed if needed); else the strategy's own p = 1 cell; else none (no row).
     For weak scaling the same ratio of epoch times is the scaled speedup p·t(1)/t(p).
     """
@@ -185,11 +187,11 @@ def speedup_table(runs: pd.DataFrame, n_boot: int = N_BOOT, seed: int = SEED) ->
     if ok.empty or "world_size" not in ok:
         return pd.DataFrame(columns=[*cols, *SPEEDUP_COLUMNS])
     p1 = ok[ok["world_size"] == 1]
-    single = p1[p1["strategy"] == BASELINE_STRATEGY] if "strategy" in p1 else p1
+    single = p1[p1["strategy"] == baseline_strategy] if "strategy" in p1 else p1
     own_cols = [c for c in cols if c not in LAUNCH_AXES]
     # Candidate baselines, most specific first: times of the matching runs per key.
-    candidates = [(other, _times_by(single, other), BASELINE_STRATEGY),
-                  (relaxed, _times_by(single, relaxed), BASELINE_STRATEGY),
+    candidates = [(other, _times_by(single, other), baseline_strategy),
+                  (relaxed, _times_by(single, relaxed), baseline_strategy),
                   (own_cols, _times_by(p1, own_cols), "own p=1")]  # fmt: skip
 
     rows = []
@@ -201,7 +203,7 @@ def speedup_table(runs: pd.DataFrame, n_boot: int = N_BOOT, seed: int = SEED) ->
             continue
         base, kind = found[0]
         t = g[TIME].to_numpy()
-        if p == 1 and (kind == "own p=1" or row.get("strategy") == BASELINE_STRATEGY):
+        if p == 1 and (kind == "own p=1" or row.get("strategy") == baseline_strategy):
             s = Interval(1.0, *((1.0, 1.0) if len(t) > 1 else (np.nan, np.nan)))  # the baseline itself
         else:
             s = bootstrap_ratio(base, t, n_boot, seed)
@@ -433,7 +435,12 @@ def fit_cost_model(g: pd.DataFrame, sweep: pd.DataFrame | None = None, predict_a
 FIT_COLUMNS = ["group", "law", "parameter", "p", "kind", "estimate", "ci_low", "ci_high", "n_points", "r2", "note"]
 
 
-def fits_table(runs: pd.DataFrame, speed: pd.DataFrame, comm: pd.DataFrame | None = None) -> pd.DataFrame:
+def fits_table(
+    runs: pd.DataFrame,
+    speed: pd.DataFrame,
+    comm: pd.DataFrame | None = None,
+    baseline_strategy: str = BASELINE_STRATEGY,
+) -> pd.DataFrame:
     """fits.csv: one row per group, law and parameter; predictions at 2× and 4× the largest
     measured p are rows of kind 'prediction'; fits without enough points say so, with no number."""
     rows: list[dict] = []
@@ -450,7 +457,7 @@ def fits_table(runs: pd.DataFrame, speed: pd.DataFrame, comm: pd.DataFrame | Non
     ok = runs[(runs["status"] == "ok") & runs[TIME].notna()]
     for key, sg in speed.groupby(gcols, dropna=False, sort=True):
         info = dict(zip(gcols, key))
-        if info.get("strategy") == BASELINE_STRATEGY and sg["world_size"].max() == 1:
+        if info.get("strategy") == baseline_strategy and sg["world_size"].max() == 1:
             continue  # the baseline itself: nothing scales
         grp = label(info, shown)
         mask = np.logical_and.reduce([ok[c].astype(str) == str(v) for c, v in info.items()]) if gcols else np.ones(len(ok), bool)
@@ -488,7 +495,7 @@ def fits_table(runs: pd.DataFrame, speed: pd.DataFrame, comm: pd.DataFrame | Non
             e = karp_flatt([r["speedup"], r["speedup_ci_high"], r["speedup_ci_low"]], r["world_size"])
             add("karp_flatt", "e", kind="measured", iv=Interval(*map(float, e)), p=int(r["world_size"]), n=int(r["n_repeats"]),
                 note="experimentally determined serial fraction")
-        step_base = _baseline_step_time(runs, info)
+        step_base = _baseline_step_time(runs, info, baseline_strategy)
         def cost_speedup(fit, q):
             t = fit.predictions[q]  # predicted step time; speedup falls as it rises
             return Interval(step_base / t.estimate, step_base / t.high, step_base / t.low) if step_base else Interval(np.nan)
@@ -497,12 +504,12 @@ def fits_table(runs: pd.DataFrame, speed: pd.DataFrame, comm: pd.DataFrame | Non
     return pd.DataFrame(rows).reindex(columns=[*FIT_COLUMNS[:1], *gcols, *FIT_COLUMNS[1:]])
 
 
-def _baseline_step_time(runs: pd.DataFrame, info: dict) -> float | None:
-    """Median step time of the `single` p = 1 runs matching the group (strong scaling:
+def _baseline_step_time(runs: pd.DataFrame, info: dict, baseline_strategy: str) -> float | None:
+    """Median step time of the baseline strategy's p = 1 runs matching the group (strong scaling:
     same global batch, hence the same number of steps per epoch)."""
     ok = runs[(runs["status"] == "ok") & (runs["world_size"] == 1)]
     if "strategy" in ok:
-        ok = ok[ok["strategy"] == BASELINE_STRATEGY]
+        ok = ok[ok["strategy"] == baseline_strategy]
     for c, v in info.items():
         if c != "strategy" and c not in IRRELEVANT_AT_BASELINE:
             ok = ok[ok[c].astype(str) == str(v)]

@@ -187,13 +187,13 @@ def build_schema() -> dict[str, Any]:
                 "type": "object",
                 "default": {"strategy": "single", "world_size": 1},
                 "description": (
-                    "Speedup baseline of a cell: the cell with these axis values and every "
-                    "other axis equal."
+                    "Speedup baseline of a cell: this strategy at world size 1 with every other "
+                    "axis equal (S(p) = T(1)/T(p) is defined against one worker)."
                 ),
                 "additionalProperties": False,
-                "minProperties": 1,
                 "properties": {
-                    name: {**values[name][0], "description": f"baseline {name}"} for name in axis_names
+                    "strategy": {**values["strategy"][0], "default": "single", "description": "baseline strategy"},
+                    "world_size": {"const": 1, "default": 1, "description": "speedup is measured against p = 1"},
                 },
             },
             "timing": {

@@ -188,7 +188,7 @@ DEFINITIONS = [
                "steps with the slowest rank per step; exposed communication is the part not hidden behind "
                "computation (equal to communication for blocking strategies)"),
     ("compute / comm", "(forward + backward + optimizer) / exposed communication"),
-    ("speedup", "S(p) = T_baseline / T_p with T the epoch time; baseline: `single` at p = 1 with every other axis "
+    ("speedup", "S(p) = T_baseline / T_p with T the epoch time; baseline: the baseline strategy (default `single`) at p = 1 with every other axis "
                 "equal (settings that cannot affect it relaxed), else the strategy's own p = 1 run"),
     ("scaled speedup", "weak scaling keeps the per-rank batch, so the same epoch takes p times fewer steps: "
                        "T_1/T_p = p·t_step(1)/t_step(p)"),
@@ -289,14 +289,15 @@ class Inputs:
     title: str = "ddpbench report"
     n_boot: int = A.N_BOOT
     sources: dict = field(default_factory=dict)
+    baseline_strategy: str = A.BASELINE_STRATEGY
 
 
 def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.Path = TEMPLATES) -> pathlib.Path:
     out.mkdir(parents=True, exist_ok=True)
     runs = inp.runs
     cells = A.cell_stats(runs, inp.n_boot)
-    speed = A.speedup_table(runs, inp.n_boot)
-    fits = A.fits_table(runs, speed, inp.comm)
+    speed = A.speedup_table(runs, inp.n_boot, baseline_strategy=inp.baseline_strategy)
+    fits = A.fits_table(runs, speed, inp.comm, inp.baseline_strategy)
     cells.to_csv(out / "cells.csv", index=False)
     speed.to_csv(out / "speedup.csv", index=False)
     fits.to_csv(out / "fits.csv", index=False)
@@ -349,11 +350,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="output folder")
     ap.add_argument("--title", default="ddpbench report")
     ap.add_argument("--bootstrap", type=int, default=A.N_BOOT, help="bootstrap resamples (default %(default)s)")
+    ap.add_argument("--baseline-strategy", default=A.BASELINE_STRATEGY,
+                    help="strategy whose world-size-1 runs are the speedup baseline (default %(default)s)")
     ap.add_argument("--no-pdf", action="store_true", help="write report.tex but do not run latexmk")
     args = ap.parse_args(argv)
     runs = A.load_runs(args.runs)
     inp = Inputs(runs, _read_optional(args.steps), _read_optional(args.comm), args.title, args.bootstrap,
-                 {"runs": args.runs, "steps": args.steps or "–", "comm": args.comm or "–"})  # fmt: skip
+                 {"runs": args.runs, "steps": args.steps or "–", "comm": args.comm or "–"},
+                 args.baseline_strategy)  # fmt: skip
     path = build(inp, pathlib.Path(args.out), pdf=not args.no_pdf)
     print(path)
     return 0

@@ -96,6 +96,14 @@ def test_speedup_falls_back_to_own_p1_without_single():
     assert sp.loc[("ddp", 2), "baseline"] == "own p=1"
 
 
+def test_configured_baseline_strategy_is_used():
+    runs = _table({("single", 1): [10.0], ("allreduce", 1): [12.0], ("ddp", 2): [6.0]})
+    sp = A.speedup_table(runs, baseline_strategy="allreduce").set_index(["strategy", "world_size"])
+    assert sp.loc[("ddp", 2), "speedup"] == pytest.approx(2.0)
+    assert sp.loc[("ddp", 2), "baseline"] == "allreduce"
+    assert A.speedup_table(runs).set_index(["strategy", "world_size"]).loc[("ddp", 2), "speedup"] == pytest.approx(10 / 6)
+
+
 def test_bootstrap_one_repeat_gives_no_interval():
     iv = A.bootstrap_median([3.0])
     assert iv.estimate == 3.0 and np.isnan(iv.low) and np.isnan(iv.high)

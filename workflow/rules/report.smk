@@ -47,6 +47,8 @@ rule report:
         image_for_host()
     params:
         out_dir=subpath(output.html, parent=True),
+        baseline_strategy=config["baseline"]["strategy"],
     shell:
         "python -m ddpbench.report --runs {input.runs} --steps {input.steps}"
+        " --baseline-strategy {params.baseline_strategy}"
         " --out {params.out_dir} > {log} 2>&1"
