@@ -193,7 +193,7 @@ def build_schema() -> dict[str, Any]:
                 "additionalProperties": False,
                 "properties": {
                     "strategy": {**values["strategy"][0], "default": "single", "description": "baseline strategy"},
-                    "world_size": {"const": 1, "default": 1, "description": "speedup is measured against p = 1"},
+                    "world_size": {"type": "integer", "const": 1, "default": 1, "description": "speedup is measured against p = 1"},
                 },
             },
             "timing": {

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from ddpbench.commfit import COLLECTIVES, CSV_COLUMNS, busbw_factor, fit_latency_bandwidth
+from ddpbench.commfit import COLLECTIVES, CSV_COLUMNS, busbw_factor
 
 
 def torchrun_sweep(tmp_path, nproc, *flags, check=True):
@@ -55,8 +55,9 @@ def test_sweep_world_size_2_all_collectives(tmp_path):
     assert len(memcpy) == 1 and int(memcpy[0]["bytes"]) == 65536
     # The table on stdout (rank 0 only) has a line per row.
     assert proc.stdout.count("ring_all_reduce ") == 15
-    fit = fit_latency_bandwidth(rows, "all_reduce")
-    assert fit.alpha_s > 0 and fit.bandwidth_bps > 0
+    # No alpha-B fit here: up to 64 KiB gloo on loopback is latency-bound, so the bandwidth
+    # term is below the noise (a quiet machine fitted a negative slope). The fit is tested
+    # on synthetic sweeps with known alpha and B in tests/unit/test_commfit.py.
 
 
 def test_sweep_world_size_3_reductions(tmp_path):
