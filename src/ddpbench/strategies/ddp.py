@@ -23,7 +23,6 @@ from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
-from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
 from ddpbench.metrics import interval_union
@@ -64,7 +63,7 @@ class DDP(Strategy):
         group = CountingGroup(dist.group.WORLD, ctx) if ctx.instrument else None
         hook = self.comm_hook(group, ctx)
         if ctx.instrument:
-            state, inner = hook or (group, default_hooks.allreduce_hook)
+            state, inner = hook or (group, None)
             ddp.register_comm_hook(state, self._timed(inner, ctx))
         elif hook is not None:
             ddp.register_comm_hook(*hook)
@@ -73,18 +72,24 @@ class DDP(Strategy):
     def bare(self, model):
         return model.module
 
-    def _timed(self, inner: Hook, ctx: Context) -> Hook:
+    def _timed(self, inner: Hook | None, ctx: Context) -> Hook:
         spans = ctx.state.setdefault("ddp_spans", [])
         clock = ctx.clock
 
         def timed_hook(state, bucket):
             start = clock.stamp()
+            if inner is None:  # plain all-reduce: one callback, not allreduce_hook's two
+                buf = bucket.buffer().div_(ctx.world)
+                fut = dist.all_reduce(buf, group=state, async_op=True).get_future()
+            else:
+                fut = inner(state, bucket)
 
-            def done(fut):
+            def done(f):
                 spans.append((start, clock.stamp()))
-                return fut.value()
+                value = f.value()
+                return value[0] if inner is None else value
 
-            return inner(state, bucket).then(done)
+            return fut.then(done)
 
         return timed_hook
 
