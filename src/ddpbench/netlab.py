@@ -41,6 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from ddpbench.metrics import write_json
+
 SUBNET_PREFIX = "198.18.0."  # RFC 2544 benchmarking range; never any other address
 ADDRESSES = (SUBNET_PREFIX + "1", SUBNET_PREFIX + "2")
 IFNAME = "ddpb0"  # the veth end's name inside each namespace
@@ -316,9 +318,7 @@ def _tag_link(out: Path, link: Link) -> dict:
     path = out / "summary.json"
     summary = json.loads(path.read_text())
     summary.setdefault("extra", {})["link"] = link.name
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(summary, indent=2))
-    os.replace(tmp, path)
+    write_json(path, summary)
     return summary
 
 
