@@ -26,25 +26,9 @@ import re
 import sys
 from typing import Any, Iterable, Iterator
 
+from ddpbench.metrics import STEP_COLUMNS  # one definition: the harness writes these
 from ddpbench.params import CellParams
 
-STEP_COLUMNS = (
-    "step",
-    "epoch",
-    "rank",
-    "timed",
-    "data_s",
-    "forward_s",
-    "backward_s",
-    "comm_s",
-    "exposed_comm_s",
-    "optimizer_s",
-    "total_s",
-    "loss",
-    "samples",
-    "comm_calls",
-    "comm_bytes",
-)
 STEP_KEYS = (
     "run_dir",
     "repeat",

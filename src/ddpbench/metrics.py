@@ -2,7 +2,10 @@
 memory peaks, and the summary statistics of summary.json (pure functions, unit-tested).
 
 Definitions follow DESIGN.md: a step's time is the maximum over ranks; the first step and
-the warm-up steps are excluded from every timed figure.
+the warm-up steps are excluded from every timed figure. Phases partition a step: they are
+read from one rank's timeline, the pacing rank (the one with the most computation, the
+rank the others wait for), never as a per-phase maximum over ranks (which would take the
+slow rank's compute and the fast rank's waiting, and add up to more than the step).
 """
 
 from __future__ import annotations
@@ -20,8 +23,28 @@ from typing import Any, Iterable, Sequence
 PHASES = ("data", "forward", "backward", "comm", "optimizer")
 STEP_COLUMNS = (
     "step", "epoch", "rank", "timed", "data_s", "forward_s", "backward_s", "comm_s", "exposed_comm_s",
-    "optimizer_s", "total_s", "loss", "samples", "comm_calls", "comm_bytes",
+    "optimizer_s", "other_s", "total_s", "loss", "samples", "comm_calls", "comm_bytes",
 )  # fmt: skip
+# A rank's own work in a step (what a slower rank makes the others wait for).
+COMPUTE_PHASES = ("data", "forward", "backward", "optimizer")
+
+# Bytes the busiest rank sends per step, per byte of gradient M, as a function of the
+# world size p: the volume law of each strategy's communication (the cost model scales
+# measured bytes with it). Written so that p may be a number or a numpy array.
+COMM_VOLUME = {
+    "allreduce": lambda p: 2 * (p - 1) / p,  # ring all-reduce (nccl-tests' bus convention)
+    "gather_scatter": lambda p: p - 1,  # the root sends every worker the sum
+    "allreduce_allgather": lambda p: 3 * (p - 1) / p,  # ZeRO-1: gradients + parameter all-gather
+    "point_to_point": lambda p: p * 0 + 1,  # pipeline activations: per stage, not per p
+    "none": lambda p: p * 0,
+}
+
+
+def comm_volume_factor(law: str, p):
+    """Bytes sent by the busiest rank per byte of M at world size p under `law`."""
+    if law not in COMM_VOLUME:
+        raise ValueError(f"unknown communication volume law {law!r}; known: {', '.join(COMM_VOLUME)}")
+    return COMM_VOLUME[law](p)
 
 
 class Clock:
@@ -107,8 +130,10 @@ class StepTimer:
 
 
 class CommMeter:
-    """Communication of the current step: calls, bytes this rank sent, and the time of
-    communication overlapped with computation (reported by strategies such as DDP)."""
+    """Communication of the current step: calls, bytes this rank sent, and communication
+    timed inside another phase (`hidden[phase] = [comm_s, exposed_s]`): DDP's buckets run
+    inside backward, ZeRO's parameter broadcast inside the optimizer step. The loop moves
+    the exposed part out of that phase into exposed communication."""
 
     def __init__(self) -> None:
         self.reset()
@@ -116,16 +141,25 @@ class CommMeter:
     def reset(self) -> None:
         self.calls = 0
         self.bytes = 0
-        self.overlapped_comm_s = 0.0
-        self.overlapped_exposed_s = 0.0
+        self.hidden: dict[str, list[float]] = {}
 
     def add(self, calls: int = 1, nbytes: int = 0) -> None:
         self.calls += calls
         self.bytes += nbytes
 
-    def overlapped(self, comm_s: float, exposed_s: float) -> None:
-        self.overlapped_comm_s += comm_s
-        self.overlapped_exposed_s += exposed_s
+    def overlapped(self, comm_s: float, exposed_s: float, phase: str = "backward") -> None:
+        """Communication of `comm_s` seconds inside `phase`, `exposed_s` of it not hidden."""
+        acc = self.hidden.setdefault(phase, [0.0, 0.0])
+        acc[0] += comm_s
+        acc[1] += exposed_s
+
+    def blocking(self, seconds: float, phase: str) -> None:
+        """Communication that blocked inside `phase`: all of it exposed."""
+        self.overlapped(seconds, seconds, phase)
+
+    @property
+    def hidden_comm_s(self) -> float:
+        return sum(c for c, _ in self.hidden.values())
 
 
 def interval_union(intervals: Iterable[tuple[float, float]]) -> float:
@@ -160,13 +194,14 @@ METRIC_KEYS = (
     "step_time_median_s", "step_time_mean_s", "step_time_p95_s", "samples_per_s", "epoch_time_s",
     "timed_wall_s", "wall_time_s",
     "phase_data_s", "phase_forward_s", "phase_backward_s", "phase_comm_s", "phase_exposed_comm_s",
-    "phase_optimizer_s", "phase_total_s",
+    "phase_optimizer_s", "phase_other_s", "phase_total_s", "phase_imbalance_s",
     "frac_data", "frac_forward", "frac_backward", "frac_comm", "frac_exposed_comm", "frac_optimizer",
+    "frac_other", "frac_imbalance",
     "compute_comm_ratio", "comm_calls_per_step", "comm_bytes_per_step", "rank_skew",
     "peak_rss_mb", "peak_rss_mb_per_rank", "cuda_max_allocated_mb",
     "train_loss_final", "train_acc_final", "test_loss", "test_acc", "param_norm",
 )  # fmt: skip
-SUMMARY_PHASES = ("data", "forward", "backward", "comm", "exposed_comm", "optimizer", "total")
+SUMMARY_PHASES = ("data", "forward", "backward", "comm", "exposed_comm", "optimizer", "other")
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -177,23 +212,40 @@ def percentile(values: Sequence[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
+def compute_s(record: dict) -> float:
+    """A rank's own work in one step: everything but communication and bookkeeping."""
+    return sum(record[f"{phase}_s"] for phase in COMPUTE_PHASES)
+
+
 def step_statistics(
-    rank_records: Sequence[Sequence[dict]], timed_wall_s: float | None, steps_per_epoch: int
+    rank_records: Sequence[Sequence[dict]], timed_wall_s: float | None, dataset_size: int
 ) -> dict[str, Any]:
-    """Timed-step statistics over all ranks' step records (rank_records[r][i] = rank r, step i)."""
+    """Timed-step statistics over all ranks' step records (rank_records[r][i] = rank r, step i).
+
+    Per step: the step time is the slowest rank's total; the phases are the pacing rank's
+    (most computation), and `other` is the rest of the step time (its bookkeeping, plus
+    the gap to the slowest total), so data + forward + backward + exposed_comm + optimizer
+    + other = step time. `imbalance` is the spread of computation over ranks (max − min):
+    the time the fastest rank waits for the slowest, which blocking collectives hide inside
+    the fast rank's communication. Epoch time is fixed work: dataset_size / throughput.
+    """
     steps = list(zip(*rank_records))
     timed = [ranks for ranks in steps if all(r["timed"] for r in ranks)]
     out: dict[str, Any] = {"total_steps": len(steps), "timed_steps": len(timed)}
     if not timed:
         return out
     step_time = [max(r["total_s"] for r in ranks) for ranks in timed]
+    pacing = [max(ranks, key=compute_s) for ranks in timed]
     out["step_time_median_s"] = statistics.median(step_time)
     out["step_time_mean_s"] = statistics.fmean(step_time)
     out["step_time_p95_s"] = percentile(step_time, 95)
-    for phase in SUMMARY_PHASES:
-        out[f"phase_{phase}_s"] = sum(max(r[f"{phase}_s"] for r in ranks) for ranks in timed)
-    total = out["phase_total_s"]
     for phase in SUMMARY_PHASES[:-1]:
+        out[f"phase_{phase}_s"] = sum(r[f"{phase}_s"] for r in pacing)
+    out["phase_other_s"] = sum(r.get("other_s", 0.0) + t - r["total_s"] for r, t in zip(pacing, step_time))
+    out["phase_total_s"] = total = sum(step_time)
+    spread = [(max(map(compute_s, ranks)) - min(map(compute_s, ranks)), compute_s(p)) for ranks, p in zip(timed, pacing)]
+    out["phase_imbalance_s"] = sum(gap for gap, _ in spread)
+    for phase in (*SUMMARY_PHASES, "imbalance"):
         out[f"frac_{phase}"] = out[f"phase_{phase}_s"] / total if total > 0 else None
     compute = out["phase_forward_s"] + out["phase_backward_s"] + out["phase_optimizer_s"]
     exposed = out["phase_exposed_comm_s"]
@@ -202,14 +254,13 @@ def step_statistics(
     # Per step, the busiest rank (gather_scatter's root sends p-1 times a worker's bytes).
     out["comm_calls_per_step"] = statistics.fmean(max(r["comm_calls"] for r in ranks) for ranks in timed)
     out["comm_bytes_per_step"] = statistics.fmean(max(r["comm_bytes"] for r in ranks) for ranks in timed)
-    out["rank_skew"] = statistics.median(
-        (max(t) - min(t)) / max(t) if max(t) > 0 else 0.0 for t in ([r["total_s"] for r in ranks] for ranks in timed)
-    )
+    # Compute imbalance relative to the slowest rank's computation (0: perfectly balanced).
+    out["rank_skew"] = statistics.median(gap / work if work > 0 else 0.0 for gap, work in spread)
     if timed_wall_s:
         samples = sum(r["samples"] for ranks in timed for r in ranks)
         out["timed_wall_s"] = timed_wall_s
         out["samples_per_s"] = samples / timed_wall_s
-        out["epoch_time_s"] = timed_wall_s / len(timed) * steps_per_epoch
+        out["epoch_time_s"] = dataset_size / out["samples_per_s"]
     return out
 
 

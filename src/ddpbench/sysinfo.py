@@ -23,6 +23,65 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def loadavg() -> float | None:
+    """The machine's 1-minute load average (None where the OS has none)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
+
+
+def machine_busy_s() -> float | None:
+    """CPU seconds the whole machine has spent busy since boot (all cores; /proc/stat)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()[1:]
+    except OSError:
+        return None
+    # user nice system idle iowait irq softirq steal ...: busy = all but idle and iowait
+    ticks = [int(x) for x in fields[:8]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_s() -> float:
+    """CPU seconds of this process and its live children (DataLoader workers)."""
+    import psutil
+
+    me = psutil.Process()
+    total = sum(me.cpu_times()[:2])
+    for child in me.children(recursive=True):
+        try:
+            total += sum(child.cpu_times()[:2])
+        except psutil.Error:  # exited meanwhile
+            pass
+    return total
+
+
+def cpu_snapshot() -> dict[str, Any]:
+    """One rank's reading at the start or end of its timed steps (see `other_cpu`)."""
+    return {"host": socket.gethostname(), "machine_busy_s": machine_busy_s(), "own_s": own_cpu_s()}
+
+
+def other_cpu(readings: list[dict[str, Any]], timed_wall_s: float | None) -> dict[str, Any]:
+    """CPU time other processes took while the ranks were timed: per host, the machine's
+    busy time minus the ranks' own, from each rank's start and end snapshots. other_cpu_frac
+    is that time over the cores' capacity during the timed wall time (0: a quiet machine;
+    0.5: half of the machine was busy with something else)."""
+    hosts: dict[str, list[float]] = {}
+    for r in readings:
+        start, end = r.get("start"), r.get("end")
+        if not start or not end or start["machine_busy_s"] is None or end["machine_busy_s"] is None:
+            return {"other_cpu_s": None, "other_cpu_frac": None}
+        busy, own = hosts.setdefault(start["host"], [0.0, 0.0])
+        # Every rank of a host read the same machine counter: keep the widest window.
+        hosts[start["host"]] = [max(busy, end["machine_busy_s"] - start["machine_busy_s"]), own + end["own_s"] - start["own_s"]]
+    if not hosts or not timed_wall_s:
+        return {"other_cpu_s": None, "other_cpu_frac": None}
+    other = sum(max(0.0, busy - own) for busy, own in hosts.values())
+    capacity = timed_wall_s * (os.cpu_count() or 1) * len(hosts)  # /proc/stat counts every core
+    return {"other_cpu_s": round(other, 3), "other_cpu_frac": round(other / capacity, 4)}
+
+
 def git_commit() -> str | None:
     """The project's commit (+"-dirty" with uncommitted changes); DDPBENCH_GIT_COMMIT wins,
     for containers that carry no .git. Code outside a checkout (an image's installed copy)

@@ -18,6 +18,7 @@ import collections
 import copy
 import csv
 import datetime
+import math
 import os
 import sys
 import time
@@ -36,6 +37,7 @@ from ddpbench.params import CellParams
 from ddpbench.strategies.base import Context, Strategy
 
 TAIL_STEPS = 10  # final train loss/accuracy: sample-weighted over the last steps
+MAX_TIMING_CHECKS = 4  # times the ranks agree on more steps for min_timed_s (the pace may drift)
 REASON_CHARS = 2000
 
 
@@ -151,6 +153,7 @@ def execute(
 ) -> dict[str, Any] | None:
     """Train one cell in an initialised process group; returns rank 0's summary."""
     t_start = time.perf_counter() if t_start is None else t_start
+    load_start = sysinfo.loadavg()
     strategy = strategies.get(params.strategy)
     torch.manual_seed(params.seed)  # identical data and initial weights on every rank
     data = datamod.load(params)
@@ -174,9 +177,10 @@ def execute(
     shard, shards = strategy.data_shard(ctx)
     sampler = datamod.ShardedBatchSampler(len(data.train), global_batch, shard, shards, params.seed)
     loader = datamod.train_loader(data, sampler, params.num_workers, pin_memory=device.type == "cuda")
-    total_steps = params.max_steps or params.epochs * len(sampler)
+    first_timed = strategy.steady_step(ctx) + 1 + params.warmup_steps
+    total_steps = planned_steps(params, len(sampler), first_timed)
 
-    run = train_loop(model, optimizer, strategy, ctx, loader, sampler, total_steps, global_batch)
+    run = train_loop(model, optimizer, strategy, ctx, loader, sampler, total_steps, global_batch, first_timed=first_timed)
     bare = strategy.bare(model)
     test = evaluate(bare, data, ranks, device, per_rank_batch)
     flat = models.flat_parameters(bare)
@@ -188,6 +192,7 @@ def execute(
         "peak_rss_mb": metrics.peak_rss_mb(),
         "cuda_max_allocated_mb": metrics.cuda_max_allocated_mb(device),
         "optimizer_state_bytes": strategy.optimizer_state_bytes(optimizer),
+        "cpu": run.cpu,
     }
     spread = rank_spread(flat)
     extra = strategy.extra(model, ctx)
@@ -199,9 +204,8 @@ def execute(
         dump_params.parent.mkdir(parents=True, exist_ok=True)
         torch.save({k: v.detach().cpu() for k, v in bare.state_dict().items()}, dump_params)
 
-    stats = metrics.step_statistics(
-        [p["records"] for p in payloads], max(p["timed_wall_s"] or 0.0 for p in payloads), len(sampler)
-    )
+    timed_wall = max(p["timed_wall_s"] or 0.0 for p in payloads)
+    stats = metrics.step_statistics([p["records"] for p in payloads], timed_wall, len(data.train))
     loss_sum, correct, n = (sum(p["tail"][i] for p in payloads) for i in range(3))
     t_loss, t_correct, t_n = (sum(p["test"][i] for p in payloads) for i in range(3))
     cuda_mb = [p["cuda_max_allocated_mb"] for p in payloads if p["cuda_max_allocated_mb"] is not None]
@@ -220,8 +224,14 @@ def execute(
         param_norm=float(flat.norm()),
     )
     state_bytes = [p["optimizer_state_bytes"] for p in payloads]
+    short = stats["timed_steps"] < params.min_timed_steps or (stats.get("timed_wall_s") or 0.0) < params.min_timed_s
     extra = {
         "steps_per_epoch": len(sampler),
+        "first_timed_step": first_timed,
+        "steps_run": run.steps,
+        "measurement_short": short,  # max_steps or the timeout stopped it before the minimums
+        "comm_volume": strategy.comm_volume,
+        "oversubscribed": oversubscribed(threads or 1, ranks.local_world),
         "model_parameters": flat.numel(),
         "param_rank_max_abs_diff": spread,
         "optimizer_state_bytes": max(state_bytes),  # the largest rank's
@@ -230,10 +240,12 @@ def execute(
         **(autobatch.extra(auto) if auto else {}),
     }
     if initial is not None:
-        extra.update(deviation_from_single(initial, bare, data, params, device, total_steps, global_batch))
+        extra.update(deviation_from_single(initial, bare, data, params, device, run.steps, global_batch))
         extra["accuracy_reached"] = stats["test_acc"]
     reason = "" if stats["timed_steps"] else "no timed steps: total steps <= 1 + warmup_steps"
     env = sysinfo.environment(dist.get_backend() if dist.is_initialized() else None, threads)
+    env.update(loadavg_start=load_start, loadavg_end=sysinfo.loadavg())
+    env.update(sysinfo.other_cpu([p["cpu"] for p in payloads], timed_wall))
     return metrics.make_summary("ok", reason, params.as_dict(), ranks.world, ranks.nodes, env, stats, extra)
 
 
@@ -278,6 +290,8 @@ class LoopResult:
         self.records: list[dict[str, Any]] = []
         self.timed_wall_s: float | None = None
         self.last = collections.deque(maxlen=TAIL_STEPS)  # (loss, correct, samples) per step
+        self.steps = 0  # steps run (the plan, extended to the timing minimums)
+        self.cpu: dict[str, Any] = {}  # CPU time during the timed steps (sysinfo.cpu_snapshot)
 
     def tail(self) -> tuple[float, int, int]:
         """Sums over the last steps: (loss x samples, correct, samples)."""
@@ -286,6 +300,37 @@ class LoopResult:
             sum(int(c) for _, c, _ in self.last),
             sum(n for _, _, n in self.last),
         )
+
+
+def planned_steps(params: CellParams, steps_per_epoch: int, first_timed: int) -> int:
+    """Steps planned before the run: `epochs` of work, extended so that `min_timed_steps`
+    steps are timed, capped by `max_steps` (0: no cap). `min_timed_s` may add more later."""
+    steps = max(params.epochs * steps_per_epoch, first_timed + params.min_timed_steps)
+    return min(steps, params.max_steps) if params.max_steps else steps
+
+
+def more_steps(params: CellParams, timed_steps: int, timed_s: float, elapsed_s: float, step: int) -> int:
+    """Steps to add at the end of the plan so that the timed steps last `min_timed_s`,
+    from the pace so far (10 % margin; the loop checks again, up to MAX_TIMING_CHECKS), within `max_steps` and half the cell's timeout
+    (the rest is left for evaluation and the summary)."""
+    if timed_steps == 0 or timed_s >= params.min_timed_s:
+        return 0
+    per_step = timed_s / timed_steps
+    want = math.ceil(1.1 * (params.min_timed_s - timed_s) / per_step) if per_step > 0 else 0
+    budget = int((0.5 * params.timeout_s - elapsed_s) / per_step) if per_step > 0 else 0
+    n = min(want, budget)
+    if params.max_steps:
+        n = min(n, params.max_steps - step)
+    return max(n, 0)
+
+
+def _agreed_max(values: list[float], device: torch.device) -> list[float]:
+    """Element-wise maximum over ranks (one collective), so every rank decides alike."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return values
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.tolist()
 
 
 def train_loop(
@@ -298,8 +343,12 @@ def train_loop(
     total_steps: int,
     global_batch: int,
     first_step: int = 0,
+    first_timed: int | None = None,
 ) -> LoopResult:
-    """Steps first_step .. total_steps-1 (epochs follow from the sampler's length).
+    """Steps first_step .. total_steps-1 (epochs follow from the sampler's length); when
+    instrumented, steps from `first_timed` on are timed, and at the end of the plan the
+    ranks agree (one collective, outside the timed wall) on how many more steps the
+    timing minimum `min_timed_s` needs (again at the end of those, a few times at most).
 
     With ctx.instrument False this is the bare loop: no device synchronisation, no
     timers, no records (benchmarks/instrumentation_overhead.py compares the two).
@@ -307,55 +356,77 @@ def train_loop(
     result = LoopResult()
     timer = metrics.StepTimer(ctx.clock, ctx.instrument)
     meter, device, instrument = ctx.meter, ctx.device, ctx.instrument
-    first_timed = 1 + ctx.params.warmup_steps
+    first_timed = 1 + ctx.params.warmup_steps if first_timed is None else first_timed
     inject = _injection(ctx.rank)
-    timed_start = None
+    timed_start, paused, checks = None, 0.0, 0 if instrument else MAX_TIMING_CHECKS
+    loop_start = time.perf_counter()
     model.train()
-    step = first_step
-    epoch = step // len(sampler)
-    while step < total_steps:
-        sampler.set_epoch(epoch)
-        batches = iter(loader)
-        for _ in range(step % len(sampler), len(sampler)):
+    step, epoch, batches = first_step, None, None
+    while True:
+        if step >= total_steps:
+            if checks >= MAX_TIMING_CHECKS or timed_start is None:
+                break
+            # End of the plan: enough timed seconds? (Untimed: the pause is excluded.)
+            pause = time.perf_counter()
+            timed_s = timer.total + timer.start - timed_start - paused
+            timed_s, elapsed = _agreed_max([timed_s, pause - loop_start], device)
+            total_steps += more_steps(ctx.params, step - first_timed, timed_s, elapsed, step)
+            checks += 1
+            paused += time.perf_counter() - pause
             if step >= total_steps:
                 break
-            if inject and inject[1] == step:
-                _inject(inject[0], ctx.rank, step)
-            timer.begin()
-            x, y = next(batches)
-            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            timer.lap("data")
-            scale = ctx.world * len(y) / global_batch
-            loss, correct = strategy.forward_backward(model, x, y, scale, timer)
-            samples = strategy.counted_samples(len(y), ctx)
-            strategy.sync_gradients(model, ctx)
-            timer.lap("comm")
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            timer.lap("optimizer")
-            strategy.after_step(model, optimizer, ctx)
-            timer.lap("comm")
-            result.last.append((loss, correct, samples))
-            if instrument:
-                timed = step >= first_timed
-                if timed and timed_start is None:
-                    timed_start = timer.start
-                result.records.append(_record(step, epoch, ctx.rank, timed, timer, meter, float(loss), samples))
-                meter.reset()
-            step += 1
-        epoch += 1
+        if step // len(sampler) != epoch:  # a new epoch: the sampler reshuffles
+            epoch = step // len(sampler)
+            sampler.set_epoch(epoch)
+            batches = iter(loader)
+        if inject and inject[1] == step:
+            _inject(inject[0], ctx.rank, step)
+        timed = instrument and step >= first_timed
+        if timed and timed_start is None:
+            result.cpu["start"] = sysinfo.cpu_snapshot()
+        timer.begin()
+        if timed and timed_start is None:
+            timed_start = timer.start
+        x, y = next(batches)
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        timer.lap("data")
+        scale = ctx.world * len(y) / global_batch
+        loss, correct = strategy.forward_backward(model, x, y, scale, timer)
+        samples = strategy.counted_samples(len(y), ctx)
+        strategy.sync_gradients(model, ctx)
+        timer.lap("comm")
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        timer.lap("optimizer")
+        strategy.after_step(model, optimizer, ctx)
+        timer.lap("comm")
+        result.last.append((loss, correct, samples))
+        if instrument:
+            result.records.append(_record(step, epoch, ctx.rank, timed, timer, meter, float(loss), samples))
+            meter.reset()
+        step += 1
+    result.steps = step
     if timed_start is not None:
-        result.timed_wall_s = timer.total + timer.start - timed_start
+        result.timed_wall_s = timer.total + timer.start - timed_start - paused
+        result.cpu["end"] = sysinfo.cpu_snapshot()
     return result
 
 
 def _record(step, epoch, rank, timed, timer, meter, loss, samples) -> dict[str, Any]:
-    ph = timer.phases
-    # Communication hidden inside backward (DDP) was timed as backward: move its exposed
-    # part to exposed_comm_s so the phases still add up to the step. A step that sent
-    # nothing has no communication time (the empty hooks' microseconds are not comm).
-    if meter.calls == 0 and meter.overlapped_comm_s == 0:
-        ph["comm"] = 0.0
+    ph = dict(timer.phases)
+    # Communication timed inside another phase (DDP's buckets in backward, ZeRO's
+    # broadcast in the optimizer step) moves its exposed part out of that phase, so a
+    # rank's phases still add up to its step.
+    comm, exposed = ph["comm"], ph["comm"]
+    for phase, (comm_s, exposed_s) in meter.hidden.items():
+        ph[phase] -= exposed_s
+        comm += comm_s
+        exposed += exposed_s
+    other = 0.0
+    if meter.calls == 0 and not meter.hidden:
+        # A step that sent nothing has no communication: the empty hooks' microseconds
+        # are loop bookkeeping (other), not communication.
+        other, comm, exposed = ph["comm"], 0.0, 0.0
     return {
         "step": step,
         "epoch": epoch,
@@ -363,16 +434,22 @@ def _record(step, epoch, rank, timed, timer, meter, loss, samples) -> dict[str, 
         "timed": int(timed),
         "data_s": ph["data"],
         "forward_s": ph["forward"],
-        "backward_s": ph["backward"] - meter.overlapped_exposed_s,
-        "comm_s": ph["comm"] + meter.overlapped_comm_s,
-        "exposed_comm_s": ph["comm"] + meter.overlapped_exposed_s,
+        "backward_s": ph["backward"],
+        "comm_s": comm,
+        "exposed_comm_s": exposed,
         "optimizer_s": ph["optimizer"],
+        "other_s": other,
         "total_s": timer.total,
         "loss": loss,
         "samples": samples,
         "comm_calls": meter.calls,
         "comm_bytes": meter.bytes,
     }
+
+
+def oversubscribed(threads: int, local_world: int) -> bool:
+    """More busy threads on this node than usable cores (CPU cells)."""
+    return threads * local_world > sysinfo.usable_cores()
 
 
 def _injection(rank: int) -> tuple[str, int] | None:

@@ -35,11 +35,18 @@ def test_world_sizes():
         assert strategies.get(name).unsupported(1) and strategies.get(name).unsupported(3) is None
 
 
-def test_buckets_respect_the_size_limit_and_keep_order():
-    ts = [torch.zeros(n) for n in (100, 200, 300, 5000, 10)]  # float32: 4 bytes each
-    groups = list(buckets(ts, bucket_mb=1200 / 2**20))
-    assert [[t.numel() for t in g] for g in groups] == [[100, 200], [300], [5000], [10]]
-    assert [t for g in groups for t in g] == ts
+@pytest.mark.parametrize("cap_bytes", [1200, 4000, 25 * 2**20])
+def test_buckets_are_formed_as_ddp_forms_them(cap_bytes):
+    """One meaning of bucket_mb for every strategy: the hand bucketing groups gradients
+    exactly as DDP's reducer does with bucket_cap_mb (reverse order, a bucket closes once
+    it reaches the cap), so bucketed_allreduce and ddp make the same calls."""
+    import torch.distributed as dist
+
+    ts = [torch.zeros(n) for n in (100, 200, 300, 5000, 10, 7, 900)]  # float32: 4 bytes each
+    ours = [[id(t) for t in g] for g in buckets(ts, bucket_mb=cap_bytes / 2**20)]
+    rev = list(reversed(ts))
+    theirs, _ = dist._compute_bucket_assignment_by_size(rev, [cap_bytes])
+    assert ours == [[id(rev[i]) for i in bucket] for bucket in theirs]
 
 
 class _Doubling(BucketedSum):

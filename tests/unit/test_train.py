@@ -49,11 +49,42 @@ def test_missing_data_is_a_failed_summary(tmp_path):
 
 def test_single_run_learns_and_writes_everything(tmp_path):
     s = run(tmp_path, strategy="single", synthetic_shape="mnist", dataset_size=256, test_size=64, batch_size=32,
-            epochs=2, lr=0.1)  # fmt: skip
+            epochs=2, lr=0.1, min_timed_steps=0, min_timed_s=0)  # fmt: skip
     assert s["status"] == "ok" and s["total_steps"] == 16 and s["timed_steps"] == 13
     assert s["comm_calls_per_step"] == 0 and s["compute_comm_ratio"] is None
     assert s["test_acc"] > 0.3 and s["train_loss_final"] < 2.0  # chance: 0.1 and 2.30
     assert (tmp_path / "steps_rank0.csv").read_text().count("\n") == 17
+
+
+def test_run_goes_on_until_both_timing_minimums_are_met(tmp_path):
+    # One epoch is 4 steps; the minimums ask for 12 timed steps and 0.4 s of them.
+    s = run(tmp_path / "a", strategy="single", dataset_size=64, batch_size=16, test_size=0, min_timed_steps=12,
+            min_timed_s=0.4)  # fmt: skip
+    assert s["timed_steps"] >= 12 and s["timed_wall_s"] >= 0.4
+    assert s["total_steps"] == s["extra"]["steps_run"] > 4 and s["extra"]["measurement_short"] is False
+    assert s["epoch_time_s"] == pytest.approx(64 / s["samples_per_s"])
+    assert s["env"]["other_cpu_frac"] is not None and s["env"]["loadavg_start"] is not None
+    # max_steps caps both minimums, and the summary says the measurement is short.
+    s = run(tmp_path / "b", strategy="single", dataset_size=64, batch_size=16, test_size=0, min_timed_steps=12,
+            min_timed_s=5.0, max_steps=6)  # fmt: skip
+    assert s["total_steps"] == 6 and s["timed_steps"] == 3 and s["extra"]["measurement_short"] is True
+
+
+def test_planned_steps_extend_epochs_to_the_minimum_and_respect_the_cap():
+    p = CellParams(epochs=2, min_timed_steps=20, warmup_steps=2)
+    assert train.planned_steps(p, steps_per_epoch=4, first_timed=3) == 23
+    assert train.planned_steps(p, steps_per_epoch=40, first_timed=3) == 80
+    assert train.planned_steps(CellParams(min_timed_steps=20, max_steps=10), 4, 3) == 10
+
+
+def test_more_steps_reach_the_timed_seconds_within_cap_and_timeout():
+    p = CellParams(min_timed_s=2.0, timeout_s=100)
+    assert train.more_steps(p, timed_steps=10, timed_s=2.5, elapsed_s=3, step=13) == 0
+    # 0.1 s per step, 1 s missing: 10 steps and a 10 % margin
+    assert train.more_steps(p, timed_steps=10, timed_s=1.0, elapsed_s=3, step=13) == 11
+    assert train.more_steps(CellParams(min_timed_s=2.0, max_steps=15), 10, 1.0, 3, 13) == 2
+    # half the timeout (50 s) is the budget: 49 s used leaves room for 10 steps of 0.1 s
+    assert train.more_steps(CellParams(min_timed_s=60.0, timeout_s=100), 10, 1.0, 49, 13) == 10
 
 
 def test_environment_block():

@@ -57,6 +57,9 @@ class Strategy:
     exact: bool = True
     min_world: int = 2
     max_world: int | None = None
+    #: How the busiest rank's bytes per step grow with p (metrics.COMM_VOLUME): the cost
+    #: model extrapolates measured bytes with it.
+    comm_volume: str = "allreduce"
 
     def unsupported(self, world: int) -> str | None:
         """Why this strategy cannot run at `world` ranks (None: it can)."""
@@ -64,6 +67,11 @@ class Strategy:
             hi = "" if self.max_world is None else f" and <= {self.max_world}"
             return f"strategy {self.name} needs a world size >= {self.min_world}{hi}, got {world}"
         return None
+
+    def steady_step(self, ctx: Context) -> int:
+        """The first step of the steady state (e.g. when compression starts): the first
+        step and the warm-up steps are counted from here, so timing sees one regime."""
+        return 0
 
     def wrap(self, model: nn.Module, ctx: Context) -> nn.Module:
         return model
@@ -132,17 +140,18 @@ def gradients(model: nn.Module) -> list[torch.Tensor]:
 
 
 def buckets(tensors: list[torch.Tensor], bucket_mb: float) -> Iterator[list[torch.Tensor]]:
-    """Consecutive groups of at most `bucket_mb` MiB (a larger tensor forms its own group)."""
-    limit = bucket_mb * 2**20
+    """Groups of `bucket_mb` MiB as DDP forms them (its bucket_cap_mb), so equal settings
+    are like for like: in reverse order (the order backward produces gradients), a
+    bucket closes once it holds at least the cap (one tensor may overshoot it)."""
+    limit = int(bucket_mb * 2**20)
     group: list[torch.Tensor] = []
     size = 0
-    for t in tensors:
-        nbytes = t.numel() * t.element_size()
-        if group and size + nbytes > limit:
+    for t in reversed(tensors):
+        group.append(t)
+        size += t.numel() * t.element_size()
+        if size >= limit:
             yield group
             group, size = [], 0
-        group.append(t)
-        size += nbytes
     if group:
         yield group
 

@@ -4,10 +4,15 @@ communication overlapped with backward.
 How its communication is measured. DDP communicates inside `loss.backward()`, so
 timing a phase after backward would see nothing. A communication hook wraps the bucket
 all-reduce and stamps, per bucket, when the bucket was handed to communication (its
-gradients are computed) and when its all-reduce completed (a callback on its future):
-  comm_s         = the union of these intervals (concurrent buckets count once);
-  exposed_comm_s = from the hand-over of the last bucket (backward's computation is over)
-                   to the completion of the last all-reduce: the part not hidden.
+gradients are computed), when the hook returned control to backward, and when its
+all-reduce completed (a callback on its future):
+  comm_s         = the union of the hand-over..completion intervals (concurrent buckets
+                   count once);
+  exposed_comm_s = the time backward was held inside the hooks of all but the last
+                   bucket (a hook that waits, like PowerSGD's on gloo, blocks backward:
+                   measured, not assumed hidden), plus from the hand-over of the last
+                   bucket (backward's computation is over) to the completion of the last
+                   all-reduce: the part not hidden.
 The loop subtracts the exposed part from the backward phase, so the phases still add up
 to the step. Bytes are measured where they leave: the hooks run on a `CountingGroup`, a
 process group that counts every tensor handed to its all-reduce (the fp16 hook's
@@ -83,9 +88,11 @@ class DDP(Strategy):
                 fut = dist.all_reduce(buf, group=state, async_op=True).get_future()
             else:
                 fut = inner(state, bucket)
+            span = [start, clock.stamp(), None]  # handed over, returned to backward, done
 
             def done(f):
-                spans.append((start, clock.stamp()))
+                span[2] = clock.stamp()
+                spans.append(span)
                 value = f.value()
                 return value[0] if inner is None else value
 
@@ -97,10 +104,17 @@ class DDP(Strategy):
         # Nothing left to send (backward waited for every bucket); account for what was.
         spans = ctx.state.get("ddp_spans")
         if spans:
-            times = [(ctx.clock.seconds(a), ctx.clock.seconds(b)) for a, b in spans]
+            times = sorted(tuple(ctx.clock.seconds(t) for t in span) for span in spans)
             spans.clear()
-            exposed = max(b for _, b in times) - max(a for a, _ in times)
-            ctx.meter.overlapped(interval_union(times), max(0.0, exposed))
+            ctx.meter.overlapped(interval_union((a, b) for a, _, b in times), exposed_comm(times))
+
+
+def exposed_comm(times: list[tuple[float, float, float]]) -> float:
+    """Communication not hidden behind backward, from per-bucket (handed over, hook
+    returned, completed) times sorted by hand-over: time held inside the earlier hooks,
+    plus last hand-over to last completion."""
+    held = sum(max(0.0, r - a) for a, r, _ in times[:-1])
+    return held + max(0.0, max(b for _, _, b in times) - times[-1][0])
 
 
 STRATEGY = DDP()

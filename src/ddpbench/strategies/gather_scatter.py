@@ -13,6 +13,7 @@ ROOT = 0
 
 class GatherScatter(BucketedSum):
     name = "gather_scatter"
+    comm_volume = "gather_scatter"
 
     def reduce_sum_(self, flat, ctx):
         others = [r for r in range(ctx.world) if r != ROOT]

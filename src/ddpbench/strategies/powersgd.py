@@ -5,10 +5,15 @@ hurts accuracy). Vectors (biases) and matrices too small to save at least
 `MIN_COMPRESSION_RATE`x stay uncompressed. Bytes are measured on the wire (DDP's
 `CountingGroup`), so the summary shows the compression actually achieved.
 
+Timing covers the compressed regime only: the steady state starts at the effective
+start iteration (`steady_step`), and the first step and the warm-up steps are counted
+from there, so plain and compressed steps are never mixed in one figure (the summary
+says where timing began: extra.first_timed_step).
+
 On gloo the buckets are compressed one at a time: PowerSGD's future callbacks issue and
 wait for the next all-reduce on gloo's worker threads, so two buckets in flight can
-occupy both threads and deadlock. Its communication is then not overlapped with
-backward (reported as exposed); on NCCL the buckets overlap as usual."""
+occupy both threads and deadlock. Its communication then blocks backward; DDP's timing
+hook measures that time as exposed. On NCCL the buckets overlap as usual."""
 
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
@@ -26,6 +31,10 @@ class PowerSGD(DDP):
     def start_iter(ctx) -> int:
         # torch requires > 1 with error feedback / warm start (the first steps build the buckets)
         return max(2, ctx.params.powersgd_start_iter)
+
+    def steady_step(self, ctx) -> int:
+        # torch compresses from the step whose iteration count reaches start_powerSGD_iter
+        return self.start_iter(ctx)
 
     def comm_hook(self, group, ctx):
         state = powerSGD_hook.PowerSGDState(

@@ -5,6 +5,7 @@ from ddpbench.strategies.base import Strategy
 
 class Single(Strategy):
     name = "single"
+    comm_volume = "none"
     min_world = 1
     max_world = 1
 

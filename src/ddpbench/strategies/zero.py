@@ -5,10 +5,13 @@ broadcasts the updated shard to the others. Exact: the same update as `ddp`.
 The shards are whole parameters, assigned greedily by size (torch's partition), so a
 model dominated by one large layer cannot split its state evenly: the summary reports
 each rank's optimizer-state bytes (extra.optimizer_state_bytes = the largest rank,
-..._total = their sum, equal to ddp's per-rank bytes). The broadcast happens inside
-`optimizer.step()` (timed as optimizer); its bytes are counted after the step: a rank
-sends its own shard once per step (ring broadcast convention), and takes part in one
-broadcast per parameter.
+..._total = their sum, equal to ddp's per-rank bytes).
+
+The parameter broadcast happens inside `optimizer.step()`; it is timed apart (torch's
+`_sync_params`, wrapped) and reported as blocking communication, not optimizer time.
+Its bytes follow the all-gather convention of nccl-tests (busbw = algbw·(p−1)/p): the
+broadcasts of all shards together move every parameter to every rank, which costs each
+rank (p−1)/p of the model's bytes in a ring; one call per parameter.
 """
 
 import torch
@@ -20,16 +23,27 @@ from ddpbench.strategies.ddp import DDP
 
 class Zero(DDP):
     name = "zero"
+    comm_volume = "allreduce_allgather"
 
     def make_optimizer(self, model, ctx):
-        return ZeroRedundancyOptimizer(
+        opt = ZeroRedundancyOptimizer(
             model.parameters(), optimizer_class=torch.optim.SGD, lr=ctx.params.lr, momentum=ctx.params.momentum
         )
+        if ctx.instrument:
+            sync = opt._sync_params
+
+            def timed_sync():
+                start = ctx.clock.now()
+                sync()
+                ctx.meter.blocking(ctx.clock.now() - start, "optimizer")
+
+            opt._sync_params = timed_sync
+        return opt
 
     def after_step(self, model, optimizer, ctx):
-        shards = optimizer._partition_parameters()  # per rank: param groups
-        calls = sum(len(g["params"]) for shard in shards for g in shard)
-        ctx.meter.add(calls, sum(nbytes(p) for g in shards[ctx.rank] for p in g["params"]))
+        params = [p for g in optimizer.param_groups for p in g["params"]]
+        total = sum(nbytes(p) for p in params)
+        ctx.meter.add(len(params), int(round(total * (ctx.world - 1) / ctx.world)))
 
     def optimizer_state_bytes(self, optimizer):
         return state_bytes(optimizer.optim)
