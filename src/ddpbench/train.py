@@ -8,7 +8,8 @@ Usually started through `python -m ddpbench.launch`, which also guarantees a sum
 when a rank is killed or the cell runs out of time. Without torchrun it runs world size 1.
 
 Fault injection for tests: DDPBENCH_INJECT="fail:RANK:STEP" raises in that rank at that
-step, "hang:RANK:STEP" makes it sleep (a stuck rank).
+step, "hang:RANK:STEP" makes it sleep (a stuck rank), "slow:RANK:MS" makes that rank's
+forward MS milliseconds longer in every step (rank imbalance).
 """
 
 from __future__ import annotations
@@ -379,7 +380,7 @@ def train_loop(
             epoch = step // len(sampler)
             sampler.set_epoch(epoch)
             batches = iter(loader)
-        if inject and inject[1] == step:
+        if inject and inject[0] != "slow" and inject[1] == step:
             _inject(inject[0], ctx.rank, step)
         timed = instrument and step >= first_timed
         if timed and timed_start is None:
@@ -390,6 +391,8 @@ def train_loop(
         x, y = next(batches)
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         timer.lap("data")
+        if inject and inject[0] == "slow":
+            time.sleep(inject[1] / 1000)  # charged to forward: a slower rank
         scale = ctx.world * len(y) / global_batch
         loss, correct = strategy.forward_backward(model, x, y, scale, timer)
         samples = strategy.counted_samples(len(y), ctx)

@@ -1,0 +1,72 @@
+"""Each number means what its definition says, on real 2-rank gloo runs: phases partition
+the step under rank imbalance, skew sees it, PowerSGD is timed in its compressed steady
+state with its blocking communication exposed, and bucket_mb means the same for the hand
+bucketing as for DDP."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from harness_common import CELL_FLAGS, torchrun
+
+CELLS = Path(__file__).resolve().parent / "_cells.py"
+PARTS = ("data", "forward", "backward", "exposed_comm", "optimizer", "other")
+# Longer than the shared flags: PowerSGD's steady state starts at step 5 here.
+FLAGS = [*CELL_FLAGS, "--max-steps", "20", "--min-timed-steps", "5", "--min-timed-s", "0"]
+
+
+def launch(out: Path, *cells: str, env: dict | None = None) -> dict[str, dict]:
+    old = dict(os.environ)
+    os.environ.update(env or {})
+    try:
+        proc = torchrun(2, str(CELLS), str(out), *cells, "--", *FLAGS)
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return {d.name: json.loads((d / "summary.json").read_text()) for d in out.iterdir()}
+
+
+@pytest.fixture(scope="module")
+def imbalanced(tmp_path_factory):
+    """Rank 0's forward is 30 ms longer every step; blocking all-reduce."""
+    return launch(tmp_path_factory.mktemp("slow"), "allreduce:mlp", env={"DDPBENCH_INJECT": "slow:0:30"})
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    return launch(
+        tmp_path_factory.mktemp("sem"),
+        "powersgd:mlp:powersgd_start_iter=5,bucket_mb=0.1",
+        "ddp:mlp:bucket_mb=0.1",
+        "ddp:mlp:bucket_mb=1",
+        "bucketed_allreduce:mlp:bucket_mb=1",
+    )
+
+
+def test_phases_partition_the_step_under_rank_imbalance(imbalanced):
+    s = imbalanced["allreduce-mlp"]
+    assert sum(s[f"frac_{p}"] for p in PARTS) == pytest.approx(1.0, abs=1e-6)
+    # The slow rank paces the step; the 30 ms the fast rank waits are imbalance, not comm.
+    assert s["frac_forward"] > 0.5 and s["frac_exposed_comm"] < 0.4
+    assert s["phase_imbalance_s"] / s["timed_steps"] > 0.02 and s["rank_skew"] > 0.5
+
+
+def test_powersgd_is_timed_in_its_compressed_steady_state(runs):
+    s, ddp = runs["powersgd-mlp-powersgd_start_iter=5-bucket_mb=0.1"], runs["ddp-mlp-bucket_mb=0.1"]
+    assert s["extra"]["first_timed_step"] == 5 + 1 + 1  # start, the first compressed step, 1 warm-up
+    assert s["timed_steps"] == s["total_steps"] - 7 >= 5
+    # Every timed step compressed: a small fraction of ddp's bytes (a mix would be ~half).
+    assert s["comm_bytes_per_step"] < ddp["comm_bytes_per_step"] / 10
+
+
+def test_powersgd_blocking_hook_is_exposed_on_gloo(runs):
+    s = runs["powersgd-mlp-powersgd_start_iter=5-bucket_mb=0.1"]
+    # Its hook waits inside backward: nearly all of its communication is exposed.
+    assert s["phase_exposed_comm_s"] >= 0.9 * s["phase_comm_s"]
+
+
+def test_bucket_mb_means_the_same_for_hand_bucketing_and_ddp(runs):
+    assert runs["bucketed_allreduce-mlp-bucket_mb=1"]["comm_calls_per_step"] == runs["ddp-mlp-bucket_mb=1"]["comm_calls_per_step"]
+    assert runs["bucketed_allreduce-mlp-bucket_mb=1"]["comm_bytes_per_step"] == runs["ddp-mlp-bucket_mb=1"]["comm_bytes_per_step"]
