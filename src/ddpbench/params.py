@@ -87,6 +87,7 @@ class CellParams:
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             object.__setattr__(self, f.name, _check(f, getattr(self, f.name)))
+        check_auto_batch_scaling(self.batch_size, self.scaling)
 
     # -- conversions -------------------------------------------------------------------
     @classmethod
@@ -199,6 +200,18 @@ def _check(f: dataclasses.Field, value: Any) -> Any:
     if "exclusive_minimum" in md and value <= md["exclusive_minimum"]:
         raise ParamError(f.name, value, allowed)
     return value
+
+
+AUTO_NEEDS_WEAK = (
+    "weak when batch_size is 'auto': auto picks the largest per-rank batch that fits one "
+    "device, so the global batch grows with world size (weak scaling, not speedup)"
+)
+
+
+def check_auto_batch_scaling(batch_size: Any, scaling: Any) -> None:
+    """batch_size 'auto' fixes the per-rank batch, which only weak scaling may label."""
+    if batch_size == "auto" and scaling == "strong":
+        raise ParamError("scaling", scaling, AUTO_NEEDS_WEAK)
 
 
 def check_values(name: str, values: Iterable[Any]) -> None:

@@ -16,7 +16,7 @@ def test_defaults_validate_and_roundtrip_through_argv():
 def test_cli_strings_are_coerced():
     p = CellParams.from_mapping({"batch_size": "32", "lr": "0.1", "model": "simple_cnn"})
     assert p.batch_size == 32 and p.lr == 0.1 and p.model == "simple_cnn"
-    assert CellParams(batch_size="auto").batch_size == "auto"
+    assert CellParams(batch_size="auto", scaling="weak").batch_size == "auto"
 
 
 @pytest.mark.parametrize(
@@ -51,3 +51,13 @@ def test_strategy_choices_come_from_the_registry():
         assert CellParams(strategy=name).strategy == name
     with pytest.raises(ParamError, match="'strategy'"):
         CellParams(strategy="no_such_strategy")
+
+
+def test_auto_batch_with_strong_scaling_is_refused_naming_scaling():
+    # auto fixes the per-rank batch: the global batch would grow with p, yet be labelled speedup
+    with pytest.raises(ParamError, match="'scaling'") as err:
+        CellParams(batch_size="auto", scaling="strong")
+    assert "weak" in str(err.value) and "auto" in str(err.value)
+    with pytest.raises(ParamError, match="'scaling'"):
+        CellParams.from_mapping({"batch_size": "auto"})  # strong is the default
+    assert CellParams(batch_size=64, scaling="strong").scaling == "strong"
