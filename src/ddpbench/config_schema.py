@@ -39,7 +39,21 @@ CORE_AXES = {
     "dataset": ["synthetic"],
     "num_workers": [0],
 }
-TIMING_KEYS = ("warmup_steps", "max_steps", "epochs", "timeout_s")
+# Cell parameters that live in the config's `timing:` section (passed to every cell).
+TIMING_KEYS = ("warmup_steps", "min_timed_steps", "min_timed_s", "max_steps", "epochs", "timeout_s")
+# `timing:` keys that are not cell parameters: read by the workflow's own rules (report),
+# never passed to a cell's launcher.
+TIMING_SETTINGS = {
+    "max_rel_ci": {
+        "type": "number",
+        "exclusiveMinimum": 0,
+        "default": 0.05,
+        "description": (
+            "stability threshold: a cell whose throughput interval half-width exceeds this "
+            "fraction of its value is flagged unstable"
+        ),
+    },
+}
 LAUNCH_AXES = {
     "world_size": {
         "type": "integer",
@@ -199,9 +213,13 @@ def build_schema() -> dict[str, Any]:
             "timing": {
                 "type": "object",
                 "default": {},
-                "description": "How long each cell trains and the limit it runs under.",
+                "description": (
+                    "How long each cell trains (at least min_timed_steps and min_timed_s of "
+                    "timed steps, at most max_steps), the limit it runs under, and the "
+                    "stability threshold of its interval."
+                ),
                 "additionalProperties": False,
-                "properties": scalar_section(list(TIMING_KEYS)),
+                "properties": {**scalar_section(list(TIMING_KEYS)), **TIMING_SETTINGS},
             },
             "params": {
                 "type": "object",
@@ -209,6 +227,15 @@ def build_schema() -> dict[str, Any]:
                 "description": "Every other cell parameter, the same for all cells unless it is a grid axis.",
                 "additionalProperties": False,
                 "properties": scalar_section([n for n in cell_names if n not in TIMING_KEYS]),
+            },
+            "allow_oversubscribe": {
+                "type": "boolean",
+                "default": False,
+                "description": (
+                    "Run CPU cells whose ranks per node x threads per rank exceed the usable "
+                    "cores (false: such a cell is recorded as skipped before any rank starts; "
+                    "true: it runs and is flagged oversubscribed)"
+                ),
             },
             "images": {
                 "type": "object",

@@ -10,6 +10,11 @@ guarantees DIR/summary.json (on node 0): if the ranks did not write one (a crash
 the limit), it writes status failed or timeout with the tail of the error. Exits 0
 whenever a summary exists, so a failed cell never stops the workflow; the training
 processes' output is in DIR/train.log.
+
+A CPU cell whose ranks per node x threads per rank exceed the usable cores is recorded as
+skipped (status skipped, the reason naming the counts) before any rank starts, unless
+--allow-oversubscribe is given: then it runs and the ranks see
+DDPBENCH_ALLOW_OVERSUBSCRIBE=1 (they flag the run themselves).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from pathlib import Path
 from ddpbench.params import CellParams
 
 REASON_CHARS = 2000
+ALLOW_OVERSUBSCRIBE_ENV = "DDPBENCH_ALLOW_OVERSUBSCRIBE"
 KILL_WAIT_S = 10.0
 
 
@@ -38,9 +44,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rdzv-endpoint", help="HOST:PORT of the c10d rendezvous (multi-node)")
     parser.add_argument("--grace-s", type=float, default=30.0, help="added to timeout_s for the wall-clock limit")
     parser.add_argument("--dump-params", type=Path, help="passed to ddpbench.train")
+    parser.add_argument(
+        "--allow-oversubscribe",
+        action="store_true",
+        help="run a CPU cell whose ranks per node x threads per rank exceed the usable cores (else: skipped)",
+    )
     args, params = CellParams.parse_args(parser, argv)
     if args.nproc_per_node < 1 or args.nnodes < 1:
         parser.exit(2, "error: --nproc-per-node and --nnodes must be >= 1\n")
+    if not args.allow_oversubscribe:
+        from ddpbench.sysinfo import usable_cores
+
+        cores = usable_cores()
+        reason = oversubscription(params.device, params.threads_per_rank, args.nproc_per_node, args.nnodes, cores)
+        if reason:
+            return skip(args, params, reason, rank_threads(params.threads_per_rank, args.nproc_per_node, cores))
     if args.nnodes > 1 and not args.rdzv_endpoint:
         from ddpbench import slurm
 
@@ -51,9 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     lead = args.node_rank == 0
-    if lead:  # a stale summary from an earlier attempt must not pass for this one
-        for stale in ["summary.json", *(p.name for p in out.glob("steps_rank*.csv")), *(p.name for p in out.glob("error_rank*.txt"))]:
-            (out / stale).unlink(missing_ok=True)
+    if lead:
+        clear_earlier_attempt(out)
 
     # A workflow stops a job with SIGTERM: turn it into an exception so that the ranks,
     # in their own session, are stopped too instead of being orphaned.
@@ -64,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.dump_params:
         cmd += ["--dump-params", str(args.dump_params)]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if args.allow_oversubscribe:
+        env[ALLOW_OVERSUBSCRIBE_ENV] = "1"
     if params.threads_per_rank:  # else train picks cores // local processes
         env["OMP_NUM_THREADS"] = str(params.threads_per_rank)
     else:
@@ -101,12 +120,56 @@ def main(argv: list[str] | None = None) -> int:
         else:
             status, reason = "failed", f"torchrun exited with code {rc}"
         write_failure(out, params, args.nproc_per_node * args.nnodes, args.nnodes, status, reason + "\n" + error_tail(out))
-    summary = json.loads(summary_path.read_text())
+    print(progress_line(out, json.loads(summary_path.read_text())), flush=True)
+    return 0
+
+
+def progress_line(out: Path, summary: dict) -> str:
     rate = summary.get("samples_per_s")
     line = f"[ddpbench] {out}: {summary['status']} {rate:.1f} samples/s" if rate else f"[ddpbench] {out}: {summary['status']} - samples/s"
     if summary["status"] != "ok":
         line += f" ({summary['reason'].strip().splitlines()[-1] if summary['reason'].strip() else ''})"
-    print(line, flush=True)
+    return line
+
+
+def clear_earlier_attempt(out: Path) -> None:
+    """A stale summary from an earlier attempt must not pass for this one."""
+    for stale in ["summary.json", *(p.name for p in out.glob("steps_rank*.csv")), *(p.name for p in out.glob("error_rank*.txt"))]:
+        (out / stale).unlink(missing_ok=True)
+
+
+def rank_threads(threads_per_rank: int, ranks_per_node: int, cores: int) -> int:
+    """Threads per rank: train.configure_threads's rule (cores // local ranks, at least 1)."""
+    return threads_per_rank or max(1, cores // ranks_per_node)
+
+
+def oversubscription(device: str, threads_per_rank: int, ranks_per_node: int, nodes: int, cores: int) -> str | None:
+    """Why a cell would oversubscribe a node's cores, or None (also used by the workflow
+    at plan time). CUDA ranks compute on GPUs, so they are exempt (their data-loader
+    workers are not counted)."""
+    if device != "cpu":
+        return None
+    threads = rank_threads(threads_per_rank, ranks_per_node, cores)
+    if ranks_per_node * threads <= cores:
+        return None
+    ranks = f"{ranks_per_node} ranks{' per node' if nodes > 1 else ''}"
+    return (
+        f"oversubscribed: {ranks} x {threads} thread{'s' if threads > 1 else ''} = {ranks_per_node * threads}"
+        f" > {cores} usable cores (set allow_oversubscribe: true to run it anyway)"
+    )
+
+
+def skip(args: argparse.Namespace, params: CellParams, reason: str, threads: int) -> int:
+    """Record the cell as skipped without starting a rank. Every node of a multi-node cell
+    decides alike (same rule, its own cores); node 0 writes the summary."""
+    out: Path = args.out
+    if args.node_rank != 0:
+        print(f"[ddpbench] {out} (node {args.node_rank}): skipped ({reason})", flush=True)
+        return 0
+    out.mkdir(parents=True, exist_ok=True)
+    clear_earlier_attempt(out)
+    write_failure(out, params, args.nproc_per_node * args.nnodes, args.nnodes, "skipped", reason, threads)
+    print(progress_line(out, json.loads((out / "summary.json").read_text())), flush=True)
     return 0
 
 
@@ -170,11 +233,13 @@ def error_tail(out: Path) -> str:
     return f"[{first.stem} failed first]\n" + first.read_text()[-REASON_CHARS:] + also
 
 
-def write_failure(out: Path, params: CellParams, world: int, nodes: int, status: str, reason: str) -> None:
+def write_failure(
+    out: Path, params: CellParams, world: int, nodes: int, status: str, reason: str, threads_per_rank: int | None = None
+) -> None:
     from ddpbench import metrics, sysinfo
 
     backend = "nccl" if params.device == "cuda" else "gloo"
-    env = sysinfo.environment(backend, params.threads_per_rank or None)
+    env = sysinfo.environment(backend, threads_per_rank or params.threads_per_rank or None)
     summary = metrics.make_summary(status, reason, params.as_dict(), world, nodes, env)
     metrics.write_json(out / "summary.json", summary)
 

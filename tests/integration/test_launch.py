@@ -69,3 +69,48 @@ def test_bad_value_exits_2_before_anything_starts(tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "'model'" in proc.stderr and "mlp" in proc.stderr
     assert not (tmp_path / "x").exists()
+
+
+# 3 ranks whose threads exceed the usable cores on any machine (3 x 1 > 2 here).
+RANKS = 3
+OVER_THREADS = len(os.sched_getaffinity(0)) // RANKS + 1
+TINY = [
+    "--model", "mlp", "--dataset-size", "64", "--batch-size", "16", "--test-size", "0", "--max-steps", "3",
+    "--warmup-steps", "1", "--min-timed-steps", "1", "--min-timed-s", "0",
+    "--strategy", "allreduce", "--threads-per-rank", str(OVER_THREADS),
+]  # fmt: skip
+
+
+def launch_oversubscribed(out, *flags, timeout=300):
+    cmd = [sys.executable, "-m", "ddpbench.launch", "--nproc-per-node", str(RANKS), "--out", str(out), *TINY, *flags]
+    start = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads((out / "summary.json").read_text()), proc.stdout, time.monotonic() - start
+
+
+def test_oversubscribed_cell_is_skipped_before_any_rank_starts(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "summary.json").write_text('{"status": "ok"}')  # an earlier attempt's must not survive
+    summary, stdout, elapsed = launch_oversubscribed(out)
+    cores = len(os.sched_getaffinity(0))
+    assert summary["status"] == "skipped"
+    assert summary["reason"] == (
+        f"oversubscribed: {RANKS} ranks x {OVER_THREADS} thread{'s' if OVER_THREADS > 1 else ''} = "
+        f"{RANKS * OVER_THREADS} > {cores} usable cores (set allow_oversubscribe: true to run it anyway)"
+    )
+    assert summary["world_size"] == RANKS and summary["env"]["threads_per_rank"] == OVER_THREADS
+    assert set(CellParams.names()) == set(summary["params"])
+    assert not (out / "train.log").exists() and not list(out.glob("steps_rank*.csv"))  # torchrun never started
+    assert stdout.strip() == f"[ddpbench] {out}: skipped - samples/s ({summary['reason']})"
+    assert elapsed < 60
+
+
+def test_oversubscribed_cell_runs_when_allowed(tmp_path):
+    summary, stdout, _ = launch_oversubscribed(tmp_path / "run", "--allow-oversubscribe")
+    assert summary["status"] == "ok", summary["reason"]
+    assert summary["world_size"] == RANKS and summary["timed_steps"] >= 1
+    if "oversubscribed" in summary["extra"]:  # the ranks' own check, when they record it
+        assert summary["extra"]["oversubscribed"] is True
+    assert stdout.startswith(f"[ddpbench] {tmp_path / 'run'}: ok ")

@@ -20,9 +20,11 @@ def test_committed_schema_is_up_to_date():
 def test_every_cell_parameter_is_an_axis_and_a_setting():
     props = config_schema.build_schema()["properties"]
     settings = {**props["timing"]["properties"], **props["params"]["properties"]}
-    assert set(CellParams.names()) == set(settings)
+    assert set(CellParams.names()) == set(settings) - set(config_schema.TIMING_SETTINGS)
     assert set(CellParams.names()) | set(config_schema.LAUNCH_AXES) == set(props["grid"]["properties"])
     for name, prop in settings.items():
+        if name in config_schema.TIMING_SETTINGS:
+            continue
         assert prop["default"] == getattr(CellParams(), name)
         assert prop["description"]
 
@@ -50,3 +52,26 @@ def test_markdown_reference_lists_every_key():
     text = config_schema.render_markdown()
     for name in CellParams.names():
         assert f"`{name}`" in text
+
+
+def test_timing_minimums_stability_threshold_and_oversubscription_keys():
+    props = config_schema.build_schema()["properties"]
+    timing = props["timing"]["properties"]
+    assert timing["min_timed_steps"]["default"] == 20 and timing["min_timed_steps"]["type"] == "integer"
+    assert timing["min_timed_s"]["default"] == 1.0 and timing["min_timed_s"]["type"] == "number"
+    assert timing["max_rel_ci"] == {**timing["max_rel_ci"], "type": "number", "exclusiveMinimum": 0, "default": 0.05}
+    assert "max_rel_ci" not in CellParams.names()  # the report's setting, never a cell flag
+    assert props["allow_oversubscribe"]["type"] == "boolean" and props["allow_oversubscribe"]["default"] is False
+    validator = jsonschema.Draft202012Validator(config_schema.build_schema())
+    assert not validator.is_valid({"timing": {"max_rel_ci": 0}})
+    assert not validator.is_valid({"allow_oversubscribe": "yes"})
+
+
+def test_tiny_grid_runs_few_steps():
+    """configs/tiny.yaml (the test grid) validates and keeps its runs a few steps long:
+    max_steps only caps, so its timing minimums must be small."""
+    tiny = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text())
+    jsonschema.Draft202012Validator(config_schema.build_schema()).validate(tiny)
+    timing = tiny["timing"]
+    assert timing["min_timed_s"] == 0
+    assert 1 + timing["warmup_steps"] + timing["min_timed_steps"] <= timing["max_steps"] <= 8

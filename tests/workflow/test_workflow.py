@@ -156,9 +156,16 @@ def parse_in_process(workdir):
         (lambda c: c.update(exclude=[{"colour": "red"}]), "colour"),
         (lambda c: c.update(exclude=[{"model": "mlp"}]), "exclude"),
         (lambda c: c.update(baseline={"strategy": "no_such_strategy"}), "baseline.strategy"),
+        (lambda c: c["timing"].update(max_rel_ci=0), "timing.max_rel_ci"),
+        # auto fixes the per-rank batch: with strong scaling it would be weak scaling labelled speedup
+        (lambda c: c["grid"].update(batch_size=[16, "auto"]), "'grid.batch_size + params.scaling'"),
+        (lambda c: c["grid"].update(batch_size=["auto"], scaling=["weak", "strong"]), "'grid.batch_size + grid.scaling'"),
     ],
-    ids=["unknown-key", "wrong-type", "empty-axis", "bad-enum", "bad-timing", "bad-filter", "all-excluded", "bad-baseline"],
-)
+    ids=[
+        "unknown-key", "wrong-type", "empty-axis", "bad-enum", "bad-timing", "bad-filter", "all-excluded",
+        "bad-baseline", "bad-stability", "auto-strong", "auto-strong-axis",
+    ],
+)  # fmt: skip
 def test_bad_config_fails_naming_the_key(tmp_path, change, key):
     write_config(tmp_path, change)
     error = parse_in_process(tmp_path)
@@ -208,3 +215,35 @@ def test_real_dataset_is_prepared_once_before_its_cells(tmp_path):
     assert "mnist" in (tmp_path / "results/data/mnist.txt").read_text()
     (run,) = read_runs(tmp_path)
     assert (run["dataset"], run["status"]) == ("mnist", "ok"), run["reason"]
+
+
+def test_auto_batch_with_strong_scaling_excluded_or_weak_plans(tmp_path):
+    def auto_weak(c):
+        c["grid"].update(batch_size=[16, "auto"], scaling=["weak", "strong"])
+        c["exclude"].append({"batch_size": "auto", "scaling": "strong"})
+
+    write_config(tmp_path, auto_weak)
+    assert parse_in_process(tmp_path) == ""
+
+
+def test_timing_keys_reach_the_launcher_but_not_max_rel_ci(tmp_path):
+    config = write_config(tmp_path, lambda c: c["timing"].update(min_timed_steps=7, min_timed_s=0.5, max_rel_ci=0.1))
+    proc = snakemake(tmp_path, *TABLES, "--dry-run", "--printshellcmds", configfile=config)
+    commands = [line for line in proc.stdout.splitlines() if "ddpbench.launch" in line]
+    assert commands and all("--min-timed-steps 7 --min-timed-s 0.5" in c for c in commands), proc.stdout[-3000:]
+    assert not any("rel-ci" in c or "--allow-oversubscribe" in c for c in commands)
+
+
+def test_oversubscribed_cell_is_a_skipped_row_with_a_plan_time_warning(tmp_path):
+    ranks = len(os.sched_getaffinity(0)) + 1  # one thread each: more than the cores
+
+    def oversubscribed(c):
+        c["grid"].update(world_size=[ranks], strategy=["allreduce"])
+        c["params"].update(threads_per_rank=1)
+
+    config = write_config(tmp_path, oversubscribed)
+    proc = snakemake(tmp_path, *TABLES, configfile=config)
+    assert "1 cell(s) will be skipped as oversubscribed on this machine" in proc.stderr, proc.stderr[-3000:]
+    (run,) = read_runs(tmp_path)
+    assert run["status"] == "skipped" and run["reason"].startswith(f"oversubscribed: {ranks} ranks x 1 thread = {ranks} >")
+    assert not list((tmp_path / "results" / "runs").rglob("train.log"))  # no rank started

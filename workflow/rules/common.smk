@@ -23,7 +23,14 @@ from snakemake.utils import Paramspace, validate
 SRC_DIR = str(Path(workflow.basedir) / "src")
 sys.path.insert(0, SRC_DIR)
 from ddpbench.config_schema import CORE_AXES, LAUNCH_AXES, TIMING_KEYS  # noqa: E402
-from ddpbench.params import CellParams, ParamError, check_values  # noqa: E402
+from ddpbench.launch import oversubscription  # noqa: E402
+from ddpbench.params import (  # noqa: E402
+    CellParams,
+    ParamError,
+    check_auto_batch_scaling,
+    check_values,
+)
+from ddpbench.sysinfo import usable_cores  # noqa: E402
 
 
 def job_shell_prefix():
@@ -75,11 +82,18 @@ def check_axis_values(key, name, values):
         raise config_error(key, str(err)) from None
 
 
-def fixed_cell_params(config):
-    """The cell parameters shared by all cells: CellParams defaults <- params <- timing."""
-    values = {**config["params"], **config["timing"]}
+def fixed_cell_params(config, axes):
+    """The cell parameters shared by all cells: CellParams defaults <- params <- timing.
+    timing's other keys (max_rel_ci) are the workflow's, never a cell flag. Each value
+    is checked; a grid axis overrides its key, so the checks across keys (batch_size
+    'auto' needs scaling weak) see only the keys that apply to every cell."""
+    timing = {k: v for k, v in config["timing"].items() if k in TIMING_KEYS}
+    values = {**config["params"], **timing}
     try:
-        return CellParams.from_mapping(values).as_dict()
+        for name, value in values.items():
+            check_values(name, [value])
+        shared = {k: v for k, v in values.items() if k not in axes}
+        return CellParams.from_mapping(shared).as_dict()
     except ParamError as err:
         section = "timing" if err.name in TIMING_KEYS else "params"
         raise config_error(f"{section}.{err.name}", str(err)) from None
@@ -186,12 +200,64 @@ def expand_grid(axes, exclusions):
     return pd.DataFrame(kept, columns=names).astype(object)
 
 
+def key_of(name):
+    """Where a cell parameter is set in the config: its grid axis, else timing/params."""
+    if name in AXES:
+        return f"grid.{name}"
+    return f"{'timing' if name in TIMING_KEYS else 'params'}.{name}"
+
+
+def check_auto_batch_scaling_of_cells(cells):
+    """batch_size 'auto' fixes the per-rank batch: refused with strong scaling (the
+    global batch would grow with world size yet be labelled speedup)."""
+    for cell in cells.to_dict(orient="records"):
+        batch = cell.get("batch_size", FIXED_PARAMS["batch_size"])
+        scaling = cell.get("scaling", FIXED_PARAMS["scaling"])
+        try:
+            check_auto_batch_scaling(batch, scaling)
+        except ParamError as err:
+            where = f"{key_of('batch_size')} + {key_of('scaling')}"
+            raise config_error(
+                where, f"{err} (exclude these cells or set scaling: weak)"
+            ) from None
+
+
+def warn_oversubscribed_cells(cells):
+    """CPU cells whose ranks per node x threads exceed this machine's cores: the launcher
+    records them as skipped (they stay rows), unless allow_oversubscribe is true."""
+    cores = usable_cores()
+    count = 0
+    for cell in cells.to_dict(orient="records"):
+        nodes = cell.get("nodes", 1)
+        if oversubscription(
+            cell.get("device", FIXED_PARAMS["device"]),
+            cell.get("threads_per_rank", FIXED_PARAMS["threads_per_rank"]),
+            cell["world_size"] // nodes,
+            nodes,
+            cores,
+        ):
+            count += 1
+    if count and config["allow_oversubscribe"]:
+        logger.warning(
+            f"ddpbench: {count} cell(s) will run oversubscribed on this machine "
+            f"({cores} usable cores; allow_oversubscribe: true), flagged in their summaries"
+        )
+    elif count:
+        logger.warning(
+            f"ddpbench: {count} cell(s) will be skipped as oversubscribed on this machine "
+            f"(ranks per node x threads per rank > {cores} usable cores; "
+            "set allow_oversubscribe: true to run them)"
+        )
+
+
 validate_config(config)
 AXES = grid_axes(config)
 check_exclusions(config["exclude"], AXES)
 check_baseline(config["baseline"], AXES)
-FIXED_PARAMS = fixed_cell_params(config)
+FIXED_PARAMS = fixed_cell_params(config, AXES)
 CELLS = expand_grid(AXES, config["exclude"])
+check_auto_batch_scaling_of_cells(CELLS)
+warn_oversubscribed_cells(CELLS)
 CELL_SPACE = Paramspace(CELLS, param_sep="~")
 REPEATS = list(range(config["repeats"]))
 # cell path (device~cpu/world_size~2/...) -> the cell's axis values
@@ -222,6 +288,11 @@ def launcher_flags(wildcards):
         f"--{name.replace('_', '-')} {shlex.quote(str(value))}"
         for name, value in cell_params(wildcards).items()
     )
+
+
+def oversubscribe_flag(wildcards):
+    """The launcher runs oversubscribed CPU cells only when the config allows it."""
+    return "--allow-oversubscribe" if config["allow_oversubscribe"] else ""
 
 
 def world_size_of(wildcards):

@@ -1,6 +1,8 @@
 # One job per cell and repeat. The launcher validates the flags, runs torchrun, enforces
 # the cell's wall-clock limit and always leaves summary.json (status ok|failed|timeout|
 # skipped), exiting 0, so a failed cell is a row in runs.csv and never stops the others.
+# A CPU cell that would oversubscribe the cores is skipped before any rank starts unless
+# the config sets allow_oversubscribe: true.
 
 
 wildcard_constraints:
@@ -30,11 +32,12 @@ rule train:
         run_dir=subpath(output.summary, parent=True),
         topology=launch_topology,
         flags=launcher_flags,
+        oversubscribe=oversubscribe_flag,
     shell:
         # The launcher clears an earlier attempt's files itself; its progress line goes
         # to the terminal as well as the log (the ranks' output is in run_dir/train.log).
         "python -m ddpbench.launch {params.topology} --out {params.run_dir}"
-        " {params.flags} > {log} 2>&1; "
+        " {params.oversubscribe} {params.flags} > {log} 2>&1; "
         "grep -h '^\\[ddpbench\\] ' {log} || echo '[ddpbench] {params.run_dir}: no progress line, see {log}'"
 
 
