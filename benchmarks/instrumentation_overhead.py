@@ -101,13 +101,15 @@ def main() -> None:
 
 def bookkeeping_s(device: torch.device, n: int = 5000) -> float:
     """Per-step cost of the instrumentation itself, free of the noise of training; on CUDA
-    it includes synchronising an idle device, a lower bound of the real cost."""
+    it includes the step's one wait for an idle device, a lower bound of the real cost."""
     timer, meter = metrics.StepTimer(metrics.Clock(device.type)), metrics.CommMeter()
     start = time.perf_counter()
     for i in range(n):
         timer.begin()
         for phase in ("data", "forward", "backward", "comm", "optimizer", "comm"):
             timer.lap(phase)
+        timer.end()
+        meter.resolve(timer.clock)
         train._record(i, 0, 0, True, timer, meter, 0.0, 1)
         meter.reset()
     return (time.perf_counter() - start) / n

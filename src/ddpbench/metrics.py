@@ -18,7 +18,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 PHASES = ("data", "forward", "backward", "comm", "optimizer")
 STEP_COLUMNS = (
@@ -48,32 +48,28 @@ def comm_volume_factor(law: str, p):
 
 
 class Clock:
-    """Wall-clock time that accounts for asynchronous device work.
+    """Time stamps that account for asynchronous device work without serialising it.
 
-    `now()` synchronises the device first (CUDA kernels are asynchronous: without it a
-    phase would be charged to whichever later phase happens to wait). `stamp()` marks a
-    point without synchronising (a CUDA event on the current stream; used inside DDP's
-    communication hook, where synchronising would destroy the overlap being measured)
-    and `seconds(stamp)` converts it to the `now()` time base afterwards.
+    On CPU a stamp is `time.perf_counter()`. On CUDA a stamp is an event recorded on the
+    current stream, with no synchronisation: kernels keep overlapping with the host, so
+    the loop measures the throughput users get. `wait(stamp)` blocks until the device has
+    reached a stamp (the step timer does this once per step, at its end); `elapsed(a, b)`
+    is the time between two reached stamps in seconds. `now()` synchronises and reads the
+    host clock: for code outside the timed phases (and the pipeline's per-micro-batch
+    accounting, which synchronises on CUDA: a known cost of that strategy's timing).
     """
 
     def __init__(self, device_type: str = "cpu"):
         self.cuda = device_type == "cuda"
-        self._anchor: tuple[Any, float] | None = None
         if self.cuda:
             import torch
 
             self._torch = torch
 
     def now(self) -> float:
-        if not self.cuda:
-            return time.perf_counter()
-        self._torch.cuda.synchronize()
-        t = time.perf_counter()
-        event = self._torch.cuda.Event(enable_timing=True)
-        event.record()
-        self._anchor = (event, t)
-        return t
+        if self.cuda:
+            self._torch.cuda.synchronize()
+        return time.perf_counter()
 
     def stamp(self) -> Any:
         if not self.cuda:
@@ -82,51 +78,59 @@ class Clock:
         event.record()
         return event
 
-    def seconds(self, stamp: Any) -> float:
-        if not self.cuda:
-            return stamp
-        self._torch.cuda.synchronize()
-        if self._anchor is None:
-            self.now()
-        event, t = self._anchor
-        return t + event.elapsed_time(stamp) / 1000.0
+    def wait(self, stamp: Any) -> None:
+        if self.cuda:
+            stamp.synchronize()
+
+    def elapsed(self, a: Any, b: Any) -> float:
+        return a.elapsed_time(b) / 1000.0 if self.cuda else b - a
 
 
 class StepTimer:
     """Phase durations of one step, measured as laps: `lap(phase)` charges the time since
-    the previous lap to `phase` (phases may recur, e.g. comm before and after the step)."""
+    the previous lap to `phase` (phases may recur, e.g. comm before and after the step).
+
+    Laps only record stamps; `end()` waits for the device once and turns them into
+    durations (`phases`, `total`), and reads the host clock (`wall_start`, `wall_end`:
+    the timed wall time that throughput divides by)."""
 
     def __init__(self, clock: Clock, enabled: bool = True):
         self.clock, self.enabled = clock, enabled
         self.phases = dict.fromkeys(PHASES, 0.0)
-        self.start = self._last = 0.0
+        self.total = 0.0
+        self.wall_start = self.wall_end = 0.0
+        self._marks: list[tuple[str | None, Any, dict[str, float] | None]] = []
 
     def begin(self) -> None:
         if self.enabled:
             self.phases = dict.fromkeys(PHASES, 0.0)
-            self.start = self._last = self.clock.now()
+            self.wall_start = time.perf_counter()
+            self._marks = [(None, self.clock.stamp(), None)]
 
     def lap(self, phase: str) -> None:
         if self.enabled:
-            t = self.clock.now()
-            self.phases[phase] += t - self._last
-            self._last = t
+            self._marks.append((phase, self.clock.stamp(), None))
 
     def lap_split(self, parts: dict[str, float], rest: str) -> None:
         """Close a lap that mixed phases: charge the measured `parts` (seconds) to their
         phases and the remainder of the lap to `rest` (e.g. a pipeline step: forward and
         backward compute measured per micro-batch, the idle rest is communication)."""
         if self.enabled:
-            t = self.clock.now()
-            lap = t - self._last
-            for phase, seconds in parts.items():
-                self.phases[phase] += seconds
-            self.phases[rest] += lap - sum(parts.values())
-            self._last = t
+            self._marks.append((rest, self.clock.stamp(), dict(parts)))
 
-    @property
-    def total(self) -> float:
-        return self._last - self.start
+    def end(self) -> None:
+        if not self.enabled:
+            return
+        marks, clock = self._marks, self.clock
+        clock.wait(marks[-1][1])
+        self.wall_end = time.perf_counter()
+        for (_, a, _), (phase, b, parts) in zip(marks, marks[1:]):
+            lap = clock.elapsed(a, b)
+            for name, seconds in (parts or {}).items():
+                self.phases[name] += seconds
+                lap -= seconds
+            self.phases[phase] += lap
+        self.total = clock.elapsed(marks[0][1], marks[-1][1])
 
 
 class CommMeter:
@@ -142,6 +146,17 @@ class CommMeter:
         self.calls = 0
         self.bytes = 0
         self.hidden: dict[str, list[float]] = {}
+        self._deferred: list[Callable[[Clock], None]] = []
+
+    def defer(self, account: Callable[[Clock], None]) -> None:
+        """Account for stamps once the step's end has been waited for (`resolve`): reading
+        a CUDA event's time earlier would synchronise in the middle of the step."""
+        self._deferred.append(account)
+
+    def resolve(self, clock: Clock) -> None:
+        for account in self._deferred:
+            account(clock)
+        self._deferred = []
 
     def add(self, calls: int = 1, nbytes: int = 0) -> None:
         self.calls += calls

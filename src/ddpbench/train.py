@@ -369,7 +369,7 @@ def train_loop(
                 break
             # End of the plan: enough timed seconds? (Untimed: the pause is excluded.)
             pause = time.perf_counter()
-            timed_s = timer.total + timer.start - timed_start - paused
+            timed_s = timer.wall_end - timed_start - paused
             timed_s, elapsed = _agreed_max([timed_s, pause - loop_start], device)
             total_steps += more_steps(ctx.params, step - first_timed, timed_s, elapsed, step)
             checks += 1
@@ -387,7 +387,7 @@ def train_loop(
             result.cpu["start"] = sysinfo.cpu_snapshot()
         timer.begin()
         if timed and timed_start is None:
-            timed_start = timer.start
+            timed_start = timer.wall_start
         x, y = next(batches)
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         timer.lap("data")
@@ -405,12 +405,14 @@ def train_loop(
         timer.lap("comm")
         result.last.append((loss, correct, samples))
         if instrument:
+            timer.end()  # the step's one wait for the device
+            meter.resolve(ctx.clock)
             result.records.append(_record(step, epoch, ctx.rank, timed, timer, meter, float(loss), samples))
             meter.reset()
         step += 1
     result.steps = step
     if timed_start is not None:
-        result.timed_wall_s = timer.total + timer.start - timed_start - paused
+        result.timed_wall_s = timer.wall_end - timed_start - paused
         result.cpu["end"] = sysinfo.cpu_snapshot()
     return result
 

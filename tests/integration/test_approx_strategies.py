@@ -21,8 +21,8 @@ CELLS = {
     "local_sgd_sync1": "local_sgd:mlp:sync_period=1",
     "pipeline_mlp": "pipeline:mlp:micro_batches=2",
     "pipeline_cnn": "pipeline:simple_cnn:micro_batches=5",
-    "auto_ddp": "ddp:mlp:batch_size=auto,memory_budget_gb=0.5",
-    "auto_pipeline": "pipeline:mlp:batch_size=auto",
+    "auto_ddp": "ddp:mlp:batch_size=auto,scaling=weak,memory_budget_gb=0.5",
+    "auto_pipeline": "pipeline:mlp:batch_size=auto,scaling=weak",
 }
 PIPELINES = ("pipeline_mlp", "pipeline_cnn")
 APPROXIMATE = ("ddp_fp16", "powersgd", "local_sgd", "local_sgd_sync1")

@@ -106,12 +106,20 @@ def test_summary_has_every_key_and_valid_json():
 
 
 class FakeClock:
-    def __init__(self):
-        self.t = 0.0
+    """Every stamp one second after the previous; counts the waits for the device."""
 
-    def now(self):
+    def __init__(self):
+        self.t, self.waits = 0.0, 0
+
+    def stamp(self):
         self.t += 1.0
         return self.t
+
+    def wait(self, stamp):
+        self.waits += 1
+
+    def elapsed(self, a, b):
+        return b - a
 
 
 def test_step_timer_laps_add_up():
@@ -119,11 +127,68 @@ def test_step_timer_laps_add_up():
     timer.begin()
     for phase in ("data", "forward", "comm", "comm"):
         timer.lap(phase)
+    timer.end()
     assert timer.phases["comm"] == 2.0 and timer.total == 4.0 == sum(timer.phases.values())
+    assert timer.clock.waits == 1
+    timer.begin()  # a new step starts from zero
+    timer.lap("data")
+    timer.end()
+    assert timer.phases["data"] == 1.0 and timer.phases["comm"] == 0.0 and timer.total == 1.0
     off = metrics.StepTimer(FakeClock(), enabled=False)
     off.begin()
     off.lap("data")
-    assert off.phases["data"] == 0.0
+    off.end()
+    assert off.phases["data"] == 0.0 and off.clock.waits == 0
+
+
+class FakeEvent:
+    """torch.cuda.Event without a GPU: records the host time; counts synchronisations."""
+
+    syncs = 0
+
+    def __init__(self, enable_timing=False):
+        assert enable_timing
+        self.t = None
+
+    def record(self):
+        import time
+
+        self.t = time.perf_counter()
+
+    def synchronize(self):
+        FakeEvent.syncs += 1
+
+    def elapsed_time(self, other):  # milliseconds, as torch's
+        return (other.t - self.t) * 1000.0
+
+
+def test_cuda_timing_uses_events_and_one_wait_per_step(monkeypatch):
+    """On CUDA the phases come from events and the step synchronises once, at its end:
+    no device-wide synchronize at phase boundaries (which would remove the CPU-GPU
+    overlap the loop is meant to measure)."""
+    import torch
+
+    def forbidden():
+        raise AssertionError("torch.cuda.synchronize() inside a timed step")
+
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", forbidden)
+    FakeEvent.syncs = 0
+    clock = metrics.Clock("cuda")
+    timer, meter = metrics.StepTimer(clock), metrics.CommMeter()
+    for _ in range(3):
+        timer.begin()
+        for phase in ("data", "forward", "backward", "comm", "optimizer", "comm"):
+            timer.lap(phase)
+        a, b = clock.stamp(), clock.stamp()
+        meter.defer(lambda c, a=a, b=b: meter.blocking(c.elapsed(a, b), "optimizer"))
+        timer.end()
+        meter.resolve(clock)
+        assert sum(timer.phases.values()) == pytest.approx(timer.total)
+        assert timer.wall_end >= timer.wall_start
+        assert meter.hidden["optimizer"][0] >= 0
+        meter.reset()
+    assert FakeEvent.syncs == 3
 
 
 def test_comm_meter_accumulates_per_phase_and_resets():
@@ -148,6 +213,7 @@ def test_step_timer_lap_split_charges_parts_and_the_rest():
     timer.begin()
     timer.lap("data")
     timer.lap_split({"forward": 0.25, "backward": 0.5}, rest="comm")
+    timer.end()
     lap = timer.total - timer.phases["data"]
     assert timer.phases["forward"] == 0.25 and timer.phases["backward"] == 0.5
     assert timer.phases["comm"] == pytest.approx(lap - 0.75)

@@ -104,9 +104,15 @@ class DDP(Strategy):
         # Nothing left to send (backward waited for every bucket); account for what was.
         spans = ctx.state.get("ddp_spans")
         if spans:
-            times = sorted(tuple(ctx.clock.seconds(t) for t in span) for span in spans)
+            taken = list(spans)
             spans.clear()
-            ctx.meter.overlapped(interval_union((a, b) for a, _, b in times), exposed_comm(times))
+
+            def account(clock):  # after the step's one wait for the device
+                ref = taken[0][0]
+                times = sorted(tuple(clock.elapsed(ref, t) for t in span) for span in taken)
+                ctx.meter.overlapped(interval_union((a, b) for a, _, b in times), exposed_comm(times))
+
+            ctx.meter.defer(account)
 
 
 def exposed_comm(times: list[tuple[float, float, float]]) -> float:

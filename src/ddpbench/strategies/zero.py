@@ -33,9 +33,10 @@ class Zero(DDP):
             sync = opt._sync_params
 
             def timed_sync():
-                start = ctx.clock.now()
+                a = ctx.clock.stamp()
                 sync()
-                ctx.meter.blocking(ctx.clock.now() - start, "optimizer")
+                b = ctx.clock.stamp()
+                ctx.meter.defer(lambda clock: ctx.meter.blocking(clock.elapsed(a, b), "optimizer"))
 
             opt._sync_params = timed_sync
         return opt
