@@ -16,11 +16,31 @@ ENV_PREFIXES = ("OMP_", "NCCL_", "GLOO_")
 
 
 def usable_cores() -> int:
-    """Cores this process may run on (respects affinity, cgroups via taskset, SLURM)."""
+    """Cores this process may run on: CPU affinity (cpusets, taskset, SLURM binding),
+    further limited by a cgroup CPU quota (a container started with --cpus=2)."""
     try:
-        return len(os.sched_getaffinity(0))
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:  # macOS
-        return os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+    quota = cgroup_cpu_quota()
+    return max(1, min(cores, int(quota))) if quota else cores
+
+
+def cgroup_cpu_quota(root: Path = Path("/sys/fs/cgroup")) -> float | None:
+    """CPUs allowed by this process's cgroup quota (v2 cpu.max, v1 cfs), None without one."""
+    try:
+        text = (root / "cpu.max").read_text().split()
+        if text and text[0] != "max":
+            return int(text[0]) / int(text[1])
+        return None
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        quota = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
+        period = int((root / "cpu" / "cpu.cfs_period_us").read_text())
+        return quota / period if quota > 0 and period > 0 else None
+    except (OSError, ValueError):
+        return None
 
 
 def loadavg() -> float | None:

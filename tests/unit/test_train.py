@@ -98,3 +98,15 @@ def test_environment_block():
 def test_container_image_from_the_environment(monkeypatch):
     monkeypatch.setenv("DDPBENCH_CONTAINER_IMAGE", "ddpbench-cpu:1")
     assert sysinfo.environment(None, 1)["container_image"] == "ddpbench-cpu:1"
+
+
+def test_cgroup_quota_limits_the_usable_cores(tmp_path):
+    (tmp_path / "cpu.max").write_text("150000 100000\n")
+    assert sysinfo.cgroup_cpu_quota(tmp_path) == 1.5
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert sysinfo.cgroup_cpu_quota(tmp_path) is None
+    (tmp_path / "cpu.max").unlink()
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("200000\n")
+    (tmp_path / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    assert sysinfo.cgroup_cpu_quota(tmp_path) == 2.0
