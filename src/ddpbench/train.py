@@ -232,7 +232,7 @@ def execute(
         "steps_run": run.steps,
         "measurement_short": short,  # max_steps or the timeout stopped it before the minimums
         "comm_volume": strategy.comm_volume,
-        "oversubscribed": oversubscribed(threads or 1, ranks.local_world),
+        "oversubscribed": device.type == "cpu" and oversubscribed(threads or 1, ranks.local_world),
         "model_parameters": flat.numel(),
         "param_rank_max_abs_diff": spread,
         "optimizer_state_bytes": max(state_bytes),  # the largest rank's
