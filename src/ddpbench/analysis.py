@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 from scipy import optimize, stats
 
-from ddpbench import commfit
+from ddpbench import commfit, metrics
 from ddpbench.params import CellParams
 
 LEVEL = 0.95
@@ -353,14 +353,35 @@ def _per_step(runs: pd.DataFrame, col: str) -> pd.Series:
 COST_NEEDS = ["step_time_mean_s", "phase_comm_s", "timed_steps", "comm_calls_per_step", "comm_bytes_per_step"]
 
 
-def _cost_core(g: pd.DataFrame, ab: tuple[float, float] | None):
+DEFAULT_VOLUME_LAW = "allreduce"  # runs from before extra_comm_volume existed were all-reduce strategies
+
+
+def comm_volume_law(g: pd.DataFrame) -> str:
+    """How a group's bytes per rank grow with p (extra_comm_volume, the strategy's own statement)."""
+    laws = g["extra_comm_volume"].dropna().astype(str) if "extra_comm_volume" in g else pd.Series(dtype=str)
+    return laws.mode().iloc[0] if len(laws) else DEFAULT_VOLUME_LAW
+
+
+def volume_factor(law: str, p):
+    """Bytes sent per byte of the synchronised tensor at p workers, per the strategy's law."""
+    return metrics.comm_volume_factor(law, p)
+
+
+def effective_message_bytes(multi: pd.DataFrame, law: str) -> float:
+    """M, the synchronised size implied by the measured bytes: median of bytes / factor(law, p)."""
+    return float((multi["comm_bytes_per_step"] / volume_factor(law, multi["world_size"].to_numpy(float))).median())
+
+
+def _cost_core(g: pd.DataFrame, ab: tuple[float, float] | None, law: str = DEFAULT_VOLUME_LAW):
     """One least-squares pass of the cost model: (α, B, T_comp, T_sync, predict) or a reason."""
     p = g["world_size"].to_numpy(float)
     multi = g[p > 1]
     if multi.empty or not (multi["comm_bytes_per_step"] > 0).any():
         return "no measured communication"
+    if not np.all(volume_factor(law, multi["world_size"].to_numpy(float)) > 0):
+        return f"communication measured but the strategy's volume law is {law!r}"
     calls = float(multi["comm_calls_per_step"].median())
-    m_eff = float((multi["comm_bytes_per_step"] / ring_factor(multi["world_size"])).median())
+    m_eff = effective_message_bytes(multi, law)
     ab = ab or fit_latency_bandwidth(multi["comm_calls_per_step"], multi["comm_bytes_per_step"], _per_step(multi, "phase_comm_s"))
     if ab is None:
         return "too few points with communication to fit latency and bandwidth"
@@ -368,7 +389,7 @@ def _cost_core(g: pd.DataFrame, ab: tuple[float, float] | None):
 
     def t_comm(q):
         q = np.asarray(q, float)
-        return np.where(q > 1, alpha * calls + ring_factor(q) * m_eff / bw, 0.0)
+        return np.where(q > 1, alpha * calls + volume_factor(law, q) * m_eff / bw, 0.0)
 
     t = g["step_time_mean_s"].to_numpy(float)
     (t_comp, t_sync), *_ = np.linalg.lstsq(np.column_stack([1 / p, np.ones_like(p)]), t - t_comm(p), rcond=None)
@@ -379,9 +400,11 @@ def fit_cost_model(g: pd.DataFrame, sweep: pd.DataFrame | None = None, predict_a
                    seed: int = SEED) -> Fit | str:  # fmt: skip
     """T(p) = T_comp/p + T_comm(p) + T_sync for one strong-scaling group (per step).
 
-    T_comm(p) = α·calls + 2(p−1)/p·M/B: α and B from the collective sweep of the same
-    device when given, else from the group's own measured communication per step; M is
-    the effective all-reduced size implied by the measured bytes sent. T_comp and T_sync
+    T_comm(p) = α·calls + v(p)·M/B, v the strategy's volume law (extra_comm_volume: all-reduce
+    2(p−1)/p, gather/scatter p−1, ZeRO 3(p−1)/p, point-to-point 1; all-reduce for runs that do
+    not say): α and B from the collective sweep of the same device when given, else from the
+    group's own measured communication per step; M is the synchronised size implied by the
+    measured bytes sent under the same law. T_comp and T_sync
     then come from linear least squares on the measured mean step time minus T_comm; for
     strategies that hide communication behind backward, T_sync absorbs the overlap (it
     can be negative). Intervals (parameters and the step times predicted at `predict_at`)
@@ -398,7 +421,8 @@ def fit_cost_model(g: pd.DataFrame, sweep: pd.DataFrame | None = None, predict_a
     match = sweep[sweep["device"].astype(str) == str(g["device"].iloc[0])] if sweep is not None and len(sweep) and "device" in g else []
     if len(match):
         ab, source = (float(match["alpha_s"].iloc[0]), float(match["bandwidth_Bps"].iloc[0])), "collective sweep"
-    core = _cost_core(g, ab)
+    law = comm_volume_law(g)
+    core = _cost_core(g, ab, law)
     if isinstance(core, str):
         return core
     alpha, bw, t_comp, t_sync, predict = core
@@ -410,7 +434,7 @@ def fit_cost_model(g: pd.DataFrame, sweep: pd.DataFrame | None = None, predict_a
         draws = []
         for _ in range(n_boot):
             idx = np.concatenate([rng.choice(ix, size=len(ix)) for ix in groups])
-            c = _cost_core(g.iloc[idx], ab)
+            c = _cost_core(g.iloc[idx], ab, law)
             if not isinstance(c, str):
                 draws.append([c[0], c[1] / 1e9, c[2], c[3], *(c[4](q) for q in predict_at)])
         if len(draws) >= n_boot // 2:
@@ -426,7 +450,7 @@ def fit_cost_model(g: pd.DataFrame, sweep: pd.DataFrame | None = None, predict_a
         len(g),
         _r2(g["step_time_mean_s"], predict(g["world_size"])),
         predict,
-        f"α and B from {source}" + ("" if np.isfinite(bw) else "; bandwidth term not resolved"),
+        f"α and B from {source}; volume law {law}" + ("" if np.isfinite(bw) else "; bandwidth term not resolved"),
     )
     fit.predictions = {q: Interval(float(v), *ci) for q, v, ci in zip(predict_at, point[4:], intervals[4:])}
     return fit

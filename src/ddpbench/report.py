@@ -198,8 +198,10 @@ DEFINITIONS = [
     ("Gustafson", "S(p) = p − α(p − 1) for weak scaling; least squares through S(1) = 1; Student-t interval"),
     ("Karp–Flatt", "e(p) = (1/S − 1/p)/(1 − 1/p) at every measured p > 1, interval from the speedup's; "
                    "rising e means overhead growing with p"),
-    ("cost model", "T(p) = T_comp/p + T_comm(p) + T_sync per step, T_comm(p) = α·calls + 2(p − 1)/p·M/B "
-                   "(ring all-reduce); α, B from the collective sweep when given, else from the measured "
+    ("cost model", "T(p) = T_comp/p + T_comm(p) + T_sync per step, T_comm(p) = α·calls + v(p)·M/B with v the "
+                   "strategy's volume law (all-reduce 2(p − 1)/p, gather/scatter p − 1, ZeRO 3(p − 1)/p, "
+                   "point-to-point 1; all-reduce for runs that do not state it); M from the measured bytes under "
+                   "the same law; α, B from the collective sweep when given, else from the measured "
                    "communication; T_comp, T_sync by least squares; T_sync absorbs overlap (may be negative); "
                    "intervals by resampling each world size's repeats and refitting"),
     ("bus bandwidth", "nccl-tests: algbw = M/t, busbw = algbw·2(p − 1)/p for all-reduce"),

@@ -173,3 +173,35 @@ def test_baseline_ignores_settings_that_cannot_affect_single():
     sp = A.speedup_table(runs).set_index(["strategy", "world_size"])
     assert (sp["baseline"] == "single").all()
     assert sp.loc[("ddp", 2), "speedup"] == pytest.approx(10 / 6)
+
+
+def _cost_rows(factor, m=4e6, alpha=1e-3, bw=1e9, calls=4, t_comp=1.0, t_sync=0.01, sizes=(1, 2, 4, 8), law=None):
+    rows = []
+    for p in sizes:
+        sent = factor(p) * m if p > 1 else 0.0
+        comm = alpha * calls + sent / bw if p > 1 else 0.0
+        rows.append(dict(world_size=p, device="cpu", timed_steps=10, step_time_mean_s=t_comp / p + comm + t_sync,
+                         phase_comm_s=10 * comm, comm_calls_per_step=calls if p > 1 else 0, comm_bytes_per_step=sent))  # fmt: skip
+    df = pd.DataFrame(rows)
+    return df.assign(extra_comm_volume=law) if law else df
+
+
+def test_cost_model_scales_gather_scatter_bytes_as_p_minus_1():
+    # The root of gather/scatter sends (p − 1)·M: measured at 2, 4, 8, the model must send 31·M at 32,
+    # not the ring all-reduce's 2·31/32·M ≈ 1.9·M (about 3.9·M as the old fit scaled it).
+    m, alpha, bw, calls, t_comp, t_sync = 4e6, 1e-3, 1e9, 4, 1.0, 0.01
+    df = _cost_rows(lambda p: p - 1, law="gather_scatter")
+    assert A.comm_volume_law(df) == "gather_scatter"
+    assert A.effective_message_bytes(df[df["world_size"] > 1], "gather_scatter") == pytest.approx(m)
+    fit = A.fit_cost_model(df)
+    assert fit.params["bandwidth_gbps"].estimate == pytest.approx(bw / 1e9, rel=1e-6)
+    assert fit.predict(32) == pytest.approx(t_comp / 32 + alpha * calls + 31 * m / bw + t_sync, rel=1e-6)
+    assert "gather_scatter" in fit.note
+
+
+def test_cost_model_without_a_volume_column_assumes_allreduce():
+    df = _cost_rows(A.ring_factor)
+    assert A.comm_volume_law(df) == "allreduce"
+    assert A.fit_cost_model(df).predict(32) == pytest.approx(1.0 / 32 + 4e-3 + A.ring_factor(32) * 4e6 / 1e9 + 0.01)
+    zero = _cost_rows(lambda p: 3 * (p - 1) / p, law="allreduce_allgather")
+    assert A.fit_cost_model(zero).predict(32) == pytest.approx(1.0 / 32 + 4e-3 + 3 * 31 / 32 * 4e6 / 1e9 + 0.01)
