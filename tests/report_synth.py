@@ -61,7 +61,8 @@ def make_runs(
                             phase_data_s=0.05 * step * (steps - 3), phase_forward_s=0.25 * step * (steps - 3),
                             phase_backward_s=0.4 * step * (steps - 3), phase_comm_s=comm * (steps - 3),
                             phase_exposed_comm_s=exposed * (steps - 3), phase_optimizer_s=0.05 * step * (steps - 3),
-                            phase_total_s=step * 1.02 * (steps - 3),
+                            phase_total_s=step * 1.02 * (steps - 3), phase_other_s=0.02 * step * (steps - 3),
+                            frac_other=0.02,
                             frac_comm=comm / step, frac_exposed_comm=exposed / step,
                             compute_comm_ratio=(0.7 * step / exposed) if exposed else None,
                             comm_calls_per_step=0 if p == 1 else 4,
@@ -74,6 +75,9 @@ def make_runs(
                             env_torch="2.15.0", env_torchvision="0.29.2", env_cuda=None, env_cudnn=None,
                             env_nccl=None, env_gpu_name=None, env_backend="gloo", env_threads_per_rank=1,
                             env_git_commit="abc1234", env_container_image=None, env_var_OMP_NUM_THREADS="1",
+                            env_loadavg_start=0.4, env_loadavg_end=1.9, env_other_cpu_frac=0.01,
+                            extra_oversubscribed=False, extra_measurement_short=False,
+                            extra_comm_volume="none" if strategy == "single" else "allreduce",
                         )  # fmt: skip
                         rows.append(row)
     runs = pd.DataFrame(rows)

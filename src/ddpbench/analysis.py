@@ -1,10 +1,12 @@
 """Statistics and scaling-law fits over the aggregated runs table.
 
 Everything here is pure pandas/numpy/scipy on the contract's runs.csv columns, so it is
-testable on small hand-made tables. Definitions follow docs/DESIGN: medians with
-bootstrap 95% confidence intervals over repeats (separate launches), speedup
-S(p) = T_baseline / T_p with T the time for a fixed amount of work (one epoch),
-efficiency E = S/p, Amdahl, Gustafson, Karp–Flatt and the communication cost model.
+testable on small hand-made tables. Definitions follow DESIGN.md: over repeats (separate
+launches), timing metrics are geometric means with Student-t intervals on the log scale,
+other metrics medians with order-statistic intervals of their exact level, ratios (speedup,
+strategy vs strategy) Welch t-intervals on log differences; speedup S(p) = T_baseline / T_p
+with T the time for a fixed amount of work (one epoch), efficiency E = S/p, Amdahl,
+Gustafson, Karp–Flatt and the communication cost model with each strategy's volume law.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from ddpbench import commfit, metrics
 from ddpbench.params import CellParams
 
 LEVEL = 0.95
-N_BOOT = 2000
+N_BOOT = 500  # resamples of the cost model's bootstrap
 SEED = 0
 
 # seed may be varied per repeat by the workflow, so it is never part of a cell's identity.
@@ -40,6 +42,8 @@ METRICS = {
     "epoch_time_s": "epoch time [s]",
     "frac_comm": "communication fraction",
     "frac_exposed_comm": "exposed communication fraction",
+    "frac_other": "other (unattributed) fraction",
+    "frac_imbalance": "imbalance fraction",
     "compute_comm_ratio": "compute / exposed comm",
     "peak_rss_mb": "peak RSS [MB]",
     "cuda_max_allocated_mb": "peak CUDA memory [MB]",
@@ -49,7 +53,8 @@ METRICS = {
 }
 SPEEDUP_COLUMNS = [
     "n_repeats", "baseline", "baseline_n", "time_s", "baseline_time_s", "measure", "speedup", "speedup_ci_low",
-    "speedup_ci_high", "efficiency", "efficiency_ci_low", "efficiency_ci_high",
+    "speedup_ci_high", "speedup_ci_level", "efficiency", "efficiency_ci_low", "efficiency_ci_high", "unstable",
+    "unstable_cause",
 ]  # fmt: skip
 TIME = "epoch_time_s"  # the time of a fixed amount of work: speedup is its ratio
 
@@ -59,6 +64,7 @@ class Interval:
     estimate: float
     low: float = np.nan
     high: float = np.nan
+    level: float = np.nan  # the interval's coverage level (NaN: no interval)
 
 
 # -- tables ------------------------------------------------------------------------------
@@ -104,12 +110,97 @@ def _key(values) -> tuple[str, ...]:
     return tuple(str(v) for v in values)
 
 
-# -- bootstrap ---------------------------------------------------------------------------
+# -- intervals ---------------------------------------------------------------------------
+#
+# Timing metrics are positive with multiplicative noise, so they are summarised on the log
+# scale: the geometric mean with a Student-t interval, whose coverage is tested at 3, 5 and
+# 10 repeats (tests/unit/test_interval_coverage.py). Other metrics (fractions, memory,
+# accuracy) get the median with a distribution-free order-statistic interval whose exact
+# level is recorded, because with few repeats 95 % does not exist for it.
+
+TIMING_METRICS = ("step_time_median_s", "samples_per_s", "epoch_time_s")
+# Coverage measured by tests/unit/test_interval_coverage.py (which checks these figures): the
+# share of simulated cells whose nominal 95 % interval held the true median (log_t) or the true
+# ratio of two cells' medians (welch), by repeat count; log-normal noise, sigma 0.03 run to run
+# and 0.1 step to step over 30 steps per run.
+TESTED_COVERAGE = {"cells": 4000, "log_t": {3: 0.953, 5: 0.952, 10: 0.9505}, "welch": {3: 0.956, 5: 0.9528, 10: 0.9463}}
 
 
-def _resample_medians(x: np.ndarray, rng: np.random.Generator, n_boot: int) -> np.ndarray:
-    idx = rng.integers(0, len(x), size=(n_boot, len(x)))
-    return np.median(x[idx], axis=1)
+def _clean(values) -> np.ndarray:
+    return np.asarray(pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").dropna(), dtype=float)
+
+
+def t_halfwidth(y: np.ndarray, level: float = LEVEL) -> np.ndarray:
+    """Half-width of the Student-t interval of the mean of `y` along its last axis (2+ values).
+    Vectorised so the coverage test runs this very code over thousands of simulated cells."""
+    n = y.shape[-1]
+    return stats.t.ppf(0.5 + level / 2, n - 1) * y.std(axis=-1, ddof=1) / np.sqrt(n)
+
+
+def welch_halfwidth(ya: np.ndarray, yb: np.ndarray, level: float = LEVEL) -> np.ndarray:
+    """Half-width of the Welch t-interval of mean(ya) − mean(yb) along the last axis, with
+    Welch–Satterthwaite degrees of freedom; 0 where both sides have no spread."""
+    na, nb = ya.shape[-1], yb.shape[-1]
+    va, vb = ya.var(axis=-1, ddof=1) / na, yb.var(axis=-1, ddof=1) / nb
+    se = np.sqrt(va + vb)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        dof = (va + vb) ** 2 / (va**2 / (na - 1) + vb**2 / (nb - 1))
+        return np.where(se > 0, stats.t.ppf(0.5 + level / 2, np.where(se > 0, dof, 1.0)) * se, 0.0)
+
+
+def log_t_interval(values, level: float = LEVEL) -> Interval:
+    """Geometric mean exp(mean log x) with the Student-t interval of the mean log, exponentiated.
+
+    For log-normal run-to-run noise the geometric mean estimates the median run; one value gives no interval.
+    """
+    x = _clean(values)
+    if len(x) == 0:
+        return Interval(np.nan)
+    if (x <= 0).any():
+        return order_stat_interval(x)  # no log scale for a zero or negative value
+    if len(x) == 1:
+        return Interval(float(x[0]))  # exactly the value, not exp(log(value))
+    y = np.log(x)
+    est = float(np.exp(y.mean()))
+    half = float(t_halfwidth(y, level))
+    return Interval(est, float(np.exp(y.mean() - half)), float(np.exp(y.mean() + half)), level)
+
+
+def welch_log_ratio(a, b, level: float = LEVEL) -> Interval:
+    """Ratio of geometric means exp(mean log a − mean log b) with the Welch t-interval of the
+    difference of mean logs, exponentiated; needs 2+ values on each side for an interval."""
+    la, lb = np.log(_clean(a)), np.log(_clean(b))
+    if len(la) == 0 or len(lb) == 0:
+        return Interval(np.nan)
+    d = la.mean() - lb.mean()
+    if len(la) < 2 or len(lb) < 2:
+        return Interval(float(np.exp(d)))
+    half = float(welch_halfwidth(la, lb, level))
+    return Interval(float(np.exp(d)), float(np.exp(d - half)), float(np.exp(d + half)), level)
+
+
+def order_stat_rank(n: int, level: float = LEVEL) -> tuple[int, float]:
+    """(k, exact level) of the median interval [x_(k), x_(n−k+1)]: the largest k whose
+    distribution-free coverage 1 − 2·BinomCDF(k−1; n, 1/2) reaches `level`, else k = 1 (min..max)."""
+    coverage = lambda k: float(1 - 2 * stats.binom.cdf(k - 1, n, 0.5))  # noqa: E731
+    ks = [k for k in range(1, n // 2 + 1) if coverage(k) >= level]
+    k = max(ks, default=1)
+    return k, coverage(k)
+
+
+def order_stat_interval(values, level: float = LEVEL) -> Interval:
+    """Median with the order-statistic interval of `order_stat_rank`; its exact level is recorded."""
+    x = np.sort(_clean(values))
+    if len(x) == 0:
+        return Interval(np.nan)
+    if len(x) == 1:
+        return Interval(float(x[0]))
+    k, exact = order_stat_rank(len(x), level)
+    return Interval(float(np.median(x)), float(x[k - 1]), float(x[len(x) - k]), exact)
+
+
+def metric_interval(metric: str, values) -> Interval:
+    return log_t_interval(values) if metric in TIMING_METRICS else order_stat_interval(values)
 
 
 def _percentiles(draws: np.ndarray, level: float = LEVEL) -> tuple[float, float]:
@@ -119,66 +210,123 @@ def _percentiles(draws: np.ndarray, level: float = LEVEL) -> tuple[float, float]
     return float(lo), float(hi)
 
 
-def bootstrap_median(values, n_boot: int = N_BOOT, seed: int = SEED) -> Interval:
-    """Median with a percentile-bootstrap interval; one value gives no interval at all."""
-    x = np.asarray(pd.Series(values).dropna(), dtype=float)
-    if len(x) == 0:
-        return Interval(np.nan)
-    if len(x) == 1:
-        return Interval(float(x[0]))
-    draws = _resample_medians(x, np.random.default_rng(seed), n_boot)
-    return Interval(float(np.median(x)), *_percentiles(draws))
+def rel_halfwidth(iv: Interval) -> float:
+    """(high − low) / 2 / estimate: the pyperf-style stability measure; NaN without an interval."""
+    return (iv.high - iv.low) / 2 / iv.estimate if iv.estimate else np.nan
 
 
-def bootstrap_ratio(base, cell, n_boot: int = N_BOOT, seed: int = SEED) -> Interval:
-    """median(base)/median(cell), both resampled independently; needs 2+ repeats on each side."""
-    b = np.asarray(base, dtype=float)
-    c = np.asarray(cell, dtype=float)
-    est = float(np.median(b) / np.median(c))
-    if len(b) < 2 or len(c) < 2:
-        return Interval(est)
-    rng = np.random.default_rng(seed)
-    draws = _resample_medians(b, rng, n_boot) / _resample_medians(c, rng, n_boot)
-    return Interval(est, *_percentiles(draws))
+# -- stability -----------------------------------------------------------------------------
+
+MAX_REL_CI = 0.05
+HIGH_RANK_SKEW = 0.10
+BUSY_CPU_FRAC = 0.10
+NO_INTERVAL = "not checked: fewer than 2 repeats, no interval"
+THROUGHPUT = ("samples_per_s", "epoch_time_s", "step_time_median_s")  # the first one present judges stability
+
+
+def _truthy(s: pd.Series) -> pd.Series:
+    # Flags arrive as bools, 0/1 or "True"/"False" strings depending on how the CSV was read.
+    return s.map(lambda v: str(v).strip().lower() in ("true", "1", "1.0", "yes"))
+
+
+def _col(runs: pd.DataFrame, name: str) -> pd.Series:
+    return pd.to_numeric(runs[name], errors="coerce") if name in runs else pd.Series(np.nan, index=runs.index)
+
+
+def busy_runs(runs: pd.DataFrame) -> pd.Series:
+    """Runs measured on a busy machine: other processes took > 10 % of the CPU during the timed
+    steps, or the load average at start exceeded the usable cores (missing columns: not busy)."""
+    cores = _col(runs, "env_cores").fillna(_col(runs, "env_usable_cores"))
+    return (_col(runs, "env_other_cpu_frac") > BUSY_CPU_FRAC) | (_col(runs, "env_loadavg_start") > cores)
+
+
+def oversubscribed_runs(runs: pd.DataFrame) -> pd.Series:
+    return _truthy(runs["extra_oversubscribed"]) if "extra_oversubscribed" in runs else pd.Series(False, index=runs.index)
+
+
+def _few_timed_steps(runs: pd.DataFrame) -> bool:
+    short = "extra_measurement_short" in runs and _truthy(runs["extra_measurement_short"]).any()
+    return bool(short or _col(runs, "timed_steps").median() < _col(runs, "min_timed_steps").median())
+
+
+def likely_causes(runs: pd.DataFrame) -> str:
+    """Why a cell's repeats disagree, all that apply, most specific first."""
+    causes = [
+        ("few timed steps", _few_timed_steps(runs)),
+        ("high rank skew", _col(runs, "rank_skew").median() > HIGH_RANK_SKEW),
+        ("busy machine", busy_runs(runs).any()),
+        ("oversubscribed", oversubscribed_runs(runs).any()),
+    ]
+    return "; ".join(name for name, hit in causes if hit) or "run-to-run variation"
+
+
+def stability(runs: pd.DataFrame, max_rel_ci: float = MAX_REL_CI) -> tuple[bool, str, float]:
+    """(unstable, cause, relative half-width of the throughput interval) of one cell's used runs."""
+    metric = next((m for m in THROUGHPUT if m in runs), None)
+    if metric is None or runs[metric].notna().sum() == 0:
+        return False, "", np.nan
+    rel = rel_halfwidth(log_t_interval(runs[metric]))
+    if np.isnan(rel):
+        return False, NO_INTERVAL, rel
+    return (True, likely_causes(runs), rel) if rel > max_rel_ci else (False, "", rel)
+
+
+def timed_runs(ok: pd.DataFrame) -> pd.DataFrame:
+    """The ok runs that produced a timing value: only these count as repeats (an ok run with no
+    timed steps has no time to contribute)."""
+    metric = next((m for m in (TIME, *THROUGHPUT) if m in ok), None)
+    return ok[ok[metric].notna()] if metric else ok
 
 
 # -- per-cell statistics -----------------------------------------------------------------
 
 
-def cell_stats(runs: pd.DataFrame, n_boot: int = N_BOOT, seed: int = SEED) -> pd.DataFrame:
-    """One row per cell: run counts by status and median [95% CI] of each metric over ok repeats."""
+def cell_stats(runs: pd.DataFrame, max_rel_ci: float = MAX_REL_CI) -> pd.DataFrame:
+    """One row per cell: run counts by status, each metric's estimate and interval over the
+    repeats that measured something (geometric mean and log-t interval for timing metrics,
+    median and order-statistic interval otherwise; `{m}_ci_level` is the interval's level),
+    and the stability check on the throughput interval."""
     cols = axes(runs)
     rows = []
     for key, g in runs.groupby(cols, dropna=False, sort=True):
         ok = g[g["status"] == "ok"]
+        used = timed_runs(ok)
         row = dict(zip(cols, key))
         row.update(
             n_runs=len(g),
-            n_repeats=len(ok),
+            n_repeats=len(used),
+            n_untimed=len(ok) - len(used),
             n_failed=int((g["status"] == "failed").sum()),
             n_timeout=int((g["status"] == "timeout").sum()),
             n_skipped=int((g["status"] == "skipped").sum()),
+            n_busy=int(busy_runs(used).sum()),
+            n_oversubscribed=int(oversubscribed_runs(used).sum()),
         )
+        unstable, cause, rel = stability(used, max_rel_ci)
+        row.update(unstable=unstable, unstable_cause=cause, throughput_rel_ci=rel)
         for m in METRICS:
             if m in g:
-                iv = bootstrap_median(ok[m], n_boot, seed)
-                row.update({m: iv.estimate, f"{m}_ci_low": iv.low, f"{m}_ci_high": iv.high})
+                iv = metric_interval(m, used[m])
+                row.update({m: iv.estimate, f"{m}_ci_low": iv.low, f"{m}_ci_high": iv.high, f"{m}_ci_level": iv.level})
         rows.append(row)
-    stats = [f"{m}{s}" for m in METRICS if m in runs for s in ("", "_ci_low", "_ci_high")]
-    return pd.DataFrame(rows, columns=[*cols, "n_runs", "n_repeats", "n_failed", "n_timeout", "n_skipped", *stats])
+    counts = ["n_runs", "n_repeats", "n_untimed", "n_failed", "n_timeout", "n_skipped", "n_busy", "n_oversubscribed"]
+    flags = ["unstable", "unstable_cause", "throughput_rel_ci"]
+    stats_cols = [f"{m}{s}" for m in METRICS if m in runs for s in ("", "_ci_low", "_ci_high", "_ci_level")]
+    return pd.DataFrame(rows, columns=[*cols, *counts, *flags, *stats_cols])
 
 
 # -- speedup and efficiency --------------------------------------------------------------
 
 
 def speedup_table(
-    runs: pd.DataFrame, n_boot: int = N_BOOT, seed: int = SEED, baseline_strategy: str = BASELINE_STRATEGY
+    runs: pd.DataFrame, baseline_strategy: str = BASELINE_STRATEGY, max_rel_ci: float = MAX_REL_CI
 ) -> pd.DataFrame:
-    """Speedup and efficiency of every cell against its baseline, with bootstrap CIs.
+    """Speedup and efficiency of every cell against its baseline, with Welch log-t intervals.
 
     Baseline: `baseline_strategy` (default `single`) at p = 1 with every other axis equal (settings that cannot matter
     for it relaxed if needed); else the strategy's own p = 1 cell; else none (no row).
-    For weak scaling the same ratio of epoch times is the scaled speedup p·t(1)/t(p).
+    S = geometric-mean baseline time / geometric-mean cell time; for weak scaling the same ratio
+    of epoch times is the scaled speedup p·t(1)/t(p). A row is unstable when its cell or its baseline is.
     """
     cols = axes(runs)
     other = [c for c in cols if c not in ("strategy", *LAUNCH_AXES)]
@@ -189,10 +337,10 @@ def speedup_table(
     p1 = ok[ok["world_size"] == 1]
     single = p1[p1["strategy"] == baseline_strategy] if "strategy" in p1 else p1
     own_cols = [c for c in cols if c not in LAUNCH_AXES]
-    # Candidate baselines, most specific first: times of the matching runs per key.
-    candidates = [(other, _times_by(single, other), baseline_strategy),
-                  (relaxed, _times_by(single, relaxed), baseline_strategy),
-                  (own_cols, _times_by(p1, own_cols), "own p=1")]  # fmt: skip
+    # Candidate baselines, most specific first: the matching runs per key.
+    candidates = [(other, _runs_by(single, other), baseline_strategy),
+                  (relaxed, _runs_by(single, relaxed), baseline_strategy),
+                  (own_cols, _runs_by(p1, own_cols), "own p=1")]  # fmt: skip
 
     rows = []
     for key, g in ok.groupby(cols, dropna=False, sort=True):
@@ -201,35 +349,91 @@ def speedup_table(
         found = [(index[_key(row[c] for c in by)], kind) for by, index, kind in candidates if _key(row[c] for c in by) in index]
         if not found:
             continue
-        base, kind = found[0]
-        t = g[TIME].to_numpy()
+        base_runs, kind = found[0]
+        base, t = base_runs[TIME].to_numpy(), g[TIME].to_numpy()
         if p == 1 and (kind == "own p=1" or row.get("strategy") == baseline_strategy):
-            s = Interval(1.0, *((1.0, 1.0) if len(t) > 1 else (np.nan, np.nan)))  # the baseline itself
+            s = Interval(1.0, *((1.0, 1.0, LEVEL) if len(t) > 1 else ()))  # the baseline itself
         else:
-            s = bootstrap_ratio(base, t, n_boot, seed)
+            s = welch_log_ratio(base, t)
         weak = str(row.get("scaling", "strong")) == "weak"
         row.update(
             n_repeats=len(t),
             baseline=kind,
             baseline_n=len(base),
-            time_s=float(np.median(t)),
-            baseline_time_s=float(np.median(base)),
+            time_s=log_t_interval(t).estimate,
+            baseline_time_s=log_t_interval(base).estimate,
             measure="scaled speedup" if weak else "speedup",
             speedup=s.estimate,
             speedup_ci_low=s.low,
             speedup_ci_high=s.high,
+            speedup_ci_level=s.level,
             efficiency=s.estimate / p,
             efficiency_ci_low=s.low / p,
             efficiency_ci_high=s.high / p,
+            **_pair_stability({"cell": g, "baseline": base_runs}, max_rel_ci),
         )
         rows.append(row)
     return pd.DataFrame(rows, columns=[*cols, *SPEEDUP_COLUMNS])
 
 
-def _times_by(df: pd.DataFrame, by: list[str]) -> dict[tuple[str, ...], np.ndarray]:
+def _pair_stability(sides: dict[str, pd.DataFrame], max_rel_ci: float) -> dict:
+    """unstable / unstable_cause of a ratio: either side unstable makes it so; causes name their side."""
+    parts = []
+    for side, df in sides.items():
+        unstable, cause, _ = stability(df, max_rel_ci)
+        if unstable:
+            parts.append(f"{side}: {cause}")
+    return dict(unstable=bool(parts), unstable_cause="; ".join(parts))
+
+
+def _runs_by(df: pd.DataFrame, by: list[str]) -> dict[tuple[str, ...], pd.DataFrame]:
     if not by:
-        return {(): df[TIME].to_numpy()} if len(df) else {}
-    return {_key(k): g[TIME].to_numpy() for k, g in df.groupby(by, dropna=False)}
+        return {(): df} if len(df) else {}
+    return {_key(k): g for k, g in df.groupby(by, dropna=False)}
+
+
+# -- comparisons between strategies -----------------------------------------------------------
+
+COMPARISON_COLUMNS = [
+    "strategy_a", "strategy_b", "n_a", "n_b", "ratio", "ratio_ci_low", "ratio_ci_high", "ratio_ci_level", "verdict",
+    "unstable", "unstable_cause",
+]  # fmt: skip
+NO_DIFFERENCE = "no detectable difference"
+NO_COMPARISON = "no interval (fewer than 2 repeats on a side)"
+
+
+def verdict(iv: Interval) -> str:
+    """A difference only when the interval of the ratio A/B excludes 1."""
+    if np.isnan(iv.low) or np.isnan(iv.high):
+        return NO_COMPARISON
+    if iv.low > 1:
+        return "A faster"
+    if iv.high < 1:
+        return "B faster"
+    return NO_DIFFERENCE
+
+
+def comparisons_table(runs: pd.DataFrame, max_rel_ci: float = MAX_REL_CI) -> pd.DataFrame:
+    """comparisons.csv: for every setting (all axes equal except strategy) and world size, every
+    pair of strategies A < B (by name) as the throughput ratio A/B with its Welch log-t interval."""
+    cols = axes(runs)
+    setting = [c for c in cols if c != "strategy"]
+    ok = runs[runs["status"] == "ok"]
+    if "strategy" not in runs or "samples_per_s" not in runs or ok.empty:
+        return pd.DataFrame(columns=[*setting, *COMPARISON_COLUMNS])
+    ok = ok[ok["samples_per_s"].notna()]
+    rows = []
+    for key, g in ok.groupby(setting, dropna=False, sort=True) if setting else [((), ok)]:
+        by = {name: d for name, d in g.groupby("strategy", sort=True)}
+        names = sorted(by)
+        for i, a in enumerate(names):
+            for b in names[i + 1 :]:
+                iv = welch_log_ratio(by[a]["samples_per_s"], by[b]["samples_per_s"])
+                pair = _pair_stability({a: by[a], b: by[b]}, max_rel_ci)
+                rows.append(dict(zip(setting, key if isinstance(key, tuple) else (key,)), strategy_a=a, strategy_b=b,
+                                 n_a=len(by[a]), n_b=len(by[b]), ratio=iv.estimate, ratio_ci_low=iv.low,
+                                 ratio_ci_high=iv.high, ratio_ci_level=iv.level, verdict=verdict(iv), **pair))  # fmt: skip
+    return pd.DataFrame(rows, columns=[*setting, *COMPARISON_COLUMNS])
 
 
 # -- fits ----------------------------------------------------------------------------------
@@ -396,7 +600,7 @@ def _cost_core(g: pd.DataFrame, ab: tuple[float, float] | None, law: str = DEFAU
     return alpha, bw, t_comp, t_sync, lambda q: t_comp / np.asarray(q, float) + t_comm(q) + t_sync
 
 
-def fit_cost_model(g: pd.DataFrame, sweep: pd.DataFrame | None = None, predict_at=(), n_boot: int = 500,
+def fit_cost_model(g: pd.DataFrame, sweep: pd.DataFrame | None = None, predict_at=(), n_boot: int = N_BOOT,
                    seed: int = SEED) -> Fit | str:  # fmt: skip
     """T(p) = T_comp/p + T_comm(p) + T_sync for one strong-scaling group (per step).
 
@@ -464,6 +668,7 @@ def fits_table(
     speed: pd.DataFrame,
     comm: pd.DataFrame | None = None,
     baseline_strategy: str = BASELINE_STRATEGY,
+    n_boot: int = N_BOOT,
 ) -> pd.DataFrame:
     """fits.csv: one row per group, law and parameter; predictions at 2× and 4× the largest
     measured p are rows of kind 'prediction'; fits without enough points say so, with no number."""
@@ -524,7 +729,7 @@ def fits_table(
             t = fit.predictions[q]  # predicted step time; speedup falls as it rises
             return Interval(step_base / t.estimate, step_base / t.high, step_base / t.low) if step_base else Interval(np.nan)
 
-        add_fit("cost_model", fit_cost_model(g, sweep, predict_at=(2 * p_max, 4 * p_max)), cost_speedup)
+        add_fit("cost_model", fit_cost_model(g, sweep, predict_at=(2 * p_max, 4 * p_max), n_boot=n_boot), cost_speedup)
     return pd.DataFrame(rows).reindex(columns=[*FIT_COLUMNS[:1], *gcols, *FIT_COLUMNS[1:]])
 
 

@@ -95,6 +95,15 @@ def _yerr(df, col):
     return np.vstack([df[col] - lo, hi - df[col]])
 
 
+def level_note(df: pd.DataFrame, col: str) -> str:
+    """'bars: 95% interval' from the interval levels recorded next to `col` (several levels: their range)."""
+    levels = pd.to_numeric(df.get(f"{col}_ci_level", pd.Series(dtype=float)), errors="coerce").dropna()
+    if levels.empty:
+        return "no intervals"
+    lo, hi = 100 * levels.min(), 100 * levels.max()
+    return f"bars: {lo:.3g}% interval" if lo == hi else f"bars: {lo:.3g}–{hi:.3g}% intervals"
+
+
 def _workers_axis(ax, ps):
     ax.set_xscale("log", base=2)
     ticks = sorted({int(p) for p in ps})
@@ -132,7 +141,7 @@ def fig_speedup(d: Data):
     ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     ax.set_xlim(0.9, max(ideal) * 1.1)
     ax.set_ylabel("speedup S(p)" if (sp["measure"] == "speedup").all() else "(scaled) speedup S(p)")
-    ax.set_title(f"{TITLES['speedup']} (shaded: efficiency loss; bars: 95% CI)", fontsize=9)
+    ax.set_title(f"{TITLES['speedup']} (shaded: efficiency loss; {level_note(sp, 'speedup')})", fontsize=9)
     _legend_outside(ax)
     return [(None, fig)]
 
@@ -179,13 +188,15 @@ def fig_efficiency(d: Data):
     _workers_axis(ax, sp["world_size"])
     ax.set_ylim(0, max(1.1, float(np.nanmax(sp["efficiency"])) * 1.1))
     ax.set_ylabel("efficiency E(p) = S(p)/p")
-    ax.set_title(TITLES["efficiency"] + " (bars: 95% CI)", fontsize=9)
+    ax.set_title(f"{TITLES['efficiency']} ({level_note(sp, 'speedup')})", fontsize=9)
     _legend_outside(ax)
     return [(None, fig)]
 
 
 PHASES = [("phase_data_s", "data"), ("phase_forward_s", "forward"), ("phase_backward_s", "backward"),
           ("phase_optimizer_s", "optimizer"), ("phase_exposed_comm_s", "exposed comm")]  # fmt: skip
+# Step time outside the pacing rank's named phases: drawn when runs carry it (older runs do not).
+OTHER_PHASE = ("phase_other_s", "other")
 
 
 def fig_phases(d: Data):
@@ -193,13 +204,14 @@ def fig_phases(d: Data):
     ok = d.runs[d.runs["status"] == "ok"]
     if ok.empty or not set(need) <= set(ok.columns) or ok[need].isna().all().all():
         return []
-    per_step = ok[need[:-1]].div(ok["timed_steps"], axis=0)
+    phases = PHASES + ([OTHER_PHASE] if OTHER_PHASE[0] in ok and ok[OTHER_PHASE[0]].notna().any() else [])
+    per_step = ok[[c for c, _ in phases] + ["phase_comm_s"]].div(ok["timed_steps"], axis=0)
     cols = [c for c in A.varying(d.runs, A.axes(d.runs))] or ["world_size"]
     med = pd.concat([ok[cols], per_step], axis=1).groupby(cols, dropna=False, sort=True).median().reset_index()
     labels = [" ".join(_short(c, r[c]) for c in cols) for _, r in med.iterrows()]
     fig, ax = plt.subplots(figsize=(6.4, 1.2 + 0.28 * len(med)))
     left = np.zeros(len(med))
-    for (col, name), color in zip(PHASES, _colors(10)):
+    for (col, name), color in zip(phases, _colors(10)):
         v = med[col].fillna(0).to_numpy()
         ax.barh(labels, v, left=left, color=color, label=name)
         left += v
@@ -207,7 +219,7 @@ def fig_phases(d: Data):
     if hidden.any():
         ax.barh(labels, hidden, left=left, color="none", edgecolor="gray", hatch="///", label="overlapped comm (hidden)")
     ax.invert_yaxis()
-    ax.set_xlabel("seconds per timed step (median over repeats; slowest rank)")
+    ax.set_xlabel("seconds per timed step (median over repeats; pacing rank)")
     ax.set_title(TITLES["phases"], fontsize=9)
     _legend_outside(ax)
     return [(None, fig)]
@@ -246,6 +258,7 @@ def _vs_axis(d: Data, axis: str, metrics: list[tuple[str, str]], logx=True):
             ax.set_xscale("log", base=2)
         ax.set_xlabel(AXIS_LABELS.get(axis, axis.replace("_", " ")))
         ax.set_ylabel(ylabel)
+        ax.set_title(level_note(c, m) if f"{m}_ci_level" in c else "no intervals", fontsize=8)
     _legend_outside(axs[0][-1])
     return fig
 
@@ -265,8 +278,11 @@ def fig_dataset_size(d: Data):
     if "dataset_size" not in c or _numeric(c["dataset_size"]).nunique() < 2:
         return []
     sp = d.speed
-    cells = c.merge(sp[[*A.axes(d.runs), "speedup", "speedup_ci_low", "speedup_ci_high", "efficiency", "efficiency_ci_low",
-                         "efficiency_ci_high"]], how="left", on=A.axes(d.runs)) if not sp.empty else c  # fmt: skip
+    cols = [*A.axes(d.runs), "speedup", "speedup_ci_low", "speedup_ci_high", "speedup_ci_level", "efficiency",
+            "efficiency_ci_low", "efficiency_ci_high"]  # fmt: skip
+    # Efficiency is the speedup over p: its interval has the speedup's level.
+    sp = sp.assign(efficiency_ci_level=sp["speedup_ci_level"]) if "speedup_ci_level" in sp else sp
+    cells = c.merge(sp[[k for k in [*cols, "efficiency_ci_level"] if k in sp]], how="left", on=A.axes(d.runs)) if not sp.empty else c
     fig = _vs_axis(Data(d.runs, cells, sp, d.fits), "dataset_size",
                    [("epoch_time_s", "epoch time [s]"), ("speedup", "speedup"), ("efficiency", "efficiency")])  # fmt: skip
     return [(None, fig)] if fig else []
@@ -350,7 +366,7 @@ def fig_rank_skew(d: Data):
         ax.errorbar(g["world_size"], g["rank_skew"], yerr=_yerr(g, "rank_skew"), marker="o", color=color, label=name, capsize=3)
     _workers_axis(ax, c["world_size"])
     ax.set_ylabel("rank skew: median (max − min)/max of rank step times")
-    ax.set_title(TITLES["rank_skew"], fontsize=9)
+    ax.set_title(f"{TITLES['rank_skew']} (median; {level_note(c, 'rank_skew')})", fontsize=9)
     _legend_outside(ax)
     return [(None, fig)]
 

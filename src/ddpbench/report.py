@@ -1,8 +1,8 @@
 """The report: statistics tables, fits, figures, and one HTML and one LaTeX/PDF document.
 
-    python -m ddpbench.report --runs runs.csv [--steps steps.csv] [--comm comm.csv] --out DIR
+    python -m ddpbench.report --runs runs.csv [--steps steps.csv] [--comm comm.csv] [--max-rel-ci 0.05] --out DIR
 
-writes DIR/cells.csv, speedup.csv, fits.csv, figures/, report.html (self-contained: SVGs
+writes DIR/cells.csv, speedup.csv, fits.csv, comparisons.csv, figures/, report.html (self-contained: SVGs
 inline, no network), report.tex and, where latexmk is installed, report.pdf. Prints the
 path of report.html last. Works without Snakemake; the workflow's report rule calls it.
 """
@@ -72,19 +72,54 @@ class Table:
     columns: list[str]
     rows: list[list[str]]
     note: str = ""
+    row_class: list[str] = field(default_factory=list)  # per row: "" or a CSS class (e.g. "unstable")
+
+
+def pct(level) -> str:
+    """0.95 -> '95%', 0.9375 -> '93.75%'; no level -> en dash."""
+    return "–" if pd.isna(level) else f"{100 * float(level):.4g}%"
+
+
+def cell_flags(r) -> str:
+    """What makes a cell's numbers less trustworthy, stated next to them."""
+    flags = []
+    if bool(r.get("unstable", False)):
+        flags.append(f"UNSTABLE: {r['unstable_cause']}")
+    n = int(r.get("n_repeats", 0))
+    if r.get("n_busy", 0):
+        flags.append(f"busy machine: {int(r['n_busy'])}/{n} runs")
+    if r.get("n_oversubscribed", 0):
+        flags.append(f"oversubscribed: {int(r['n_oversubscribed'])}/{n} runs")
+    if r.get("n_untimed", 0):
+        flags.append(f"{int(r['n_untimed'])} ok run(s) without timed steps left out")
+    return "; ".join(flags)
+
+
+def _median_level(cells: pd.DataFrame, metrics: list[str]) -> pd.Series:
+    """Per row, the level of the order-statistic intervals shown (the same for every median metric of a row)."""
+    cols = [f"{m}_ci_level" for m in metrics if m not in A.TIMING_METRICS and f"{m}_ci_level" in cells]
+    return cells[cols].max(axis=1) if cols else pd.Series(np.nan, index=cells.index)
 
 
 def cells_table(cells: pd.DataFrame, shown: list[str]) -> Table:
     metrics = [m for m in CELL_TABLE if m in cells]
-    rows = []
-    for _, r in cells.iterrows():
+    medians = [m for m in metrics if m not in A.TIMING_METRICS]
+    levels = _median_level(cells, metrics)
+    rows, classes = [], []
+    for i, r in cells.iterrows():
         if r["n_repeats"] == 0:
             continue
         rows.append([str(r[c]) for c in shown] + [num(r["n_repeats"])] + [
             with_ci(r[m], r[f"{m}_ci_low"], r[f"{m}_ci_high"]) for m in metrics
-        ])  # fmt: skip
-    return Table(shown + ["repeats"] + [A.METRICS[m] for m in metrics], rows,
-                 "median over repeats [bootstrap 95% CI]; one repeat: no interval")  # fmt: skip
+        ] + ([pct(levels[i])] if medians else []) + [cell_flags(r)])  # fmt: skip
+        classes.append("unstable" if bool(r.get("unstable", False)) else "")
+    timing = ", ".join(A.METRICS[m] for m in metrics if m in A.TIMING_METRICS)
+    note = (f"{timing}: geometric mean over repeats [95% Student-t interval on the log values]; "
+            f"{', '.join(A.METRICS[m] for m in medians)}: median [order-statistic interval at the level in the "
+            "column 'median interval level']; one repeat: no interval. UNSTABLE: the throughput interval's "
+            "half-width exceeds the stability threshold (see Methodology).")  # fmt: skip
+    return Table(shown + ["repeats"] + [A.METRICS[m] for m in metrics] + (["median interval level"] if medians else [])
+                 + ["flags"], rows, note, classes)  # fmt: skip
 
 
 def speedup_table(speed: pd.DataFrame, shown: list[str]) -> Table:
@@ -94,11 +129,37 @@ def speedup_table(speed: pd.DataFrame, shown: list[str]) -> Table:
         [str(r[c]) for c in shown]
         + [r["measure"], r["baseline"], num(r["n_repeats"]), num(r["time_s"]),
            with_ci(r["speedup"], r["speedup_ci_low"], r["speedup_ci_high"]),
-           with_ci(r["efficiency"], r["efficiency_ci_low"], r["efficiency_ci_high"])]  # fmt: skip
+           with_ci(r["efficiency"], r["efficiency_ci_low"], r["efficiency_ci_high"]),
+           f"UNSTABLE: {r['unstable_cause']}" if bool(r.get("unstable", False)) else ""]  # fmt: skip
         for _, r in speed.iterrows()
     ]
-    return Table(shown + ["measure", "baseline", "repeats", "epoch time [s]", "S(p)", "E(p)"], rows,
-                 "S = median baseline epoch time / median epoch time [bootstrap 95% CI]; E = S/p")  # fmt: skip
+    classes = ["unstable" if bool(r.get("unstable", False)) else "" for _, r in speed.iterrows()]
+    return Table(shown + ["measure", "baseline", "repeats", "epoch time [s]", "S(p)", "E(p)", "flags"], rows,
+                 "S = geometric-mean baseline epoch time / geometric-mean epoch time [95% Welch t-interval on the "
+                 "log ratio]; E = S/p with S's interval over p; UNSTABLE: the cell or its baseline is", classes)  # fmt: skip
+
+
+def verdict_text(r) -> str:
+    return {"A faster": f"{r['strategy_a']} faster", "B faster": f"{r['strategy_b']} faster"}.get(r["verdict"], r["verdict"])
+
+
+def comparisons_table(cmp: pd.DataFrame, shown: list[str]) -> Table:
+    """Strategy against strategy at equal settings: detected differences first, largest first."""
+    if cmp.empty:
+        return Table([], [], "no comparison: no setting was measured with two strategies")
+    setting = [c for c in shown if c != "strategy" and c in cmp] or ["world_size"]
+    order = cmp.assign(_diff=cmp["verdict"].isin(["A faster", "B faster"]), _size=np.abs(np.log(cmp["ratio"])))
+    order = order.sort_values(["_diff", "_size"], ascending=[False, False], kind="stable")
+    rows = [[str(r[c]) for c in setting]
+            + [f"{r['strategy_a']} / {r['strategy_b']}", with_ci(r["ratio"], r["ratio_ci_low"], r["ratio_ci_high"]),
+               verdict_text(r), f"{int(r['n_a'])} / {int(r['n_b'])}",
+               f"UNSTABLE: {r['unstable_cause']}" if bool(r["unstable"]) else ""]
+            for _, r in order.iterrows()]  # fmt: skip
+    n_diff = int(order["_diff"].sum())
+    return Table(setting + ["A / B", "throughput ratio A/B", "verdict", "repeats", "flags"], rows,
+                 f"{n_diff} of {len(order)} comparisons show a difference. Ratio of geometric-mean throughputs "
+                 "[95% Welch t-interval on the log ratio]; a difference is called only when the interval excludes 1.",
+                 ["unstable" if bool(r["unstable"]) else "" for _, r in order.iterrows()])  # fmt: skip
 
 
 def fits_table(fits: pd.DataFrame) -> Table:
@@ -110,7 +171,9 @@ def fits_table(fits: pd.DataFrame) -> Table:
         rows.append([r["group"], r["law"], r["parameter"], num(r["p"]), kind,
                      with_ci(r["estimate"], r["ci_low"], r["ci_high"]), num(r["n_points"]), num(r["r2"]),
                      str(r["note"]) if pd.notna(r["note"]) else ""])  # fmt: skip
-    return Table(["group", "law", "parameter", "p", "kind", "estimate [95% CI]", "points", "R²", "note"], rows)
+    return Table(["group", "law", "parameter", "p", "kind", "estimate [interval]", "points", "R²", "note"], rows,
+                 "Karp–Flatt intervals follow from the speedup's 95% Welch interval; fitted parameters and predictions "
+                 "carry nominal 95% intervals under each model's assumptions, coverage not tested (see Methodology)")
 
 
 def problems_table(runs: pd.DataFrame, shown: list[str]) -> Table:
@@ -156,11 +219,18 @@ def grid(runs: pd.DataFrame) -> dict:
     )
 
 
-def methodology(runs: pd.DataFrame, cells: pd.DataFrame, n_boot: int, steps_given: bool, comm_given: bool) -> dict:
+def _coverage(kind: str) -> str:
+    figures = A.TESTED_COVERAGE[kind]
+    return ", ".join(f"{pct(v)} at n = {n}" for n, v in figures.items())
+
+
+def methodology(runs: pd.DataFrame, cells: pd.DataFrame, n_boot: int, steps_given: bool, comm_given: bool,
+                max_rel_ci: float = A.MAX_REL_CI) -> dict:  # fmt: skip
     ok = runs[runs["status"] == "ok"]
     span = lambda s: "0" if s.empty else num(s.min()) if s.min() == s.max() else f"{num(s.min())}–{num(s.max())}"  # noqa: E731
     get = lambda c: _values(runs[c]) if c in runs else "–"  # noqa: E731
     timed = f"{num(ok['timed_steps'].min())}–{num(ok['timed_steps'].max())}" if "timed_steps" in ok and len(ok) else "–"
+    ns = sorted({int(n) for n in cells["n_repeats"] if n >= 2})
     return dict(
         warmup_steps=get("warmup_steps"),
         max_steps=get("max_steps"),
@@ -169,13 +239,31 @@ def methodology(runs: pd.DataFrame, cells: pd.DataFrame, n_boot: int, steps_give
         launches=span(cells["n_runs"]),
         repeats=span(cells["n_repeats"]),
         n_boot=n_boot,
-        level=int(A.LEVEL * 100),
+        level=pct(A.LEVEL),
         seed=A.SEED,
         seeds=get("seed"),
         threads=get("threads_per_rank"),
         backend=_values(runs["env_backend"]) if "env_backend" in runs else "–",
         steps_given=steps_given,
         comm_given=comm_given,
+        coverage_cells=f"{A.TESTED_COVERAGE['cells']:,}",
+        coverage_log_t=_coverage("log_t"),
+        coverage_welch=_coverage("welch"),
+        median_levels=", ".join(f"{pct(A.order_stat_rank(n)[1])} at n = {n}" for n in ns) or "–",
+        max_rel_ci=pct(max_rel_ci),
+        **trust(runs, cells),
+    )
+
+
+def trust(runs: pd.DataFrame, cells: pd.DataFrame) -> dict:
+    """Counts that make numbers less trustworthy, for a warning next to the tables."""
+    used = A.timed_runs(runs[runs["status"] == "ok"])
+    return dict(
+        n_unstable=int(cells["unstable"].sum()) if "unstable" in cells else 0,
+        n_checked=int((cells["n_repeats"] >= 2).sum()),
+        n_busy=int(A.busy_runs(used).sum()),
+        n_oversubscribed=int(A.oversubscribed_runs(used).sum()),
+        n_used=len(used),
     )
 
 
@@ -183,16 +271,23 @@ DEFINITIONS = [
     ("step time", "maximum over ranks of one step's time (the slowest rank sets the pace); the first step and the "
                   "warm-up steps are excluded from every timed figure"),
     ("throughput", "global samples processed in timed steps / timed wall time"),
-    ("epoch time", "timed wall time scaled to one epoch's steps: the time of a fixed amount of work"),
-    ("phases", "data wait, forward, backward, communication (explicit sync), optimizer, total, summed over timed "
-               "steps with the slowest rank per step; exposed communication is the part not hidden behind "
-               "computation (equal to communication for blocking strategies)"),
+    ("epoch time", "dataset size / throughput: the time of a fixed amount of work"),
+    ("phases", "data wait, forward, backward, exposed communication, optimizer and other partition each step, "
+               "attributed from one rank's timeline (the pacing rank), never a per-phase maximum over ranks; "
+               "other = step time not in the pacing rank's named phases; communication overlapped with backward "
+               "(DDP and its hooks) is reported separately and is not part of the step's sum"),
+    ("imbalance", "time the fastest rank waits for the slowest: per step, maximum minus minimum compute over ranks; "
+                  "its own quantity, never counted as communication"),
     ("compute / comm", "(forward + backward + optimizer) / exposed communication"),
     ("speedup", "S(p) = T_baseline / T_p with T the epoch time; baseline: the baseline strategy (default `single`) at p = 1 with every other axis "
                 "equal (settings that cannot affect it relaxed), else the strategy's own p = 1 run"),
     ("scaled speedup", "weak scaling keeps the per-rank batch, so the same epoch takes p times fewer steps: "
                        "T_1/T_p = p·t_step(1)/t_step(p)"),
     ("efficiency", "E(p) = S(p) / p"),
+    ("comparison", "throughput of strategy A / strategy B at equal settings and world size; a difference is called "
+                   "only when the ratio's interval excludes 1"),
+    ("unstable", "a cell whose throughput interval's relative half-width, (high − low)/2/estimate, exceeds the "
+                 "stability threshold; its likely causes are named"),
     ("Amdahl", "T(p) = T(1)·(f + (1 − f)/p), f the serial fraction; nonlinear least squares on relative error with "
                "T(1) free; interval: Student t from the covariance; strong scaling only"),
     ("Gustafson", "S(p) = p − α(p − 1) for weak scaling; least squares through S(1) = 1; Student-t interval"),
@@ -292,17 +387,20 @@ class Inputs:
     n_boot: int = A.N_BOOT
     sources: dict = field(default_factory=dict)
     baseline_strategy: str = A.BASELINE_STRATEGY
+    max_rel_ci: float = A.MAX_REL_CI
 
 
 def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.Path = TEMPLATES) -> pathlib.Path:
     out.mkdir(parents=True, exist_ok=True)
     runs = inp.runs
-    cells = A.cell_stats(runs, inp.n_boot)
-    speed = A.speedup_table(runs, inp.n_boot, baseline_strategy=inp.baseline_strategy)
-    fits = A.fits_table(runs, speed, inp.comm, inp.baseline_strategy)
+    cells = A.cell_stats(runs, inp.max_rel_ci)
+    speed = A.speedup_table(runs, inp.baseline_strategy, inp.max_rel_ci)
+    fits = A.fits_table(runs, speed, inp.comm, inp.baseline_strategy, inp.n_boot)
+    comparisons = A.comparisons_table(runs, inp.max_rel_ci)
     cells.to_csv(out / "cells.csv", index=False)
     speed.to_csv(out / "speedup.csv", index=False)
     fits.to_csv(out / "fits.csv", index=False)
+    comparisons.to_csv(out / "comparisons.csv", index=False)
     figures = plots.make_figures(plots.Data(runs, cells, speed, fits, inp.steps, inp.comm), out)
 
     shown = A.varying(runs, A.axes(runs)) or ["world_size"]
@@ -312,10 +410,11 @@ def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.P
         sources=inp.sources,
         environment=environment(runs),
         grid=grid(runs),
-        method=methodology(runs, cells, inp.n_boot, inp.steps is not None, inp.comm is not None),
+        method=methodology(runs, cells, inp.n_boot, inp.steps is not None, inp.comm is not None, inp.max_rel_ci),
         definitions=DEFINITIONS,
         cells=cells_table(cells, shown),
         speedup=speedup_table(speed, shown),
+        comparisons=comparisons_table(comparisons, shown),
         fits=fits_table(fits),
         problems=problems_table(runs, shown),
         figures=[dict(title=f.title, kind=f.kind, caption=caps.get(f.kind, ""), svg=f.svg, pdf=TexRaw(f.pdf)) for f in figures],
@@ -351,7 +450,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--comm", help="collective sweep CSV (latency/bandwidth for the cost model)")
     ap.add_argument("--out", required=True, help="output folder")
     ap.add_argument("--title", default="ddpbench report")
-    ap.add_argument("--bootstrap", type=int, default=A.N_BOOT, help="bootstrap resamples (default %(default)s)")
+    ap.add_argument("--bootstrap", type=int, default=A.N_BOOT,
+                    help="bootstrap resamples of the cost model's intervals (default %(default)s)")
+    ap.add_argument("--max-rel-ci", type=float, default=A.MAX_REL_CI,
+                    help="stability threshold: a cell whose throughput interval's relative half-width exceeds it is "
+                         "flagged unstable (default %(default)s)")
     ap.add_argument("--baseline-strategy", default=A.BASELINE_STRATEGY,
                     help="strategy whose world-size-1 runs are the speedup baseline (default %(default)s)")
     ap.add_argument("--no-pdf", action="store_true", help="write report.tex but do not run latexmk")
@@ -359,7 +462,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = A.load_runs(args.runs)
     inp = Inputs(runs, _read_optional(args.steps), _read_optional(args.comm), args.title, args.bootstrap,
                  {"runs": args.runs, "steps": args.steps or "–", "comm": args.comm or "–"},
-                 args.baseline_strategy)  # fmt: skip
+                 args.baseline_strategy, args.max_rel_ci)  # fmt: skip
     path = build(inp, pathlib.Path(args.out), pdf=not args.no_pdf)
     print(path)
     return 0

@@ -141,3 +141,83 @@ def test_report_with_no_successful_run(tmp_path):
     html = (tmp_path / "out" / "report.html").read_text()
     assert html.count("gloo connect timed out") == len(runs)
     assert "<svg" not in html and "No figure" in html
+
+
+# -- honest intervals, stability flags, comparisons ------------------------------------------
+
+
+def _quiet_runs(**kw):
+    return make_runs(world_sizes=(1, 2), strategies=("single", "ddp", "allreduce"), repeats=5, noise=0.003,
+                     failures=False, **kw)  # fmt: skip
+
+
+def _table_rows(html: str, table_id: str) -> list[str]:
+    body = html.split(f'id="{table_id}"')[1].split("<tbody>")[1].split("</tbody>")[0]
+    return re.findall(r"<tr[^>]*>.*?</tr>", body, re.S)
+
+
+def test_comparisons_csv_and_table_put_differences_first(tmp_path):
+    runs = _quiet_runs()
+    fast = runs["strategy"] == "ddp"
+    runs.loc[fast, "samples_per_s"] *= 1.5
+    runs.loc[fast, "epoch_time_s"] /= 1.5
+    assert report.main(_write(tmp_path, runs)) == 0
+    cmp = pd.read_csv(tmp_path / "out" / "comparisons.csv")
+    assert {"strategy_a", "strategy_b", "ratio", "ratio_ci_low", "ratio_ci_high", "verdict", "n_a", "n_b"} <= set(cmp)
+    ddp = cmp[(cmp["strategy_a"] == "allreduce") & (cmp["strategy_b"] == "ddp") & (cmp["world_size"] == 2)].iloc[0]
+    assert ddp["verdict"] == "B faster" and ddp["ratio"] == pytest.approx(1 / 1.5, rel=0.02)
+    rows = _table_rows((tmp_path / "out" / "report.html").read_text(), "comparisons")
+    verdicts = [("faster" in r) for r in rows]
+    assert verdicts[0] and verdicts == sorted(verdicts, reverse=True)  # every difference before any non-difference
+    assert "ddp faster" in rows[0]
+
+
+def test_unstable_busy_and_oversubscribed_are_marked_next_to_the_numbers(tmp_path):
+    runs = _quiet_runs()
+    noisy = runs.index[(runs["strategy"] == "ddp") & (runs["world_size"] == 2)]
+    runs.loc[noisy[0], ["samples_per_s", "epoch_time_s"]] = runs.loc[noisy[0], ["samples_per_s", "epoch_time_s"]] * [0.6, 1 / 0.6]
+    runs.loc[noisy[0], "env_other_cpu_frac"] = 0.35
+    over = runs.index[(runs["strategy"] == "allreduce") & (runs["world_size"] == 2)]
+    runs.loc[over, "extra_oversubscribed"] = True
+    assert report.main(_write(tmp_path, runs)) == 0
+    out = tmp_path / "out"
+    cells = pd.read_csv(out / "cells.csv").set_index(["strategy", "world_size"])
+    assert cells.loc[("ddp", 2), "unstable"] and cells.loc[("ddp", 2), "unstable_cause"] == "busy machine"
+    assert not cells.loc[("allreduce", 2), "unstable"] and cells.loc[("allreduce", 2), "n_oversubscribed"] == 5
+    speed = pd.read_csv(out / "speedup.csv").set_index(["strategy", "world_size"])
+    assert speed.loc[("ddp", 2), "unstable"] and not speed.loc[("allreduce", 2), "unstable"]
+    html = (out / "report.html").read_text()
+    rows = _table_rows(html, "cells")
+    ddp2 = next(r for r in rows if "<td>ddp</td><td>2</td>" in r)
+    assert 'class="unstable"' in ddp2 and "UNSTABLE: busy machine" in ddp2 and "busy machine: 1/5 runs" in ddp2
+    assert "oversubscribed: 5/5 runs" in next(r for r in rows if "<td>allreduce</td><td>2</td>" in r)
+    warn = html.split('id="results"')[1].split('id="cells"')[0]
+    assert "1 cell(s) are UNSTABLE" in warn and "1 run(s) were measured on a busy machine" in warn
+    assert "5 run(s) were oversubscribed" in warn
+    assert "UNSTABLE" in (out / "report.tex").read_text()
+    # The threshold is the caller's: at 50 % nothing is unstable.
+    assert report.main(_write(tmp_path, runs) + ["--max-rel-ci", "0.5"]) == 0
+    assert not pd.read_csv(out / "cells.csv")["unstable"].any()
+
+
+def test_methodology_states_methods_levels_and_tested_coverage(full):
+    cells = pd.read_csv(full / "cells.csv")
+    assert (cells.loc[cells["n_repeats"] == 3, "frac_comm_ci_level"] == 0.75).all()
+    assert (cells.loc[cells["n_repeats"] == 3, "samples_per_s_ci_level"] == 0.95).all()
+    html, tex = (full / "report.html").read_text(), (full / "report.tex").read_text()
+    sections = (html.split('<h2 id="methodology">')[1].split('<h2 id="results">')[0],
+                tex.split(r"\section{Methodology}")[1].split(r"\section{Results per cell}")[0])  # fmt: skip
+    for method in sections:
+        assert "Student-t" in method and "Welch" in method and "order-statistic" in method
+        assert "75% at n = 3" in method.replace("\\%", "%")  # the level that exists for 3 repeats
+        assert "95.3% at n = 3" in method.replace("\\%", "%")  # the simulated coverage, quoted
+        assert "UNSTABLE" in method and "5%" in method.replace("\\%", "%")
+    assert "bootstrap 95%" not in html and "95% CI" not in html
+    assert "median interval level" in html
+
+
+def test_phase_figure_draws_other_when_runs_carry_it(full, tmp_path):
+    assert ">other<" in (full / "figures" / "phases.svg").read_text()
+    runs = make_runs(world_sizes=(1, 2), strategies=("single", "ddp"), repeats=1, failures=False)
+    assert report.main(_write(tmp_path, runs.drop(columns=["phase_other_s", "frac_other"]))) == 0
+    assert ">other<" not in (tmp_path / "out" / "figures" / "phases.svg").read_text()

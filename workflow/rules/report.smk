@@ -26,6 +26,12 @@ rule report:
             category="Tables",
             labels={"table": "speedup and efficiency"},
         ),
+        comparisons=report(
+            f"{RESULTS}/report/comparisons.csv",
+            caption="../../report/captions/comparisons.rst",
+            category="Tables",
+            labels={"table": "strategy comparisons"},
+        ),
         fits=report(
             f"{RESULTS}/report/fits.csv",
             caption="../../report/captions/fits.rst",
@@ -48,7 +54,8 @@ rule report:
     params:
         out_dir=subpath(output.html, parent=True),
         baseline_strategy=config["baseline"]["strategy"],
+        max_rel_ci=config["timing"].get("max_rel_ci", 0.05),
     shell:
         "python -m ddpbench.report --runs {input.runs} --steps {input.steps}"
-        " --baseline-strategy {params.baseline_strategy}"
+        " --baseline-strategy {params.baseline_strategy} --max-rel-ci {params.max_rel_ci}"
         " --out {params.out_dir} > {log} 2>&1"
