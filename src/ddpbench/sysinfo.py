@@ -58,9 +58,12 @@ def machine_busy_s() -> float | None:
             fields = f.readline().split()[1:]
     except OSError:
         return None
-    # user nice system idle iowait irq softirq steal ...: busy = all but idle and iowait
-    ticks = [int(x) for x in fields[:8]]
-    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+    # user nice system idle iowait irq softirq steal: busy = user + nice + system + steal.
+    # Interrupt time is left out: it is no process's, and on one machine most of it is the
+    # ranks' own loopback traffic (gloo over TCP), not another load. Steal is the hypervisor
+    # running someone else on our cores: another load.
+    user, nice, system, _idle, _iowait, _irq, _softirq, steal = (int(x) for x in fields[:8])
+    return (user + nice + system + steal) / os.sysconf("SC_CLK_TCK")
 
 
 def own_cpu_s() -> float:

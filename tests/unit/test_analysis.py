@@ -250,14 +250,16 @@ def test_quiet_cell_is_stable_and_a_noisy_injected_run_makes_it_unstable():
 
 
 def test_unstable_cell_names_every_likely_cause():
-    runs = _cell(NOISY, timed_steps=[5] * 5, min_timed_steps=20, rank_skew=0.2,
+    runs = _cell(NOISY, timed_steps=[5] * 5, min_timed_steps=20, rank_skew=0.3,
                  env_other_cpu_frac=[0.0, 0.0, 0.4, 0.0, 0.0], extra_oversubscribed=["False"] * 4 + ["True"])  # fmt: skip
     c = A.cell_stats(runs).iloc[0]
     assert c["unstable_cause"] == "few timed steps; high rank skew; busy machine; oversubscribed"
     assert (c["n_busy"], c["n_oversubscribed"]) == (1, 1)
-    # The load average against the usable cores is the other sign of a busy machine; short measurement flag too.
-    runs = _cell(NOISY, env_loadavg_start=[0.5, 0.5, 3.5, 0.5, 0.5], env_cores=2, extra_measurement_short=False)
-    assert A.cell_stats(runs).iloc[0]["unstable_cause"] == "busy machine"
+    # The load average lags a minute behind (the previous run's ranks): not a sign of a busy machine;
+    # ordinary two-rank skew (0.13) is not named either. The short-measurement flag is.
+    runs = _cell(NOISY, env_loadavg_start=[0.5, 0.5, 3.5, 0.5, 0.5], env_cores=2, rank_skew=0.13,
+                 extra_measurement_short=False)  # fmt: skip
+    assert A.cell_stats(runs).iloc[0]["unstable_cause"] == "run-to-run variation"
     runs = _cell(NOISY, extra_measurement_short=[False, False, True, False, False])
     assert A.cell_stats(runs).iloc[0]["unstable_cause"] == "few timed steps"
 
