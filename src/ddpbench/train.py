@@ -38,7 +38,7 @@ from ddpbench.params import CellParams
 from ddpbench.strategies.base import Context, Strategy
 
 TAIL_STEPS = 10  # final train loss/accuracy: sample-weighted over the last steps
-MAX_TIMING_CHECKS = 4  # times the ranks agree on more steps for min_timed_s (the pace may drift)
+MAX_TIMING_CHECKS = 10  # times the ranks agree on more steps for min_timed_s (the pace drifts)
 REASON_CHARS = 2000
 
 
