@@ -373,9 +373,9 @@ def train_loop(
             timed_s, elapsed = _agreed_max([timed_s, pause - loop_start], device)
             total_steps += more_steps(ctx.params, step - first_timed, timed_s, elapsed, step)
             checks += 1
-            paused += time.perf_counter() - pause
             if step >= total_steps:
                 break
+            paused += time.perf_counter() - pause  # inside the timed wall only if a step follows
         if step // len(sampler) != epoch:  # a new epoch: the sampler reshuffles
             epoch = step // len(sampler)
             sampler.set_epoch(epoch)

@@ -110,3 +110,11 @@ def test_cgroup_quota_limits_the_usable_cores(tmp_path):
     (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("200000\n")
     (tmp_path / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
     assert sysinfo.cgroup_cpu_quota(tmp_path) == 2.0
+
+
+def test_a_run_that_meets_min_timed_s_is_not_called_short(tmp_path):
+    """The last agreement pause comes after the last step: it is not taken off the timed wall
+    (it was, and runs ended a millisecond short of min_timed_s, flagged 'few timed steps')."""
+    s = run(tmp_path, strategy="single", dataset_size=64, batch_size=16, test_size=0, min_timed_steps=1,
+            min_timed_s=0.3)  # fmt: skip
+    assert s["timed_wall_s"] >= 0.3 and s["extra"]["measurement_short"] is False
