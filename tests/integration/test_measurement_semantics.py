@@ -70,3 +70,22 @@ def test_powersgd_blocking_hook_is_exposed_on_gloo(runs):
 def test_bucket_mb_means_the_same_for_hand_bucketing_and_ddp(runs):
     assert runs["bucketed_allreduce-mlp-bucket_mb=1"]["comm_calls_per_step"] == runs["ddp-mlp-bucket_mb=1"]["comm_calls_per_step"]
     assert runs["bucketed_allreduce-mlp-bucket_mb=1"]["comm_bytes_per_step"] == runs["ddp-mlp-bucket_mb=1"]["comm_bytes_per_step"]
+
+
+@pytest.fixture(scope="module")
+def batchnorm(tmp_path_factory):
+    """resnet18 (BatchNorm: DDP broadcasts its buffers at every forward) beside a model without buffers."""
+    return launch(tmp_path_factory.mktemp("bn"), "ddp:resnet18:batch_size=4,max_steps=6,min_timed_steps=3")
+
+
+def test_ddp_buffer_broadcast_is_counted_and_timed_as_communication(batchnorm):
+    from ddpbench import models
+
+    s = batchnorm["ddp-resnet18-batch_size=4-max_steps=6-min_timed_steps=3"]
+    model = models.build("resnet18", (1, 28, 28), 10)
+    buffer_bytes = sum(b.numel() * b.element_size() for b in model.buffers())
+    grad_bytes = 4 * s["extra"]["model_parameters"]
+    # The busiest rank (the root) sends the all-reduced gradients plus every buffer once.
+    assert s["comm_bytes_per_step"] == pytest.approx(grad_bytes + buffer_bytes, abs=64)
+    assert s["comm_calls_per_step"] >= 2  # the bucket(s) and the one coalesced broadcast
+    assert sum(s[f"frac_{p}"] for p in PARTS) == pytest.approx(1.0, abs=1e-6)

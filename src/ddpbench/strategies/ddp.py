@@ -17,7 +17,8 @@ The loop subtracts the exposed part from the backward phase, so the phases still
 to the step. Bytes are measured where they leave: the hooks run on a `CountingGroup`, a
 process group that counts every tensor handed to its all-reduce (the fp16 hook's
 compressed tensor, PowerSGD's P and Q matrices), in the ring convention of
-`allreduce_bytes`. Uninstrumented runs use DDP's built-in hook (the overhead benchmark
+`allreduce_bytes`. Models with buffers (BatchNorm) also have them broadcast at every
+forward: that broadcast is timed as exposed communication inside forward and counted. Uninstrumented runs use DDP's built-in hook (the overhead benchmark
 compares the two). Variants (ddp_fp16, powersgd, zero) override `comm_hook` or
 `make_optimizer` and inherit the measurement.
 """
@@ -70,9 +71,29 @@ class DDP(Strategy):
         if ctx.instrument:
             state, inner = hook or (group, None)
             ddp.register_comm_hook(state, self._timed(inner, ctx))
+            self._time_buffer_broadcast(ddp, ctx)
         elif hook is not None:
             ddp.register_comm_hook(*hook)
         return ddp
+
+    @staticmethod
+    def _time_buffer_broadcast(ddp: DistributedDataParallel, ctx: Context) -> None:
+        """Models with buffers (BatchNorm statistics) get them broadcast from rank 0 at the
+        start of every forward (broadcast_buffers): blocking communication inside forward,
+        timed apart as such and counted (one coalesced call; the root sends the bytes)."""
+        if not ddp.will_sync_module_buffers():
+            return
+        sync = ddp._sync_buffers
+
+        def timed_sync():
+            a = ctx.clock.stamp()
+            sync()
+            b = ctx.clock.stamp()
+            sent = sum(nbytes(t) for t in ddp.modules_buffers) if ctx.rank == 0 else 0
+            ctx.meter.add(1, sent)
+            ctx.meter.defer(lambda clock: ctx.meter.blocking(clock.elapsed(a, b), "forward"))
+
+        ddp._sync_buffers = timed_sync
 
     def bare(self, model):
         return model.module
