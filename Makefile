@@ -1,5 +1,5 @@
 # Short names for the project's scripts (each also runs on its own with bash).
-.PHONY: main test test-unit test-integration test-workflow container slurm-test multinode-test cluster-test dryrun-bench overhead-bench
+.PHONY: main test test-unit test-integration test-workflow container slurm-test multinode-test cluster-test dryrun-bench overhead-bench mutation
 
 main:              ## the default grid, then the report (prints its path)
 	bash scripts/main.sh
@@ -27,3 +27,6 @@ dryrun-bench:      ## snakemake -n on the default grid and on 5,000 cells
 
 overhead-bench:    ## instrumented vs bare training loop, side by side
 	bash -c 'source scripts/bootstrap.sh && python benchmarks/instrumentation_overhead.py'
+
+mutation:          ## mutation score of the measuring code's unit tests -> results/mutation/report.md (~10 min)
+	bash -c 'source scripts/bootstrap.sh && python scripts/mutation.py $(MUTATION_ARGS)'

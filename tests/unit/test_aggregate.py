@@ -3,6 +3,8 @@
 import csv
 import json
 
+import pytest
+
 from ddpbench import aggregate
 from ddpbench.params import CellParams
 
@@ -74,3 +76,60 @@ def test_unreadable_summary_is_a_failed_row_with_path_params(tmp_path, capsys):
     assert (row["strategy"], row["batch_size"], row["world_size"], row["repeat"]) == ("ddp", "32", "2", "2")
     assert read(tmp_path / "s.csv") == []
     assert "1 runs" in capsys.readouterr().out
+
+
+def write_summary(root, parts, summary):
+    run_dir = root.joinpath(*parts)
+    run_dir.mkdir(parents=True)
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    return run_dir / "summary.json"
+
+
+def test_nodes_come_from_the_summary_and_default_to_one(tmp_path):
+    two = write_summary(tmp_path, ["world_size~4", "repeat~0"], {"status": "ok", "world_size": 4, "nodes": 2})
+    none = write_summary(tmp_path, ["world_size~2", "repeat~1"], {"status": "ok"})
+    rows = [aggregate.run_row(two), aggregate.run_row(none)]
+    assert [(r["world_size"], r["nodes"]) for r in rows] == [(4, 2), ("2", 1)]  # path values stay strings
+
+
+def test_only_extra_and_env_dicts_are_flattened(tmp_path):
+    """A dict under any other key is dropped, and inside env only env_vars is flattened."""
+    summary = {
+        "status": "ok",
+        "timing": {"median": 1.5},  # not extra/env: dropped, not flattened
+        "env": {"host": "h", "gpu": {"name": "a100"}, "env_vars": {"OMP_NUM_THREADS": "1", "LIST": [1]}},
+    }
+    row = aggregate.run_row(write_summary(tmp_path, ["repeat~0"], summary))
+    flattened = sorted(k for k in row if k.startswith(("env", "extra", "timing", "median", "name")))
+    assert flattened == ["env_host", "env_var_OMP_NUM_THREADS"]
+
+
+def test_env_that_is_not_a_dict_is_a_scalar_column(tmp_path):
+    row = aggregate.run_row(write_summary(tmp_path, ["repeat~0"], {"status": "ok", "env": "container"}))
+    assert row["env"] == "container"
+
+
+def test_tables_are_written_into_missing_nested_folders(tmp_path):
+    summary = make_run(tmp_path, steps=1)
+    assert aggregate.aggregate([summary], tmp_path / "x/y/runs.csv", tmp_path / "x/z/steps.csv") == (1, 2)
+    assert len(read(tmp_path / "x/y/runs.csv")) == 1
+
+
+def test_step_files_are_read_in_numeric_rank_order_odd_names_last(tmp_path):
+    run_dir = tmp_path / "repeat~0"
+    run_dir.mkdir()
+    for name in ("steps_rank10.csv", "steps_rankold.csv", "steps_rank2.csv", "steps_rank0.csv"):
+        (run_dir / name).write_text("")
+    assert [p.name for p in aggregate._step_files(run_dir)] == [
+        "steps_rank0.csv", "steps_rank2.csv", "steps_rank10.csv", "steps_rankold.csv",
+    ]  # fmt: skip
+
+
+def test_command_line_requires_both_tables_and_describes_itself(tmp_path, capsys):
+    for missing in (["--steps", str(tmp_path / "s.csv")], ["--runs", str(tmp_path / "r.csv")]):
+        with pytest.raises(SystemExit):
+            aggregate.main(missing)
+    assert not (tmp_path / "r.csv").exists() and not (tmp_path / "s.csv").exists()
+    with pytest.raises(SystemExit):
+        aggregate.main(["--help"])
+    assert "Merge runs into two tidy tables" in capsys.readouterr().out

@@ -103,3 +103,98 @@ def test_pipeline_refuses_models_without_a_layer_order():
     ctx = SimpleNamespace(params=SimpleNamespace(model="resnet18"))
     with pytest.raises(ValueError, match="nn.Sequential"):
         strategies.get("pipeline").wrap(build("resnet18", (3, 32, 32), 10), ctx)
+
+
+def test_world_size_bounds_are_inclusive_and_named():
+    """min_world and max_world are both allowed; the message names the bounds and the world."""
+
+    class Two(Strategy):
+        name, min_world, max_world = "two", 2, 4
+
+    class Open(Strategy):
+        name, min_world = "open", 2
+
+    assert [Two().unsupported(w) for w in (2, 3, 4)] == [None, None, None]
+    assert Two().unsupported(1) == "strategy two needs a world size >= 2 and <= 4, got 1"
+    assert Two().unsupported(5) == "strategy two needs a world size >= 2 and <= 4, got 5"
+    assert Open().unsupported(2) is None and Open().unsupported(1000) is None
+    assert Open().unsupported(1) == "strategy open needs a world size >= 2, got 1"
+
+
+def _floats(*counts):
+    return [torch.zeros(n) for n in counts]  # float32: 4 bytes per element
+
+
+@pytest.mark.parametrize(
+    "counts, cap_bytes, expected",
+    [
+        # reverse order; a bucket closes once it holds >= the cap: 4+4=8 < 9, +4 = 12 >= 9
+        ((1, 1, 1, 1, 1, 1), 9, [[5, 4, 3], [2, 1, 0]]),
+        # exactly the cap closes it (8 >= 8); one oversized tensor is a bucket of its own
+        ((1, 1, 10, 1, 1), 8, [[4, 3], [2], [1, 0]]),
+        # a remainder below the cap is the last bucket: 12 < 16
+        ((1, 1, 1), 16, [[2, 1, 0]]),
+        ((1, 1, 1), 4, [[2], [1], [0]]),
+    ],
+)
+def test_buckets_by_hand(counts, cap_bytes, expected):
+    ts = _floats(*counts)
+    got = [[next(i for i, t in enumerate(ts) if t is g) for g in group] for group in buckets(ts, cap_bytes / 2**20)]
+    assert got == expected
+
+
+def test_bucket_cap_is_in_mebibytes():
+    ts = _floats(2**18, 2**18, 2**18)  # 1 MiB each
+    assert [len(g) for g in buckets(ts, 2.0)] == [2, 1]
+    assert [len(g) for g in buckets(ts, 1.0)] == [1, 1, 1]
+
+
+def test_bucketed_sum_averages_lone_and_joined_buckets_in_place():
+    """Rank 0 holds g, the other rank all ones: the average is (g + 1) / 2, worked by hand,
+    and each element must come back to its own place, from lone tensors (reduced in place)
+    and from one joined bucket (copied back)."""
+    from types import SimpleNamespace
+
+    class OtherRankHoldsOnes(BucketedSum):
+        name = "ones"
+
+        def reduce_sum_(self, flat, ctx):
+            flat.add_(1.0)
+
+    for cap_bytes in (4, 10**6):  # lone tensors, then one joined bucket
+        model = torch.nn.Linear(2, 2)
+        model.weight.grad = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+        model.bias.grad = torch.tensor([10.0, 20.0])
+        ctx = SimpleNamespace(world=2, params=SimpleNamespace(bucket_mb=cap_bytes / 2**20))
+        OtherRankHoldsOnes().sync_gradients(model, ctx)
+        assert model.weight.grad.tolist() == [[1.0, 1.5], [2.0, 2.5]]
+        assert model.bias.grad.tolist() == [5.5, 10.5]
+
+
+def test_gradients_keep_existing_ones_and_skip_frozen_parameters():
+    model = torch.nn.Linear(2, 1)
+    model.weight.grad = torch.tensor([[5.0, 6.0]])
+    model.bias.requires_grad_(False)
+    (grad,) = gradients(model)
+    assert grad.tolist() == [[5.0, 6.0]] and model.bias.grad is None
+
+
+def test_allreduce_bytes_by_hand():
+    # 2 (p - 1) / p of the message: p = 4 -> 1.5x, p = 8 -> 1.75x; rounded to a whole byte
+    assert allreduce_bytes(1000, 4) == 1500
+    assert allreduce_bytes(1000, 8) == 1750
+    assert allreduce_bytes(10, 3) == 13  # 40 / 3 = 13.33
+
+
+def test_nbytes_and_optimizer_state_bytes():
+    from ddpbench.strategies.base import nbytes, state_bytes
+
+    assert nbytes(torch.zeros(3, dtype=torch.float64)) == 24
+    assert nbytes(torch.zeros(2, 5, dtype=torch.float16)) == 20
+    model = torch.nn.Linear(3, 2)  # 6 + 2 parameters
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    assert state_bytes(opt) == 0  # no momentum buffer before the first step
+    model(torch.ones(1, 3)).sum().backward()
+    opt.step()
+    assert state_bytes(opt) == 8 * 4  # one float32 momentum buffer per parameter
+    assert Strategy().optimizer_state_bytes(opt) == 32
