@@ -1,5 +1,9 @@
+"""Unit tests of ddpbench.metrics. Every expected number is worked by hand (in the comments),
+never produced by the function under test."""
+
 import json
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -7,60 +11,479 @@ import pytest
 from ddpbench import metrics
 
 
-def rec(step, total, timed=1, comm_calls=1, comm_bytes=100, samples=4, **phases):
-    r = {"step": step, "timed": timed, "total_s": total, "samples": samples, "comm_calls": comm_calls,
-         "comm_bytes": comm_bytes}  # fmt: skip
+class FakeTime:
+    """Stands in for the `time` module inside metrics: perf_counter() reads `t`."""
+
+    def __init__(self, t=0.0):
+        self.t = t
+
+    def perf_counter(self):
+        return self.t
+
+
+@pytest.fixture
+def wall(monkeypatch):
+    fake = FakeTime()
+    monkeypatch.setattr(metrics, "time", fake)
+    return fake
+
+
+# -- comm_volume_factor --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("law", "ps", "factors"),
+    [
+        ("allreduce", [1, 2, 4, 8], [0.0, 1.0, 1.5, 1.75]),  # 2(p-1)/p
+        ("gather_scatter", [1, 2, 4, 32], [0, 1, 3, 31]),  # p-1
+        ("allreduce_allgather", [1, 2, 4, 8], [0.0, 1.5, 2.25, 2.625]),  # 3(p-1)/p
+        ("point_to_point", [1, 2, 4, 8], [1, 1, 1, 1]),
+        ("none", [1, 2, 4, 8], [0, 0, 0, 0]),
+    ],
+)
+def test_comm_volume_laws(law, ps, factors):
+    for p, factor in zip(ps, factors):
+        assert metrics.comm_volume_factor(law, p) == pytest.approx(factor)
+    # On an array of world sizes: one factor per world size, same shape.
+    out = np.asarray(metrics.comm_volume_factor(law, np.array(ps)))
+    assert out.shape == (len(ps),)
+    np.testing.assert_allclose(out, factors)
+
+
+def test_unknown_comm_volume_law_is_named_with_the_known_ones():
+    known = "allreduce, gather_scatter, allreduce_allgather, point_to_point, none"
+    with pytest.raises(ValueError, match=rf"^unknown communication volume law 'ring'; known: {known}$"):
+        metrics.comm_volume_factor("ring", 2)
+
+
+# -- Clock ----------------------------------------------------------------------------------------
+
+
+def test_cpu_clock_stamps_read_perf_counter_and_elapsed_is_b_minus_a(wall):
+    clock = metrics.Clock()  # CPU by default
+    assert clock.cuda is False
+    wall.t = 10.0
+    a = clock.stamp()
+    wall.t = 10.75
+    b = clock.stamp()
+    assert (a, b) == (10.0, 10.75)
+    assert clock.elapsed(a, b) == 0.75
+    clock.wait(b)  # a float: nothing to wait for on CPU (would fail if it tried)
+    wall.t = 12.5
+    assert clock.now() == 12.5
+
+
+class FakeEvent:
+    """torch.cuda.Event without a GPU: records the fake device time (seconds) and records
+    which events were waited for."""
+
+    device_t = 0.0
+    waited: list = []
+
+    def __init__(self, enable_timing=False):
+        assert enable_timing
+        self.t = None
+
+    def record(self):
+        self.t = FakeEvent.device_t
+
+    def synchronize(self):
+        FakeEvent.waited.append(self)
+
+    def elapsed_time(self, other):  # milliseconds, as torch's
+        return (other.t - self.t) * 1000.0
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch, wall):
+    """torch.cuda with fake events; counts device-wide synchronisations."""
+    import torch
+
+    syncs = []
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: syncs.append(wall.t))
+    monkeypatch.setattr(FakeEvent, "device_t", 0.0)
+    monkeypatch.setattr(FakeEvent, "waited", [])
+    return syncs
+
+
+def test_cuda_clock_stamps_are_recorded_events_and_elapsed_is_in_seconds(fake_cuda):
+    clock = metrics.Clock("cuda")
+    assert clock.cuda is True
+    FakeEvent.device_t = 2.0
+    a = clock.stamp()
+    FakeEvent.device_t = 2.25
+    b = clock.stamp()
+    assert isinstance(a, FakeEvent) and (a.t, b.t) == (2.0, 2.25)
+    assert clock.elapsed(a, b) == pytest.approx(0.25)  # 250 ms
+    assert fake_cuda == []  # stamping never synchronises the device
+
+
+def test_cuda_clock_wait_synchronises_on_the_stamp_only(fake_cuda):
+    clock = metrics.Clock("cuda")
+    a = clock.stamp()
+    clock.wait(a)
+    assert FakeEvent.waited == [a] and fake_cuda == []
+
+
+def test_cuda_clock_now_synchronises_the_device_then_reads_the_host_clock(fake_cuda, wall):
+    clock = metrics.Clock("cuda")
+    wall.t = 7.5
+    assert clock.now() == 7.5
+    assert fake_cuda == [7.5]
+
+
+# -- StepTimer ------------------------------------------------------------------------------------
+
+
+class FakeClock:
+    """A clock whose stamps are the time `t` the test sets; records the stamps waited for."""
+
+    def __init__(self):
+        self.t, self.waited, self.stamps = 0.0, [], 0
+
+    def stamp(self):
+        self.stamps += 1
+        return self.t
+
+    def wait(self, stamp):
+        self.waited.append(stamp)
+
+    def elapsed(self, a, b):
+        return b - a
+
+
+def laps(timer, clock, start, marks):
+    """begin() at `start`, then lap(phase) at each (time, phase)."""
+    clock.t = start
+    timer.begin()
+    for t, phase in marks:
+        clock.t = t
+        timer.lap(phase)
+
+
+def test_step_timer_charges_each_lap_to_its_phase_and_recurring_phases_add(wall):
+    clock = FakeClock()
+    timer = metrics.StepTimer(clock)
+    wall.t = 100.0
+    laps(timer, clock, 10.0, [(10.5, "data"), (11.25, "forward"), (11.5, "comm"), (12.0, "comm")])
+    wall.t = 103.0
+    timer.end()
+    assert timer.phases == {"data": 0.5, "forward": 0.75, "backward": 0.0, "comm": 0.75, "optimizer": 0.0}
+    assert timer.total == 2.0  # 12.0 - 10.0
+    assert (timer.wall_start, timer.wall_end) == (100.0, 103.0)
+    assert clock.waited == [12.0]  # one wait, on the last stamp
+
+
+def test_step_timer_begin_resets_phases_and_wall_start_between_steps(wall):
+    clock = FakeClock()
+    timer = metrics.StepTimer(clock)
+    wall.t = 100.0
+    laps(timer, clock, 10.0, [(10.5, "data"), (11.0, "comm")])
+    wall.t = 101.0
+    timer.end()
+    # The clocks move on between steps (bookkeeping outside the timer).
+    wall.t = 200.0
+    laps(timer, clock, 20.0, [(20.25, "data"), (21.0, "backward")])
+    wall.t = 202.0
+    timer.end()
+    assert timer.phases == {"data": 0.25, "forward": 0.0, "backward": 0.75, "comm": 0.0, "optimizer": 0.0}
+    assert timer.total == 1.0  # 21.0 - 20.0: the gap since the last step is not in it
+    assert (timer.wall_start, timer.wall_end) == (200.0, 202.0)
+    assert clock.waited == [11.0, 21.0]
+
+
+def test_step_timer_lap_split_charges_parts_and_the_rest(wall):
+    clock = FakeClock()
+    timer = metrics.StepTimer(clock)
+    laps(timer, clock, 0.0, [(0.5, "forward")])
+    clock.t = 2.5
+    parts = {"forward": 0.25, "backward": 0.5}
+    timer.lap_split(parts, rest="comm")
+    parts["forward"] = 99.0  # the timer keeps its own copy
+    timer.end()
+    # Lap 0.5..2.5 = 2.0 s: 0.25 forward, 0.5 backward, the remaining 1.25 comm.
+    assert timer.phases == {"data": 0.0, "forward": 0.75, "backward": 0.5, "comm": 1.25, "optimizer": 0.0}
+    assert timer.total == 2.5
+
+
+def test_disabled_step_timer_takes_no_stamps_and_never_waits(wall):
+    clock = FakeClock()
+    timer = metrics.StepTimer(clock, enabled=False)
+    wall.t = 100.0
+    laps(timer, clock, 1.0, [(2.0, "data")])
+    timer.lap_split({"forward": 0.5}, rest="comm")
+    timer.end()
+    assert timer.phases == dict.fromkeys(metrics.PHASES, 0.0)
+    assert (timer.total, timer.wall_start, timer.wall_end) == (0.0, 0.0, 0.0)
+    assert clock.stamps == 0 and clock.waited == []
+
+
+def test_cuda_timing_uses_events_and_one_wait_per_step(fake_cuda):
+    """On CUDA the phases come from events and the step synchronises once, at its end, on
+    the last event: no device-wide synchronize at phase boundaries (which would remove the
+    CPU-GPU overlap the loop is meant to measure). Durations: ms from events -> seconds."""
+    clock = metrics.Clock("cuda")
+    timer, meter = metrics.StepTimer(clock), metrics.CommMeter()
+    for step in range(3):
+        FakeEvent.device_t = 10.0 * step
+        timer.begin()
+        for dt, phase in ((0.5, "data"), (0.25, "forward"), (1.0, "backward")):
+            FakeEvent.device_t += dt
+            timer.lap(phase)
+        a = clock.stamp()  # a collective of 0.125 s inside the 0.25 s optimizer step
+        FakeEvent.device_t += 0.125
+        meter.defer(lambda c, a=a, b=clock.stamp(): meter.blocking(c.elapsed(a, b), "optimizer"))
+        FakeEvent.device_t += 0.125
+        timer.lap("optimizer")
+        timer.end()
+        meter.resolve(clock)
+        assert timer.phases == {"data": 0.5, "forward": 0.25, "backward": 1.0, "comm": 0.0, "optimizer": 0.25}
+        assert timer.total == 2.0
+        assert meter.hidden == {"optimizer": [0.125, 0.125]}
+        assert [e.t for e in FakeEvent.waited] == [10.0 * s + 2.0 for s in range(step + 1)]  # the last lap's
+        meter.reset()
+    assert fake_cuda == []
+
+
+# -- CommMeter ------------------------------------------------------------------------------------
+
+
+def test_comm_meter_add_counts_calls_and_bytes():
+    m = metrics.CommMeter()
+    assert (m.calls, m.bytes, m.hidden) == (0, 0, {})
+    m.add()  # one call, no bytes by default
+    m.add(2, 10)
+    m.add(nbytes=5)
+    assert (m.calls, m.bytes) == (4, 15)
+
+
+def test_comm_meter_accumulates_per_phase_and_resets():
+    m = metrics.CommMeter()
+    m.add(2, 10)
+    m.overlapped(1.0, 0.5)  # backward by default
+    m.overlapped(0.5, 0.25)
+    m.overlapped(1.0, 0.25, "optimizer")
+    m.blocking(0.5, "optimizer")  # all of it exposed
+    assert m.hidden == {"backward": [1.5, 0.75], "optimizer": [1.5, 0.75]}
+    assert m.hidden_comm_s == 3.0  # 1.5 + 1.5: the communication, not its exposed part
+    m.reset()
+    assert (m.calls, m.bytes, m.hidden, m.hidden_comm_s) == (0, 0, {}, 0)
+
+
+def test_comm_meter_resolves_deferred_accounts_in_order_once():
+    m, clock, seen = metrics.CommMeter(), object(), []
+    m.defer(lambda c: seen.append(("first", c)))
+    m.defer(lambda c: seen.append(("second", c)))
+    assert seen == []  # nothing before resolve
+    m.resolve(clock)
+    assert seen == [("first", clock), ("second", clock)]
+    m.resolve(clock)  # resolved accounts are cleared
+    assert len(seen) == 2
+
+
+def test_comm_meter_reset_drops_deferred_accounts():
+    m, seen = metrics.CommMeter(), []
+    m.defer(seen.append)
+    m.reset()
+    m.resolve("clock")
+    assert seen == []
+
+
+# -- small helpers --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("intervals", "covered"),
+    [
+        ([], 0.0),
+        ([(2.0, 4.0), (0.0, 1.0)], 3.0),  # disjoint, unsorted
+        ([(0.0, 2.0), (1.0, 3.0)], 3.0),  # overlapping: 0..3
+        ([(0.0, 1.0), (1.0, 2.5)], 2.5),  # touching
+        ([(0.0, 4.0), (1.0, 2.0), (5.0, 6.0)], 5.0),  # nested one skipped, later ones still count
+        ([(-3.0, -2.0), (-2.5, -1.0)], 2.0),  # negative times (any clock origin)
+    ],
+)
+def test_interval_union_counts_concurrent_time_once(intervals, covered):
+    assert metrics.interval_union(intervals) == pytest.approx(covered)
+
+
+@pytest.mark.parametrize(
+    ("q", "value"),
+    # sorted [10, 20, 30, 40]: position 3q/100, linear between neighbours
+    [(0, 10.0), (25, 17.5), (50, 25.0), (95, 38.5), (100, 40.0), (100 / 3, 20.0)],
+)
+def test_percentile_interpolates_linearly(q, value):
+    assert metrics.percentile([40.0, 10.0, 30.0, 20.0], q) == pytest.approx(value)
+
+
+def test_percentile_of_one_value_is_that_value():
+    assert metrics.percentile([5.0], 95) == 5.0
+
+
+def test_compute_s_is_data_forward_backward_optimizer():
+    r = {"data_s": 0.5, "forward_s": 1.0, "backward_s": 2.0, "optimizer_s": 0.25, "comm_s": 8.0,
+         "exposed_comm_s": 16.0, "other_s": 32.0, "total_s": 64.0}  # fmt: skip
+    assert metrics.compute_s(r) == 3.75
+
+
+def fake_rusage(monkeypatch, platform, maxrss):
+    calls = []
+
+    def getrusage(who):
+        calls.append(who)
+        return SimpleNamespace(ru_maxrss=maxrss)
+
+    monkeypatch.setattr(metrics, "resource", SimpleNamespace(RUSAGE_SELF="self", getrusage=getrusage))
+    monkeypatch.setattr(metrics, "sys", SimpleNamespace(platform=platform))
+    return calls
+
+
+def test_peak_rss_reads_kib_on_linux(monkeypatch):
+    calls = fake_rusage(monkeypatch, "linux", 3584)  # KiB
+    assert metrics.peak_rss_mb() == 3.5
+    assert calls == ["self"]
+
+
+def test_peak_rss_reads_bytes_on_macos(monkeypatch):
+    fake_rusage(monkeypatch, "darwin", 3584 * 1024)  # bytes
+    assert metrics.peak_rss_mb() == 3.5
+
+
+def test_cuda_max_allocated_is_none_off_cuda():
+    import torch
+
+    assert metrics.cuda_max_allocated_mb(torch.device("cpu")) is None
+    assert metrics.cuda_max_allocated_mb(None) is None
+
+
+def test_cuda_max_allocated_converts_bytes_to_mb(monkeypatch):
+    import torch
+
+    device = SimpleNamespace(type="cuda")
+    seen = []
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda d: seen.append(d) or 3.5 * 2**20)
+    assert metrics.cuda_max_allocated_mb(device) == 3.5
+    assert seen == [device]
+
+
+# -- step_statistics ------------------------------------------------------------------------------
+
+
+def rec(total, timed=1, comm_calls=1, comm_bytes=100, samples=4, **phases):
+    r = {"timed": timed, "total_s": total, "samples": samples, "comm_calls": comm_calls, "comm_bytes": comm_bytes}
     for p in metrics.SUMMARY_PHASES:
         r[f"{p}_s"] = phases.get(p, 0.0)
     return r
 
 
-def balanced(step, total, comm_calls=1, **phases):
+def balanced(total, comm_calls=1, **phases):
     """A rank's record whose phases add up to `total`, the rest charged to exposed comm."""
     exposed = total - sum(phases.values())
-    return rec(step, total, comm_calls=comm_calls, exposed_comm=exposed, comm=exposed, **phases)
+    return rec(total, comm_calls=comm_calls, exposed_comm=exposed, comm=exposed, **phases)
 
 
-def test_interval_union():
-    assert metrics.interval_union([]) == 0
-    assert metrics.interval_union([(0, 1), (0.5, 2), (3, 4), (3.2, 3.5)]) == pytest.approx(3.0)
+def uneven_run():
+    """Two ranks, five steps; only steps 1-3 are timed on both ranks (step 0: rank 1 only,
+    step 4: rank 0 only), and the untimed steps are huge so counting one would show.
+
+    step | rank 0: compute, total | rank 1: compute, total | step time | pacing | gap (max-min)
+      1  | 0.7, 1.0               | 0.5, 1.0               | 1.0       | rank 0 | 0.2
+      2  | 0.7, 2.0               | 1.4, 1.7               | 2.0       | rank 1 | 0.7
+      3  | 4.0, 6.0               | 1.0, 6.0               | 6.0       | rank 0 | 3.0
+    """
+    big = dict(comm_calls=100, comm_bytes=10**6, samples=1000, forward=40.0, exposed_comm=10.0)
+    r0 = [
+        rec(50.0, timed=0, **big),
+        rec(1.0, comm_calls=2, comm_bytes=100, data=0.1, forward=0.2, backward=0.3, optimizer=0.1,
+            comm=0.4, exposed_comm=0.2, other=0.1),
+        rec(2.0, comm_calls=5, comm_bytes=700, data=0.1, forward=0.2, backward=0.3, optimizer=0.1,
+            comm=1.2, exposed_comm=1.2, other=0.1),
+        rec(6.0, comm_calls=10, comm_bytes=200, data=0.5, forward=1.0, backward=2.0, optimizer=0.5,
+            comm=1.5, exposed_comm=1.0, other=1.0),
+        rec(50.0, timed=1, **big),
+    ]  # fmt: skip
+    r1 = [
+        rec(50.0, timed=1, **big),
+        rec(1.0, comm_calls=3, comm_bytes=300, data=0.1, forward=0.1, backward=0.2, optimizer=0.1,
+            comm=0.4, exposed_comm=0.4, other=0.1),
+        rec(1.7, comm_calls=1, comm_bytes=200, data=0.2, forward=0.4, backward=0.6, optimizer=0.2,
+            comm=0.3, exposed_comm=0.2, other=0.1),
+        rec(6.0, comm_calls=2, comm_bytes=200, data=0.25, forward=0.25, backward=0.25, optimizer=0.25,
+            comm=4.5, exposed_comm=4.5, other=0.5),
+        rec(50.0, timed=0, **big),
+    ]  # fmt: skip
+    return [r0, r1]
 
 
-@pytest.mark.parametrize("q", [0, 50, 95, 100])
-def test_percentile_matches_numpy(q):
-    xs = [3.0, 1.0, 4.0, 1.5, 9.0, 2.6]
-    assert metrics.percentile(xs, q) == pytest.approx(np.percentile(xs, q))
+@pytest.fixture
+def uneven():
+    return metrics.step_statistics(uneven_run(), timed_wall_s=3.2, dataset_size=100)
 
 
-def test_step_statistics_take_the_pacing_rank_and_skip_untimed_steps():
-    r0 = [rec(0, 9.0, timed=0), balanced(1, 1.0, forward=0.5), balanced(2, 2.0, forward=1.5)]
-    r1 = [rec(0, 9.0, timed=0), balanced(1, 0.9, forward=0.3), balanced(2, 4.0, forward=0.2)]
-    r1[1]["comm_bytes"] = 300
-    s = metrics.step_statistics([r0, r1], timed_wall_s=5.0, dataset_size=10)
-    assert s["total_steps"] == 3 and s["timed_steps"] == 2
-    assert s["step_time_median_s"] == pytest.approx(2.5)  # max over ranks: 1.0 and 4.0
-    assert s["step_time_mean_s"] == pytest.approx(2.5)
-    # Pacing rank = most computation: rank 0 in both steps (0.5 > 0.3, 1.5 > 0.2).
-    assert s["phase_forward_s"] == pytest.approx(2.0)
-    assert s["phase_exposed_comm_s"] == pytest.approx(0.5 + 0.5)
-    # Rank 1's longer total in step 2 is a gap the pacing rank's timeline does not show.
-    assert s["phase_other_s"] == pytest.approx(4.0 - 2.0)
-    assert s["phase_total_s"] == pytest.approx(5.0)
-    assert s["frac_forward"] == pytest.approx(2.0 / 5.0)
-    assert s["samples_per_s"] == pytest.approx(16 / 5.0)
-    assert s["epoch_time_s"] == pytest.approx(10 / (16 / 5.0))  # fixed work: dataset / throughput
-    assert s["comm_bytes_per_step"] == pytest.approx(200.0)  # busiest rank per step: 300, 100
-    assert s["phase_imbalance_s"] == pytest.approx(0.2 + 1.3)
-    assert s["rank_skew"] == pytest.approx(np.median([0.2 / 0.5, 1.3 / 1.5]))
-    assert s["compute_comm_ratio"] == pytest.approx(2.0 / 1.0)
+def test_step_statistics_take_the_pacing_rank_and_skip_untimed_steps(uneven):
+    # A step counts only when every rank timed it: steps 1, 2, 3.
+    assert (uneven["total_steps"], uneven["timed_steps"]) == (5, 3)
+    # Pacing rank per step: 0, 1, 0.
+    assert uneven["phase_data_s"] == pytest.approx(0.1 + 0.2 + 0.5)
+    assert uneven["phase_forward_s"] == pytest.approx(0.2 + 0.4 + 1.0)
+    assert uneven["phase_backward_s"] == pytest.approx(0.3 + 0.6 + 2.0)
+    assert uneven["phase_comm_s"] == pytest.approx(0.4 + 0.3 + 1.5)
+    assert uneven["phase_exposed_comm_s"] == pytest.approx(0.2 + 0.2 + 1.0)
+    assert uneven["phase_optimizer_s"] == pytest.approx(0.1 + 0.2 + 0.5)
+    # other: the pacing rank's own, plus in step 2 the gap from its total 1.7 to the step's 2.0.
+    assert uneven["phase_other_s"] == pytest.approx(0.1 + (0.1 + 0.3) + 1.0)
+    assert uneven["phase_total_s"] == pytest.approx(9.0)
+    assert uneven["phase_imbalance_s"] == pytest.approx(0.2 + 0.7 + 3.0)
+
+
+def test_step_time_median_mean_and_p95_over_timed_steps(uneven):
+    # Step times 1, 2, 6 (slowest rank's total; step 2's is rank 0's 2.0, not rank 1's 1.7).
+    assert uneven["step_time_median_s"] == pytest.approx(2.0)
+    assert uneven["step_time_mean_s"] == pytest.approx(3.0)
+    assert uneven["step_time_p95_s"] == pytest.approx(5.6)  # position 1.9: 2 + 0.9 * (6 - 2)
+
+
+@pytest.mark.parametrize(
+    ("phase", "seconds"),
+    [("data", 0.8), ("forward", 1.6), ("backward", 2.9), ("comm", 2.2), ("exposed_comm", 1.4),
+     ("optimizer", 0.8), ("other", 1.5), ("imbalance", 3.9)],
+)  # fmt: skip
+def test_phase_fractions_are_of_the_summed_step_time(uneven, phase, seconds):
+    assert uneven[f"frac_{phase}"] == pytest.approx(seconds / 9.0)
+
+
+def test_compute_comm_ratio_is_forward_backward_optimizer_over_exposed_comm(uneven):
+    assert uneven["compute_comm_ratio"] == pytest.approx((1.6 + 2.9 + 0.8) / 1.4)
+
+
+def test_comm_per_step_is_the_busiest_ranks_mean(uneven):
+    assert uneven["comm_calls_per_step"] == pytest.approx((3 + 5 + 10) / 3)
+    assert uneven["comm_bytes_per_step"] == pytest.approx((300 + 700 + 200) / 3)
+
+
+def test_rank_skew_is_the_median_over_steps_of_gap_over_pacing_compute(uneven):
+    assert uneven["rank_skew"] == pytest.approx(0.5)  # median(0.2/0.7, 0.7/1.4, 3.0/4.0)
+
+
+def test_throughput_and_fixed_work_epoch_time(uneven):
+    assert uneven["timed_wall_s"] == 3.2
+    assert uneven["samples_per_s"] == pytest.approx(7.5)  # 3 steps x 2 ranks x 4 samples / 3.2 s
+    assert uneven["epoch_time_s"] == pytest.approx(100 / 7.5)  # fixed work: 100 samples
+
+
+def test_without_timed_wall_there_are_no_throughput_figures():
+    s = metrics.step_statistics(uneven_run(), timed_wall_s=None, dataset_size=100)
+    assert s["timed_steps"] == 3
+    assert not {"timed_wall_s", "samples_per_s", "epoch_time_s"} & s.keys()
 
 
 def test_phases_partition_the_step_under_rank_imbalance():
     """Rank 0 slowed in forward, blocking all-reduce: rank 1 waits inside its comm phase.
     The old per-phase max over ranks summed to ~1.4 of the step; the pacing rank's
     timeline sums to exactly 1, and the waiting shows as imbalance and skew, not comm."""
-    slow = [balanced(i, 0.070, data=0.001, forward=0.040, backward=0.004, optimizer=0.001) for i in range(10)]
-    fast = [balanced(i, 0.070, data=0.001, forward=0.004, backward=0.004, optimizer=0.001) for i in range(10)]
+    slow = [balanced(0.070, data=0.001, forward=0.040, backward=0.004, optimizer=0.001) for _ in range(10)]
+    fast = [balanced(0.070, data=0.001, forward=0.004, backward=0.004, optimizer=0.001) for _ in range(10)]
     s = metrics.step_statistics([slow, fast], timed_wall_s=0.7, dataset_size=400)
     parts = ("data", "forward", "backward", "exposed_comm", "optimizer", "other")
     assert sum(s[f"frac_{p}"] for p in parts) == pytest.approx(1.0)
@@ -73,148 +496,101 @@ def test_phases_partition_the_step_under_rank_imbalance():
 def test_weak_scaling_epoch_time_covers_the_whole_dataset():
     """Dataset 1000, per-rank batch 300, p = 2: 600 samples per step. Steps-per-epoch x
     step time would cover 600 of 1000 samples; fixed work covers all 1000."""
-    ranks = [[balanced(i, 1.0, forward=0.5, samples=300) for i in range(4)] for _ in range(2)]
+    ranks = [[rec(1.0, forward=0.5, samples=300) for _ in range(4)] for _ in range(2)]
     s = metrics.step_statistics(ranks, timed_wall_s=4.0, dataset_size=1000)
     assert s["samples_per_s"] == pytest.approx(600.0)
-    assert s["epoch_time_s"] * s["samples_per_s"] == pytest.approx(1000)
+    assert s["epoch_time_s"] == pytest.approx(1000 / 600)
 
 
-@pytest.mark.parametrize(("law", "p", "factor"), [("allreduce", 4, 1.5), ("gather_scatter", 32, 31),
-                                                  ("allreduce_allgather", 2, 1.5), ("point_to_point", 8, 1),
-                                                  ("none", 2, 0)])  # fmt: skip
-def test_comm_volume_laws(law, p, factor):
-    assert metrics.comm_volume_factor(law, p) == pytest.approx(factor)
-    assert np.allclose(metrics.comm_volume_factor(law, np.array([p, p])), factor)
-
-
-def test_unknown_comm_volume_law_is_named():
-    with pytest.raises(ValueError, match="'ring'"):
-        metrics.comm_volume_factor("ring", 2)
-
-
-def test_no_communication_has_no_ratio_and_no_timed_steps_no_figures():
-    s = metrics.step_statistics([[rec(0, 1.0, timed=0), rec(1, 1.0, comm_calls=0, forward=1.0)]], 1.0, 2)
+def test_fully_hidden_communication_has_no_ratio():
+    s = metrics.step_statistics([[rec(1.0, comm_calls=4, forward=0.5, comm=0.25, other=0.5)]], 1.0, 4)
+    assert s["frac_exposed_comm"] == 0.0
     assert s["compute_comm_ratio"] is None
-    s = metrics.step_statistics([[rec(0, 1.0, timed=0)]], None, 2)
-    assert s == {"total_steps": 1, "timed_steps": 0}
 
 
-def test_summary_has_every_key_and_valid_json():
-    s = metrics.make_summary("failed", "boom", {"seed": 0}, 2, 1, {"host": "h"}, {"step_time_median_s": math.nan})
-    assert all(k in s for k in metrics.METRIC_KEYS) and s["step_time_median_s"] is None
-    json.loads(json.dumps(s, allow_nan=False))
+def test_no_collective_calls_have_no_ratio():
+    s = metrics.step_statistics([[rec(1.0, comm_calls=0, forward=0.5, exposed_comm=0.25, other=0.25)]], 1.0, 4)
+    assert s["compute_comm_ratio"] is None
 
 
-class FakeClock:
-    """Every stamp one second after the previous; counts the waits for the device."""
-
-    def __init__(self):
-        self.t, self.waits = 0.0, 0
-
-    def stamp(self):
-        self.t += 1.0
-        return self.t
-
-    def wait(self, stamp):
-        self.waits += 1
-
-    def elapsed(self, a, b):
-        return b - a
+def test_zero_length_steps_have_no_fractions_and_zero_skew():
+    s = metrics.step_statistics([[rec(0.0)], [rec(0.0)]], 1.0, 4)
+    assert all(s[f"frac_{p}"] is None for p in (*metrics.SUMMARY_PHASES, "imbalance"))
+    assert s["rank_skew"] == 0.0
 
 
-def test_step_timer_laps_add_up():
-    timer = metrics.StepTimer(FakeClock())
-    timer.begin()
-    for phase in ("data", "forward", "comm", "comm"):
-        timer.lap(phase)
-    timer.end()
-    assert timer.phases["comm"] == 2.0 and timer.total == 4.0 == sum(timer.phases.values())
-    assert timer.clock.waits == 1
-    timer.begin()  # a new step starts from zero
-    timer.lap("data")
-    timer.end()
-    assert timer.phases["data"] == 1.0 and timer.phases["comm"] == 0.0 and timer.total == 1.0
-    off = metrics.StepTimer(FakeClock(), enabled=False)
-    off.begin()
-    off.lap("data")
-    off.end()
-    assert off.phases["data"] == 0.0 and off.clock.waits == 0
+def test_records_without_other_count_only_the_gap_to_the_step_time():
+    fast, slow = rec(1.5, forward=1.0), rec(2.0, forward=0.5)
+    del fast["other_s"]
+    s = metrics.step_statistics([[fast], [slow]], 1.0, 4)
+    assert s["phase_other_s"] == pytest.approx(0.5)  # the pacing (fast) rank's 1.5 vs 2.0
 
 
-class FakeEvent:
-    """torch.cuda.Event without a GPU: records the host time; counts synchronisations."""
-
-    syncs = 0
-
-    def __init__(self, enable_timing=False):
-        assert enable_timing
-        self.t = None
-
-    def record(self):
-        import time
-
-        self.t = time.perf_counter()
-
-    def synchronize(self):
-        FakeEvent.syncs += 1
-
-    def elapsed_time(self, other):  # milliseconds, as torch's
-        return (other.t - self.t) * 1000.0
+def test_no_timed_steps_give_only_counts():
+    s = metrics.step_statistics([[rec(1.0, timed=0), rec(1.0, timed=0)]], 1.0, 2)
+    assert s == {"total_steps": 2, "timed_steps": 0}
 
 
-def test_cuda_timing_uses_events_and_one_wait_per_step(monkeypatch):
-    """On CUDA the phases come from events and the step synchronises once, at its end:
-    no device-wide synchronize at phase boundaries (which would remove the CPU-GPU
-    overlap the loop is meant to measure)."""
-    import torch
+# -- summary.json ---------------------------------------------------------------------------------
 
-    def forbidden():
-        raise AssertionError("torch.cuda.synchronize() inside a timed step")
-
-    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
-    monkeypatch.setattr(torch.cuda, "synchronize", forbidden)
-    FakeEvent.syncs = 0
-    clock = metrics.Clock("cuda")
-    timer, meter = metrics.StepTimer(clock), metrics.CommMeter()
-    for _ in range(3):
-        timer.begin()
-        for phase in ("data", "forward", "backward", "comm", "optimizer", "comm"):
-            timer.lap(phase)
-        a, b = clock.stamp(), clock.stamp()
-        meter.defer(lambda c, a=a, b=b: meter.blocking(c.elapsed(a, b), "optimizer"))
-        timer.end()
-        meter.resolve(clock)
-        assert sum(timer.phases.values()) == pytest.approx(timer.total)
-        assert timer.wall_end >= timer.wall_start
-        assert meter.hidden["optimizer"][0] >= 0
-        meter.reset()
-    assert FakeEvent.syncs == 3
+SUMMARY_METRICS = (
+    "global_batch", "per_rank_batch", "total_steps", "timed_steps",
+    "step_time_median_s", "step_time_mean_s", "step_time_p95_s", "samples_per_s", "epoch_time_s",
+    "timed_wall_s", "wall_time_s",
+    "phase_data_s", "phase_forward_s", "phase_backward_s", "phase_comm_s", "phase_exposed_comm_s",
+    "phase_optimizer_s", "phase_other_s", "phase_total_s", "phase_imbalance_s",
+    "frac_data", "frac_forward", "frac_backward", "frac_comm", "frac_exposed_comm", "frac_optimizer",
+    "frac_other", "frac_imbalance",
+    "compute_comm_ratio", "comm_calls_per_step", "comm_bytes_per_step", "rank_skew",
+    "peak_rss_mb", "peak_rss_mb_per_rank", "cuda_max_allocated_mb",
+    "train_loss_final", "train_acc_final", "test_loss", "test_acc", "param_norm",
+)  # fmt: skip
 
 
-def test_comm_meter_accumulates_per_phase_and_resets():
-    m = metrics.CommMeter()
-    m.add(2, 10)
-    m.overlapped(1.0, 0.5)
-    m.overlapped(1.0, 0.25)
-    m.blocking(0.125, "optimizer")
-    assert (m.calls, m.bytes) == (2, 10)
-    assert m.hidden == {"backward": [2.0, 0.75], "optimizer": [0.125, 0.125]}
-    assert m.hidden_comm_s == pytest.approx(2.125)
-    m.reset()
-    assert (m.calls, m.bytes, m.hidden) == (0, 0, {})
+def test_step_columns_are_the_contract():
+    assert metrics.STEP_COLUMNS == (
+        "step", "epoch", "rank", "timed", "data_s", "forward_s", "backward_s", "comm_s", "exposed_comm_s",
+        "optimizer_s", "other_s", "total_s", "loss", "samples", "comm_calls", "comm_bytes",
+    )  # fmt: skip
 
 
-def test_peak_rss_is_positive():
-    assert metrics.peak_rss_mb() > 1
+def test_summary_has_every_key_of_the_contract():
+    s = metrics.make_summary("ok", "", {"seed": 0}, 4, 2, {"host": "h"}, {"samples_per_s": 12.5}, {"k": 1})
+    assert list(s) == ["schema", "status", "reason", "params", "world_size", "nodes", *SUMMARY_METRICS, "extra", "env"]
+    assert (s["schema"], s["status"], s["reason"], s["params"]) == (1, "ok", "", {"seed": 0})
+    assert (s["world_size"], s["nodes"], s["env"], s["extra"]) == (4, 2, {"host": "h"}, {"k": 1})
 
 
-def test_step_timer_lap_split_charges_parts_and_the_rest():
-    timer = metrics.StepTimer(FakeClock())
-    timer.begin()
-    timer.lap("data")
-    timer.lap_split({"forward": 0.25, "backward": 0.5}, rest="comm")
-    timer.end()
-    lap = timer.total - timer.phases["data"]
-    assert timer.phases["forward"] == 0.25 and timer.phases["backward"] == 0.5
-    assert timer.phases["comm"] == pytest.approx(lap - 0.75)
-    assert sum(timer.phases.values()) == pytest.approx(timer.total)
+def test_summary_keeps_finite_metrics_and_nulls_missing_nan_and_inf():
+    given = {"global_batch": 64, "samples_per_s": 12.5, "step_time_median_s": math.nan,
+             "step_time_p95_s": math.inf, "rank_skew": -math.inf, "not_a_metric": 1.0}  # fmt: skip
+    s = metrics.make_summary("ok", "", {}, 2, 1, {}, given)
+    assert (s["global_batch"], s["samples_per_s"]) == (64, 12.5)
+    assert s["step_time_median_s"] is s["step_time_p95_s"] is s["rank_skew"] is s["epoch_time_s"] is None
+    assert "not_a_metric" not in s
+
+
+def test_summary_of_a_failed_run_has_every_metric_null():
+    s = metrics.make_summary("failed", "boom", {}, 2, 1, {})
+    assert all(s[k] is None for k in SUMMARY_METRICS)
+    assert s["extra"] == {}
+
+
+def test_summary_extra_is_cleaned_of_nan_and_inf():
+    s = metrics.make_summary("ok", "", {}, 2, 1, {}, None, {"a": math.nan, "b": 2.5, "c": "x", "d": math.inf})
+    assert s["extra"] == {"a": None, "b": 2.5, "c": "x", "d": None}
+
+
+def test_summary_round_trips_through_strict_json():
+    s = metrics.make_summary("ok", "", {"seed": 3}, 2, 1, {"host": "h"}, {"samples_per_s": 0.1, "frac_data": math.nan})
+    back = json.loads(json.dumps(s, allow_nan=False))
+    assert back == s and back["samples_per_s"] == 0.1 and back["frac_data"] is None
+
+
+def test_write_json_replaces_the_file_atomically(tmp_path):
+    path = tmp_path / "summary.json"
+    path.write_text("old")
+    metrics.write_json(path, {"a": 1.5, "b": [None]})
+    assert json.loads(path.read_text()) == {"a": 1.5, "b": [None]}
+    assert path.read_text() == '{\n "a": 1.5,\n "b": [\n  null\n ]\n}\n'  # indented, newline-terminated
+    assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]  # no temporary file left
