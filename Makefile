@@ -28,5 +28,6 @@ dryrun-bench:      ## snakemake -n on the default grid and on 5,000 cells
 overhead-bench:    ## instrumented vs bare training loop, side by side
 	bash -c 'source scripts/bootstrap.sh && python benchmarks/instrumentation_overhead.py'
 
-mutation:          ## mutation score of the measuring code's unit tests -> results/mutation/report.md (~10 min)
+MUTATION_ARGS ?= --jobs 2
+mutation:          ## mutation score of the measuring code's unit tests -> results/mutation/report.md (~45 min, 2 cores)
 	bash -c 'source scripts/bootstrap.sh && python scripts/mutation.py $(MUTATION_ARGS)'
