@@ -28,6 +28,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ddpbench import sysinfo
 from ddpbench.params import CellParams
 
 REASON_CHARS = 2000
@@ -53,12 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.nproc_per_node < 1 or args.nnodes < 1:
         parser.exit(2, "error: --nproc-per-node and --nnodes must be >= 1\n")
     if not args.allow_oversubscribe:
-        from ddpbench.sysinfo import usable_cores
-
-        cores = usable_cores()
+        cores = sysinfo.usable_cores()
         reason = oversubscription(params.device, params.threads_per_rank, args.nproc_per_node, args.nnodes, cores)
         if reason:
-            return skip(args, params, reason, rank_threads(params.threads_per_rank, args.nproc_per_node, cores))
+            return skip(args, params, reason, sysinfo.rank_threads(params.threads_per_rank, args.nproc_per_node, cores))
     if args.nnodes > 1 and not args.rdzv_endpoint:
         from ddpbench import slurm
 
@@ -83,12 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     if args.allow_oversubscribe:
         env[ALLOW_OVERSUBSCRIBE_ENV] = "1"
-    if params.threads_per_rank:  # else train picks cores // local processes
-        env["OMP_NUM_THREADS"] = str(params.threads_per_rank)
-    else:
-        from ddpbench.sysinfo import usable_cores
-
-        env["OMP_NUM_THREADS"] = str(max(1, usable_cores() // args.nproc_per_node))
+    env["OMP_NUM_THREADS"] = str(sysinfo.rank_threads(params.threads_per_rank, args.nproc_per_node))
 
     limit = params.timeout_s + args.grace_s
     # Nodes of a multi-node cell share DIR: node 0 logs to train.log, the others apart.
@@ -138,18 +132,13 @@ def clear_earlier_attempt(out: Path) -> None:
         (out / stale).unlink(missing_ok=True)
 
 
-def rank_threads(threads_per_rank: int, ranks_per_node: int, cores: int) -> int:
-    """Threads per rank: train.configure_threads's rule (cores // local ranks, at least 1)."""
-    return threads_per_rank or max(1, cores // ranks_per_node)
-
-
 def oversubscription(device: str, threads_per_rank: int, ranks_per_node: int, nodes: int, cores: int) -> str | None:
     """Why a cell would oversubscribe a node's cores, or None (also used by the workflow
     at plan time). CUDA ranks compute on GPUs, so they are exempt (their data-loader
     workers are not counted)."""
     if device != "cpu":
         return None
-    threads = rank_threads(threads_per_rank, ranks_per_node, cores)
+    threads = sysinfo.rank_threads(threads_per_rank, ranks_per_node, cores)
     if ranks_per_node * threads <= cores:
         return None
     ranks = f"{ranks_per_node} ranks{' per node' if nodes > 1 else ''}"
@@ -236,7 +225,7 @@ def error_tail(out: Path) -> str:
 def write_failure(
     out: Path, params: CellParams, world: int, nodes: int, status: str, reason: str, threads_per_rank: int | None = None
 ) -> None:
-    from ddpbench import metrics, sysinfo
+    from ddpbench import metrics
 
     backend = "nccl" if params.device == "cuda" else "gloo"
     env = sysinfo.environment(backend, threads_per_rank or params.threads_per_rank or None)

@@ -26,6 +26,13 @@ def usable_cores() -> int:
     return max(1, min(cores, int(quota))) if quota else cores
 
 
+def rank_threads(requested: int, ranks_per_node: int, cores: int | None = None) -> int:
+    """Threads per rank: the requested count, else the node's usable cores shared by its
+    ranks (at least 1). The one rule: the launcher judges oversubscription with it and
+    the ranks set their thread counts with it."""
+    return requested or max(1, (usable_cores() if cores is None else cores) // ranks_per_node)
+
+
 def cgroup_cpu_quota(root: Path = Path("/sys/fs/cgroup")) -> float | None:
     """CPUs allowed by this process's cgroup quota (v2 cpu.max, v1 cfs), None without one."""
     try:

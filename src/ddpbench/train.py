@@ -121,7 +121,7 @@ def run(params: CellParams, out: Path, dump_params: Path | None = None) -> int:
 
 def configure_threads(params: CellParams, ranks: Ranks) -> int:
     """threads_per_rank, default cores // processes on this node (at least 1), for torch and OpenMP."""
-    threads = params.threads_per_rank or max(1, sysinfo.usable_cores() // ranks.local_world)
+    threads = sysinfo.rank_threads(params.threads_per_rank, ranks.local_world)
     os.environ["OMP_NUM_THREADS"] = str(threads)
     torch.set_num_threads(threads)
     return threads
