@@ -23,7 +23,7 @@ Strategies are stateless singletons (`STRATEGY` in each module): per-run state l
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -124,6 +124,20 @@ class Strategy:
         return samples
 
 
+def timed_blocking(call: Callable[[], Any], ctx: Context, phase: str) -> Callable[[], Any]:
+    """`call` wrapped so that its time counts as blocking communication inside `phase`
+    (stamped around it; read after the step's one wait for the device)."""
+
+    def timed():
+        a = ctx.clock.stamp()
+        result = call()
+        b = ctx.clock.stamp()
+        ctx.meter.defer(lambda clock: ctx.meter.blocking(clock.elapsed(a, b), phase))
+        return result
+
+    return timed
+
+
 # -- helpers shared by the explicit (blocking, after-backward) strategies ---------------------
 
 
@@ -196,4 +210,4 @@ def state_bytes(optimizer: torch.optim.Optimizer) -> int:
     return sum(nbytes(v) for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v))
 
 
-__all__ = ["Context", "Strategy", "BucketedSum", "gradients", "buckets", "allreduce_bytes", "nbytes", "state_bytes", "dist"]
+__all__ = ["Context", "Strategy", "BucketedSum", "timed_blocking", "gradients", "buckets", "allreduce_bytes", "nbytes", "state_bytes", "dist"]

@@ -32,7 +32,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from ddpbench.metrics import interval_union
-from ddpbench.strategies.base import Context, Strategy, allreduce_bytes, nbytes
+from ddpbench.strategies.base import Context, Strategy, allreduce_bytes, nbytes, timed_blocking
 
 Hook = Callable[[Any, Any], torch.futures.Future]
 
@@ -83,17 +83,13 @@ class DDP(Strategy):
         timed apart as such and counted (one coalesced call; the root sends the bytes)."""
         if not ddp.will_sync_module_buffers():
             return
-        sync = ddp._sync_buffers
+        sync = timed_blocking(ddp._sync_buffers, ctx, "forward")
 
-        def timed_sync():
-            a = ctx.clock.stamp()
+        def counted_sync():
             sync()
-            b = ctx.clock.stamp()
-            sent = sum(nbytes(t) for t in ddp.modules_buffers) if ctx.rank == 0 else 0
-            ctx.meter.add(1, sent)
-            ctx.meter.defer(lambda clock: ctx.meter.blocking(clock.elapsed(a, b), "forward"))
+            ctx.meter.add(1, sum(nbytes(t) for t in ddp.modules_buffers) if ctx.rank == 0 else 0)
 
-        ddp._sync_buffers = timed_sync
+        ddp._sync_buffers = counted_sync
 
     def bare(self, model):
         return model.module

@@ -17,7 +17,7 @@ rank (p−1)/p of the model's bytes in a ring; one call per parameter.
 import torch
 from torch.distributed.optim import ZeroRedundancyOptimizer
 
-from ddpbench.strategies.base import nbytes, state_bytes
+from ddpbench.strategies.base import nbytes, state_bytes, timed_blocking
 from ddpbench.strategies.ddp import DDP
 
 
@@ -30,15 +30,7 @@ class Zero(DDP):
             model.parameters(), optimizer_class=torch.optim.SGD, lr=ctx.params.lr, momentum=ctx.params.momentum
         )
         if ctx.instrument:
-            sync = opt._sync_params
-
-            def timed_sync():
-                a = ctx.clock.stamp()
-                sync()
-                b = ctx.clock.stamp()
-                ctx.meter.defer(lambda clock: ctx.meter.blocking(clock.elapsed(a, b), "optimizer"))
-
-            opt._sync_params = timed_sync
+            opt._sync_params = timed_blocking(opt._sync_params, ctx, "optimizer")
         return opt
 
     def after_step(self, model, optimizer, ctx):
