@@ -13,6 +13,11 @@ batch_size, scaling, model, dataset, dataset_size, device prepended.
 A run whose summary.json cannot be read becomes a row with status "failed" and the
 reason, its parameters taken from the name~value folders of its path, so nothing that
 was scheduled silently disappears from the tables. Both files are written atomically.
+
+A run folder is untrusted input (safe_io): a run's identity columns (LEADING_RUN_COLUMNS)
+come from its path and the summary's own fields for them, never from another summary key
+or a flattened extra/env key of that name (those are dropped with a warning); step files
+are read only from the summary's own folder, and only regular files that stay inside it.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import re
 import sys
 from typing import Any, Iterable, Iterator
 
+from ddpbench import safe_io
 from ddpbench.metrics import STEP_COLUMNS  # one definition: the harness writes these
 from ddpbench.params import CellParams
 
@@ -56,6 +62,8 @@ def path_values(run_dir: pathlib.Path) -> dict[str, str]:
 
 
 def load_summary(path: pathlib.Path) -> dict[str, Any]:
+    if path.exists() and not safe_io.inside(path, path.parent):
+        return {"status": "failed", "reason": "unreadable summary.json: not a regular file inside its run folder"}
     try:
         summary = json.loads(path.read_text())
         if not isinstance(summary, dict):
@@ -71,7 +79,8 @@ def run_row(summary_path: pathlib.Path) -> dict[str, Any]:
     from_path = path_values(run_dir)
     summary = load_summary(summary_path)
     row: dict[str, Any] = {"run_dir": str(run_dir), "repeat": from_path.get("repeat")}
-    params = summary.get("params") or {}
+    params = summary.get("params")
+    params = params if isinstance(params, dict) else {}
     for key in ("world_size", "nodes"):
         row[key] = summary.get(key, from_path.get(key))
     if row["nodes"] is None:
@@ -80,30 +89,37 @@ def run_row(summary_path: pathlib.Path) -> dict[str, Any]:
         row[name] = params.get(name, from_path.get(name))
     row["status"] = summary.get("status", "failed")
     row["reason"] = summary.get("reason", "")
+    identity = set(row)  # LEADING_RUN_COLUMNS: set above, never overwritten below
+
+    def put(column: str, value: Any) -> None:
+        if not _is_scalar(value):
+            return
+        if column in identity:
+            print(f"[ddpbench] warning: {summary_path}: ignoring key {column!r}, which names an identity column",
+                  file=sys.stderr)  # fmt: skip
+            return
+        row[column] = value
+
     for key, value in summary.items():
         if key in ("params", "world_size", "nodes", "status", "reason", "schema"):
             continue
         if key == "extra" and isinstance(value, dict):
-            row.update({f"extra_{k}": v for k, v in value.items() if _is_scalar(v)})
+            for k, v in value.items():
+                put(f"extra_{k}", v)
         elif key == "env" and isinstance(value, dict):
             for k, v in value.items():
                 if k == "env_vars" and isinstance(v, dict):
-                    row.update({f"env_var_{name}": val for name, val in v.items() if _is_scalar(val)})
-                elif _is_scalar(v):
-                    row[f"env_{k}"] = v
-        elif _is_scalar(value):
-            row[key] = value
+                    for name, val in v.items():
+                        put(f"env_var_{name}", val)
+                else:
+                    put(f"env_{k}", v)
+        else:
+            put(str(key), value)
     return row
 
 
 def _is_scalar(value: Any) -> bool:
     return value is None or isinstance(value, (str, int, float, bool))
-
-
-def _atomic_writer(path: pathlib.Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    return tmp, open(tmp, "w", newline="")
 
 
 def write_runs(rows: list[dict[str, Any]], path: pathlib.Path) -> None:
@@ -114,13 +130,11 @@ def write_runs(rows: list[dict[str, Any]], path: pathlib.Path) -> None:
             if key not in seen:
                 seen.add(key)
                 columns.append(key)
-    tmp, handle = _atomic_writer(path)
-    with handle:
+    with safe_io.atomic_write(path, newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=columns, restval="")
         writer.writeheader()
         for row in rows:
             writer.writerow({k: "" if v is None else v for k, v in row.items()})
-    os.replace(tmp, path)
 
 
 def _step_files(run_dir: pathlib.Path) -> list[pathlib.Path]:
@@ -128,14 +142,13 @@ def _step_files(run_dir: pathlib.Path) -> list[pathlib.Path]:
         digits = p.stem.removeprefix("steps_rank")
         return int(digits) if digits.isdigit() else 1 << 30
 
-    return sorted(run_dir.glob("steps_rank*.csv"), key=rank)
+    return sorted(safe_io.run_files(run_dir, "steps_rank*.csv"), key=rank)
 
 
 def write_steps(rows: list[dict[str, Any]], path: pathlib.Path) -> int:
     """Stream every run's per-rank step files into one table; returns the row count."""
-    tmp, handle = _atomic_writer(path)
     count = 0
-    with handle:
+    with safe_io.atomic_write(path, newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=[*STEP_KEYS, *STEP_COLUMNS], extrasaction="ignore", restval="")
         writer.writeheader()
         for row in rows:
@@ -145,7 +158,6 @@ def write_steps(rows: list[dict[str, Any]], path: pathlib.Path) -> int:
                     for step in csv.DictReader(f):
                         writer.writerow({**step, **keys})
                         count += 1
-    os.replace(tmp, path)
     return count
 
 

@@ -1,0 +1,104 @@
+"""Files in folders that may come from someone else (issue 22: people exchange result folders).
+
+Writing: every output is written to a fresh, unpredictably named file in its own folder
+(created with O_EXCL|O_NOFOLLOW, so a planted name is never opened) and then moved over the
+output's name with os.replace. A reader never sees half a file, and a symlink planted at
+the output's name is itself replaced by the new file: its target is left untouched. (The
+choice is replace, not refuse: a folder someone handed over still gets its report.) A
+folder made inside an output folder, e.g. figures/, must be a real folder; a symlink
+there is refused with UnsafePathError naming it.
+
+Reading: run_files() lists a run folder's files (steps_rank*.csv, summary.json) only when
+they are regular files that resolve inside that folder; a symlink leading out of the
+folder, a FIFO (which would block the reader) or a directory is skipped with a warning
+on stderr.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import secrets
+import shutil
+import stat
+import sys
+from typing import IO, Iterator
+
+_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+class UnsafePathError(OSError):
+    """A path in an output folder that is not what it must be (e.g. a symlink where a folder belongs)."""
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | os.PathLike, mode: str = "w", *, newline: str | None = None,
+                 encoding: str | None = "utf-8") -> Iterator[IO]:  # fmt: skip
+    """Open a temporary file next to `path` for writing; on success it replaces `path` (the name, never
+    a symlink's target); on error it is removed and `path` is unchanged. Permissions follow the umask."""
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for _ in range(100):
+        tmp = path.with_name(f".{path.name[:200]}.{secrets.token_hex(6)}.tmp")
+        try:
+            fd = os.open(tmp, _FLAGS, 0o666)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise FileExistsError(f"no free temporary name next to {path}")
+    try:
+        binary = "b" in mode
+        with os.fdopen(fd, mode, newline=None if binary else newline, encoding=None if binary else encoding) as handle:
+            yield handle
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    with atomic_write(path) as handle:
+        handle.write(text)
+
+
+def atomic_copy(src: str | os.PathLike, dst: str | os.PathLike) -> None:
+    """Copy the contents of `src` to `dst` atomically (dst as in atomic_write)."""
+    with open(src, "rb") as source, atomic_write(dst, "wb") as target:
+        shutil.copyfileobj(source, target)
+
+
+def real_dir(path: str | os.PathLike) -> pathlib.Path:
+    """Create the folder `path` (and its parents) and make sure it is a folder, not a symlink to one."""
+    path = pathlib.Path(path)
+    if not path.is_symlink():
+        path.mkdir(parents=True, exist_ok=True)
+    if path.is_symlink() or not path.is_dir():
+        raise UnsafePathError(f"refusing to write into {path}: it is a symlink or not a folder; remove it and run again")
+    return path
+
+
+def inside(path: str | os.PathLike, folder: str | os.PathLike) -> bool:
+    """Whether `path` is a regular file whose real location is inside the real `folder`."""
+    real = pathlib.Path(os.path.realpath(path))
+    if not real.is_relative_to(os.path.realpath(folder)):
+        return False
+    try:
+        return stat.S_ISREG(os.stat(real).st_mode)
+    except OSError:
+        return False
+
+
+def run_files(run_dir: str | os.PathLike, pattern: str) -> list[pathlib.Path]:
+    """The files of a run folder matching `pattern` that may be read (see the module's note), sorted by name;
+    each one skipped is named on stderr."""
+    run_dir = pathlib.Path(run_dir)
+    keep = []
+    for path in sorted(run_dir.glob(pattern)):
+        if inside(path, run_dir):
+            keep.append(path)
+        else:
+            print(f"[ddpbench] warning: skipping {path}: not a regular file inside its run folder", file=sys.stderr)
+    return keep
