@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import pathlib
 import sys
 from typing import Any
@@ -58,17 +59,28 @@ LAUNCH_AXES = {
     "world_size": {
         "type": "integer",
         "minimum": 1,
+        "maximum": 65536,
         "description": "processes (ranks) of the cell, over all its nodes",
     },
     "nodes": {
         "type": "integer",
         "minimum": 1,
+        "maximum": 4096,
         "description": (
             "nodes of the cell (world_size / nodes ranks each; > 1 needs a SLURM "
             "allocation, profiles/slurm); cells whose world_size is not a multiple are left out"
         ),
     },
 }
+# An axis value is a folder name (name~value) and a word of a command: letters, digits,
+# dot, underscore, hyphen only.
+AXIS_TEXT_PATTERN = "^[A-Za-z0-9._-]+$"
+# A container image: a URI (docker://, oras://, library://) or a .sif path; no spaces or
+# shell metacharacters.
+IMAGE_PATTERN = "^[A-Za-z0-9._/:@+=-]+$"
+# Runs (cells x repeats) a grid may expand to unless the config raises max_runs: the
+# check runs before the grid is expanded, so a typo cannot exhaust memory.
+DEFAULT_MAX_RUNS = 20000
 DEFAULT_IMAGES = {
     "cpu": "containers/ddpbench-cpu.sif",
     "cuda": "containers/ddpbench-cuda.sif",
@@ -91,6 +103,20 @@ def _value_schema(f: dataclasses.Field) -> dict[str, Any]:
             schema[json_key] = f.metadata[key]
     if f.metadata.get("auto"):
         schema = {"anyOf": [schema, {"const": "auto"}]}
+    return schema
+
+
+def _is_text(schema: dict[str, Any]) -> bool:
+    parts = schema.get("anyOf", [schema])
+    return any(part.get("type") == "string" and "enum" not in part for part in parts)
+
+
+def _with_text_pattern(schema: dict[str, Any]) -> dict[str, Any]:
+    """Free-text axis values (strategy names, paths) limited to AXIS_TEXT_PATTERN."""
+    if "anyOf" in schema:
+        return {"anyOf": [_with_text_pattern(part) for part in schema["anyOf"]]}
+    if schema.get("type") == "string" and "enum" not in schema:
+        return {**schema, "pattern": AXIS_TEXT_PATTERN}
     return schema
 
 
@@ -118,6 +144,8 @@ def build_schema() -> dict[str, Any]:
         }
         if name in CORE_AXES:
             prop["default"] = CORE_AXES[name]
+        if _is_text(schema):
+            prop["items"] = _with_text_pattern(schema)
         grid_props[name] = prop
 
     def scalar_section(names: list[str]) -> dict[str, Any]:
@@ -177,6 +205,7 @@ def build_schema() -> dict[str, Any]:
             "repeats": {
                 "type": "integer",
                 "minimum": 1,
+                "maximum": 100000,
                 "default": 1,
                 "description": "separate launches of every cell (statistics are over repeats)",
             },
@@ -228,6 +257,15 @@ def build_schema() -> dict[str, Any]:
                 "additionalProperties": False,
                 "properties": scalar_section([n for n in cell_names if n not in TIMING_KEYS]),
             },
+            "max_runs": {
+                "type": "integer",
+                "minimum": 1,
+                "default": DEFAULT_MAX_RUNS,
+                "description": (
+                    "the most runs (cells x repeats) the grid may expand to; checked before the "
+                    "grid is expanded (raise it for a deliberately large study)"
+                ),
+            },
             "allow_oversubscribe": {
                 "type": "boolean",
                 "default": False,
@@ -247,12 +285,83 @@ def build_schema() -> dict[str, Any]:
                 ),
                 "additionalProperties": False,
                 "properties": {
-                    device: {"type": "string", "minLength": 1, "default": image, "description": f"image for {device} cells"}
+                    device: {
+                        "type": "string",
+                        "pattern": IMAGE_PATTERN,
+                        "maxLength": 1024,
+                        "default": image,
+                        "description": f"image for {device} cells",
+                    }
                     for device, image in DEFAULT_IMAGES.items()
                 },
             },
         },
     }
+
+
+def coerce_typed_strings(value: Any, schema: dict[str, Any], defs: dict[str, Any] | None = None) -> Any:
+    """`value` with strings turned into numbers or booleans wherever `schema` expects one.
+
+    Snakemake parses a nested `--config 'params={"bucket_mb": 10.0}'` with YAML's
+    BaseLoader, which leaves every nested scalar a string ('10.0'); the schema would then
+    refuse a perfectly good number. Strings stay strings where the schema allows them."""
+    defs = schema.get("$defs", {}) if defs is None else defs
+    if "$ref" in schema:
+        schema = defs.get(schema["$ref"].rsplit("/", 1)[-1], {})
+    if isinstance(value, (dict, list)) and "anyOf" in schema:  # the object or array branch
+        kind = "object" if isinstance(value, dict) else "array"
+        schema = next((part for part in schema["anyOf"] if part.get("type") == kind), {})
+    if isinstance(value, dict):
+        props = schema.get("properties", {})
+        return {k: coerce_typed_strings(v, props.get(k, {}), defs) for k, v in value.items()}
+    if isinstance(value, list):
+        return [coerce_typed_strings(v, schema.get("items", {}), defs) for v in value]
+    if not isinstance(value, str):
+        return value
+    types = _types(schema, defs)
+    if not types & {"integer", "number", "boolean"}:
+        return value
+    try:
+        parsed = yaml.safe_load(value)
+    except yaml.YAMLError:
+        return value
+    wanted = {"integer": int, "number": (int, float), "boolean": bool}
+    if "string" in types:  # an exclusion value: a number where it reads as one
+        wanted = {"number": (int, float)}
+        if isinstance(parsed, bool):
+            return value
+    if any(isinstance(parsed, wanted[t]) for t in types & set(wanted)):
+        return parsed
+    return value
+
+
+def non_finite_key(value: Any, key: str = "") -> str | None:
+    """The config path of the first NaN or infinity in `value` (YAML's .nan, .inf), else
+    None: the schema's bounds cannot refuse them (NaN fails no comparison)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return key or "(top level)"
+    if isinstance(value, dict):
+        children = [(f"{key}.{name}" if key else str(name), item) for name, item in value.items()]
+    elif isinstance(value, list):
+        children = [(f"{key}[{i}]", item) for i, item in enumerate(value)]
+    else:
+        children = []
+    for where, item in children:
+        found = non_finite_key(item, where)
+        if found:
+            return found
+    return None
+
+
+def _types(schema: dict[str, Any], defs: dict[str, Any]) -> set[str]:
+    """JSON types `schema` admits (through anyOf, type lists and $ref)."""
+    if "$ref" in schema:
+        return _types(defs.get(schema["$ref"].rsplit("/", 1)[-1], {}), defs)
+    kinds = schema.get("type", [])
+    found = {kinds} if isinstance(kinds, str) else set(kinds)
+    for part in schema.get("anyOf", []):
+        found |= _types(part, defs)
+    return found
 
 
 class _NoAliasDumper(yaml.SafeDumper):
@@ -305,6 +414,8 @@ def _type_text(prop: dict[str, Any]) -> str:
         for key, op in (("minimum", "≥"), ("exclusiveMinimum", ">"), ("maximum", "≤"))
         if key in prop
     ]
+    if "pattern" in prop:
+        bounds.append(f"matching `{prop['pattern']}`")
     return text + (" " + ", ".join(bounds) if bounds else "")
 
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import pkgutil
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
@@ -21,6 +23,11 @@ SCALINGS = ("strong", "weak")
 MODELS = ("mlp", "simple_cnn", "vgg11", "resnet18", "densenet121")
 DATASETS = ("synthetic", "cifar10", "mnist", "imagenette")
 SYNTHETIC_SHAPES = ("cifar10", "mnist")
+
+
+# A free-text value (a path): printable, bounded. Commands always quote it; this keeps
+# newlines and terminal escapes out of logs and flags.
+TEXT_VALUE = re.compile(r"[^\x00-\x1f\x7f]{1,4096}")
 
 
 class ParamError(ValueError):
@@ -56,33 +63,33 @@ class CellParams:
     device: str = _p("cpu", "cpu (gloo) or cuda (NCCL)", choices=DEVICES)
     strategy: str = _p("ddp", "gradient-sync strategy (module in ddpbench.strategies)", choices=strategy_names)
     batch_size: int | str = _p(
-        64, "global batch (scaling=strong) or per-rank batch (scaling=weak); 'auto' searches", minimum=1, auto=True
+        64, "global batch (scaling=strong) or per-rank batch (scaling=weak); 'auto' searches", minimum=1, maximum=2**20, auto=True
     )
     scaling: str = _p("strong", "strong: global batch fixed; weak: per-rank batch fixed", choices=SCALINGS)
     model: str = _p("mlp", "network to train", choices=MODELS)
     dataset: str = _p("synthetic", "training data", choices=DATASETS)
     synthetic_shape: str = _p("cifar10", "shape and classes of the synthetic data", choices=SYNTHETIC_SHAPES)
     data_root: str = _p("data", "folder holding real datasets (prepared beforehand, never downloaded by a rank)")
-    image_size: int = _p(160, "side of the square images for imagenette", minimum=8)
-    dataset_size: int = _p(4096, "training samples used (a subset of the dataset)", minimum=1)
-    test_size: int = _p(512, "held-out samples for test loss/accuracy (0: none)", minimum=0)
-    epochs: int = _p(1, "passes over the training subset at least (the run goes on until the timing minimums are met)", minimum=1)
-    max_steps: int = _p(0, "cap on the steps of a run, over epochs and timing minimums (0: no cap)", minimum=0)
-    warmup_steps: int = _p(2, "steps after the first (of the steady state) that are excluded from timing", minimum=0)
-    min_timed_steps: int = _p(20, "the run goes on until at least this many steps are timed (bounded by max_steps)", minimum=0)
-    min_timed_s: float = _p(1.0, "... and until the timed steps last at least this many seconds (bounded by max_steps, timeout_s)", minimum=0.0)
-    num_workers: int = _p(0, "DataLoader worker processes per rank", minimum=0)
-    threads_per_rank: int = _p(0, "torch/OpenMP threads per rank (0: cores // local processes, at least 1)", minimum=0)
-    seed: int = _p(0, "seed for data, initial weights and sampling", minimum=0)
-    lr: float = _p(0.05, "SGD learning rate", exclusive_minimum=0.0)
+    image_size: int = _p(160, "side of the square images for imagenette", minimum=8, maximum=4096)
+    dataset_size: int = _p(4096, "training samples used (a subset of the dataset)", minimum=1, maximum=10**9)
+    test_size: int = _p(512, "held-out samples for test loss/accuracy (0: none)", minimum=0, maximum=10**8)
+    epochs: int = _p(1, "passes over the training subset at least (the run goes on until the timing minimums are met)", minimum=1, maximum=10**6)
+    max_steps: int = _p(0, "cap on the steps of a run, over epochs and timing minimums (0: no cap)", minimum=0, maximum=10**9)
+    warmup_steps: int = _p(2, "steps after the first (of the steady state) that are excluded from timing", minimum=0, maximum=10**6)
+    min_timed_steps: int = _p(20, "the run goes on until at least this many steps are timed (bounded by max_steps)", minimum=0, maximum=10**6)
+    min_timed_s: float = _p(1.0, "... and until the timed steps last at least this many seconds (bounded by max_steps, timeout_s)", minimum=0.0, maximum=86400.0)
+    num_workers: int = _p(0, "DataLoader worker processes per rank", minimum=0, maximum=256)
+    threads_per_rank: int = _p(0, "torch/OpenMP threads per rank (0: cores // local processes, at least 1)", minimum=0, maximum=1024)
+    seed: int = _p(0, "seed for data, initial weights and sampling", minimum=0, maximum=2**63 - 1)
+    lr: float = _p(0.05, "SGD learning rate", exclusive_minimum=0.0, maximum=1000.0)
     momentum: float = _p(0.9, "SGD momentum", minimum=0.0, maximum=1.0)
-    bucket_mb: float = _p(25.0, "bucket size in MiB (bucketed_allreduce; DDP bucket_cap_mb)", exclusive_minimum=0.0)
-    timeout_s: float = _p(600.0, "process-group timeout and wall-clock limit of the cell", exclusive_minimum=0.0)
-    powersgd_rank: int = _p(2, "PowerSGD matrix approximation rank", minimum=1)
-    powersgd_start_iter: int = _p(10, "PowerSGD: steps of plain all-reduce before compression starts", minimum=1)
-    sync_period: int = _p(4, "local_sgd: steps between parameter averaging", minimum=1)
-    micro_batches: int = _p(4, "pipeline: micro-batches per step", minimum=1)
-    memory_budget_gb: float = _p(0.0, "batch-size auto on CPU: memory budget (0: half of available RAM)", minimum=0.0)
+    bucket_mb: float = _p(25.0, "bucket size in MiB (bucketed_allreduce; DDP bucket_cap_mb)", exclusive_minimum=0.0, maximum=65536.0)
+    timeout_s: float = _p(600.0, "process-group timeout and wall-clock limit of the cell", exclusive_minimum=0.0, maximum=604800.0)
+    powersgd_rank: int = _p(2, "PowerSGD matrix approximation rank", minimum=1, maximum=4096)
+    powersgd_start_iter: int = _p(10, "PowerSGD: steps of plain all-reduce before compression starts", minimum=1, maximum=10**6)
+    sync_period: int = _p(4, "local_sgd: steps between parameter averaging", minimum=1, maximum=10**6)
+    micro_batches: int = _p(4, "pipeline: micro-batches per step", minimum=1, maximum=4096)
+    memory_budget_gb: float = _p(0.0, "batch-size auto on CPU: memory budget (0: half of available RAM)", minimum=0.0, maximum=1e6)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -155,7 +162,7 @@ def _allowed_text(f: dataclasses.Field) -> str:
     choices = _choices(f)
     if choices is not None:
         return " | ".join(choices)
-    kind = {int: "an integer", float: "a number", str: "a string"}[_base_type(f)]
+    kind = {int: "an integer", float: "a finite number", str: "a non-empty string without control characters"}[_base_type(f)]
     bounds = []
     if "minimum" in f.metadata:
         bounds.append(f">= {f.metadata['minimum']}")
@@ -186,8 +193,10 @@ def _check(f: dataclasses.Field, value: Any) -> Any:
             value = int(str(value)) if isinstance(value, str) else int(value)
         elif kind is float:
             value = float(value)
+            if not math.isfinite(value):  # NaN passes every comparison below
+                raise ValueError
         elif kind is str:
-            if not isinstance(value, str):
+            if not isinstance(value, str) or not TEXT_VALUE.fullmatch(value):
                 raise TypeError
     except (TypeError, ValueError):
         raise ParamError(f.name, value, allowed) from None

@@ -75,3 +75,23 @@ def test_tiny_grid_runs_few_steps():
     timing = tiny["timing"]
     assert timing["min_timed_s"] == 0
     assert 1 + timing["warmup_steps"] + timing["min_timed_steps"] <= timing["max_steps"] <= 8
+
+
+def test_command_line_strings_become_numbers_only_where_the_schema_wants_one():
+    from ddpbench.config_schema import build_schema, coerce_typed_strings, non_finite_key
+
+    given = {
+        "params": {"bucket_mb": "10.0", "data_root": "1"},
+        "grid": {"world_size": ["1", "2"], "strategy": ["ddp"], "batch_size": ["auto", "64"]},
+        "exclude": [{"world_size": {"min": "2"}}, {"strategy": "ddp", "seed": ["3"]}],
+        "allow_oversubscribe": "true",
+        "timing": {"timeout_s": ".nan"},
+    }
+    got = coerce_typed_strings(given, build_schema())
+    assert got["params"] == {"bucket_mb": 10.0, "data_root": "1"}  # a path stays a string
+    assert got["grid"] == {"world_size": [1, 2], "strategy": ["ddp"], "batch_size": ["auto", 64]}
+    assert got["exclude"] == [{"world_size": {"min": 2}}, {"strategy": "ddp", "seed": [3]}]
+    assert got["allow_oversubscribe"] is True
+    assert non_finite_key(got) == "timing.timeout_s"
+    assert non_finite_key({"a": [1.0, {"b": float("inf")}]}) == "a[1].b"
+    assert non_finite_key({"a": [1.0, "nan"]}) is None

@@ -15,5 +15,5 @@ rule aggregate:
     container:
         image_for_host()
     shell:
-        "printf '%s\\n' {input.summaries} | python -m ddpbench.aggregate --summaries-from -"
-        " --runs {output.runs} --steps {output.steps} > {log} 2>&1"
+        "printf '%s\\n' {input.summaries:q} | python -m ddpbench.aggregate --summaries-from -"
+        " --runs {output.runs:q} --steps {output.steps:q} > {log:q} 2>&1"

@@ -9,12 +9,14 @@ job exists.
 """
 
 import itertools
+import math
 import os
 import shlex
 import sys
 from pathlib import Path
 
 import pandas as pd
+import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.logging import logger
 from snakemake.utils import Paramspace, validate
@@ -22,7 +24,13 @@ from snakemake.utils import Paramspace, validate
 # The package's pure-Python parts (params, schema) work with any snakemake install.
 SRC_DIR = str(Path(workflow.basedir) / "src")
 sys.path.insert(0, SRC_DIR)
-from ddpbench.config_schema import CORE_AXES, LAUNCH_AXES, TIMING_KEYS  # noqa: E402
+from ddpbench.config_schema import (  # noqa: E402
+    CORE_AXES,
+    LAUNCH_AXES,
+    TIMING_KEYS,
+    coerce_typed_strings,
+    non_finite_key,
+)
 from ddpbench.launch import oversubscription  # noqa: E402
 from ddpbench.params import (  # noqa: E402
     CellParams,
@@ -62,6 +70,13 @@ def config_error(key, message):
 def validate_config(config):
     """The schema check of snakemake.utils.validate, reported as one line naming the
     offending key instead of a dump of the whole schema."""
+    schema = yaml.safe_load(
+        Path(workflow.basedir, "workflow/schemas/config.schema.yaml").read_text()
+    )
+    config.update(coerce_typed_strings(dict(config), schema))
+    bad = non_finite_key(config)
+    if bad:
+        raise config_error(bad, "not a finite number (NaN and infinity are refused)")
     try:
         validate(config, "../schemas/config.schema.yaml")
     except WorkflowError as err:
@@ -173,6 +188,22 @@ def check_baseline(baseline, axes):
         check_axis_values(f"baseline.{key}", key, [value])
 
 
+def check_grid_size(axes, repeats, max_runs):
+    """Refuse a grid whose product of axes x repeats exceeds max_runs, before expanding it
+    (a typo such as 1,000 values on four axes would otherwise exhaust memory)."""
+    cells = math.prod(len(values) for values in axes.values())
+    runs = cells * repeats
+    if runs > max_runs:
+        sizes = " x ".join(f"{len(v)} {name}" for name, v in axes.items() if len(v) > 1)
+        raise config_error(
+            "max_runs",
+            f"the grid's axes multiply to {cells:,} cells ({sizes or '1'}; before exclusions)"
+            f" x {repeats:,} repeats = "
+            f"{runs:,} runs, more than max_runs ({max_runs:,}); narrow the grid or exclude "
+            "cells, or raise max_runs (e.g. --config max_runs=N) for a deliberately large study",
+        )
+
+
 def expand_grid(axes, exclusions):
     """Every combination of axis values that no exclusion drops, as a data frame."""
     names = list(axes)
@@ -255,6 +286,7 @@ AXES = grid_axes(config)
 check_exclusions(config["exclude"], AXES)
 check_baseline(config["baseline"], AXES)
 FIXED_PARAMS = fixed_cell_params(config, AXES)
+check_grid_size(AXES, config["repeats"], config["max_runs"])
 CELLS = expand_grid(AXES, config["exclude"])
 check_auto_batch_scaling_of_cells(CELLS)
 warn_oversubscribed_cells(CELLS)

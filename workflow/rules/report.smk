@@ -56,6 +56,6 @@ rule report:
         baseline_strategy=config["baseline"]["strategy"],
         max_rel_ci=config["timing"].get("max_rel_ci", 0.05),
     shell:
-        "python -m ddpbench.report --runs {input.runs} --steps {input.steps}"
-        " --baseline-strategy {params.baseline_strategy} --max-rel-ci {params.max_rel_ci}"
-        " --out {params.out_dir} > {log} 2>&1"
+        "python -m ddpbench.report --runs {input.runs:q} --steps {input.steps:q}"
+        " --baseline-strategy {params.baseline_strategy:q} --max-rel-ci {params.max_rel_ci}"
+        " --out {params.out_dir:q} > {log:q} 2>&1"

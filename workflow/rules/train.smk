@@ -36,9 +36,10 @@ rule train:
     shell:
         # The launcher clears an earlier attempt's files itself; its progress line goes
         # to the terminal as well as the log (the ranks' output is in run_dir/train.log).
-        "python -m ddpbench.launch {params.topology} --out {params.run_dir}"
-        " {params.oversubscribe} {params.flags} > {log} 2>&1; "
-        "grep -h '^\\[ddpbench\\] ' {log} || echo '[ddpbench] {params.run_dir}: no progress line, see {log}'"
+        "python -m ddpbench.launch {params.topology} --out {params.run_dir:q}"
+        " {params.oversubscribe} {params.flags} > {log:q} 2>&1; "
+        "grep -h '^\\[ddpbench\\] ' {log:q}"
+        " || printf '[ddpbench] %s: no progress line, see %s\\n' {params.run_dir:q} {log:q}"
 
 
 rule prepare_data:
@@ -58,5 +59,5 @@ rule prepare_data:
     shell:
         # The harness's one downloading entry point (torchvision's layout under
         # data_root); its one-line record of what is there is this rule's output.
-        "python -m ddpbench.data --dataset {wildcards.dataset} --data-root {params.root}"
-        " --image-size {params.image_size} > {output.record} 2> {log}"
+        "python -m ddpbench.data --dataset {wildcards.dataset:q} --data-root {params.root:q}"
+        " --image-size {params.image_size} > {output.record:q} 2> {log:q}"
