@@ -78,6 +78,8 @@ AXIS_TEXT_PATTERN = "^[A-Za-z0-9._-]+$"
 # A container image: a URI (docker://, oras://, library://) or a .sif path; no spaces or
 # shell metacharacters.
 IMAGE_PATTERN = "^[A-Za-z0-9._/:@+=-]+$"
+# The results folder: a plain relative or absolute path.
+RESULTS_PATTERN = "^[A-Za-z0-9._/-]+$"
 # Runs (cells x repeats) a grid may expand to unless the config raises max_runs: the
 # check runs before the grid is expanded, so a typo cannot exhaust memory.
 DEFAULT_MAX_RUNS = 20000
@@ -194,9 +196,12 @@ def build_schema() -> dict[str, Any]:
                 "type": "object",
                 "description": (
                     "Grid axes: each a non-empty list of values; the cells are their "
-                    "product. Every listed axis is a folder level of a run's path "
-                    "(results/runs/device~cpu/world_size~2/...). An axis overrides the "
-                    "same key in timing/params."
+                    "product. An axis overrides the same key in timing/params. The core "
+                    "axes are folder levels of every run's path (results/runs/device~cpu/"
+                    "world_size~2/...); another axis only where a cell's value differs from "
+                    "the one timing/params (or the default) gives, so adding an axis keeps "
+                    "the runs already measured. A strategy setting (bucket_mb, ...) a "
+                    "strategy does not read is held at that value: such cells run once."
                 ),
                 "default": {},
                 "additionalProperties": False,
@@ -256,6 +261,15 @@ def build_schema() -> dict[str, Any]:
                 "description": "Every other cell parameter, the same for all cells unless it is a grid axis.",
                 "additionalProperties": False,
                 "properties": scalar_section([n for n in cell_names if n not in TIMING_KEYS]),
+            },
+            "results": {
+                "type": "string",
+                "pattern": RESULTS_PATTERN,
+                "default": "results",
+                "description": (
+                    "folder of this study's runs, tables and report (relative to the working "
+                    "directory); presets name their own, so studies never overwrite each other"
+                ),
             },
             "max_runs": {
                 "type": "integer",

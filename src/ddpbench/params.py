@@ -11,8 +11,11 @@ training process: torchrun sets the world size, the workflow sets the repeat.
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
+import functools
 import math
+import pathlib
 import pkgutil
 import re
 from dataclasses import dataclass, field
@@ -50,6 +53,35 @@ def strategy_names() -> tuple[str, ...]:
             if not m.name.startswith("_") and m.name != "base"
         )
     )
+
+
+# Cell parameters that only some strategies read; each strategy module lists the ones it
+# reads in SETTINGS. Every other cell parameter applies to every strategy.
+STRATEGY_SETTINGS = ("bucket_mb", "powersgd_rank", "powersgd_start_iter", "sync_period", "micro_batches")
+
+
+@functools.cache
+def strategy_settings(name: str) -> tuple[str, ...]:
+    """The STRATEGY_SETTINGS strategy `name` reads: its module's SETTINGS, read from the
+    source without importing it (the workflow plans without torch)."""
+    from ddpbench import strategies
+
+    path = pathlib.Path(strategies.__path__[0]) / f"{name}.py"
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "SETTINGS" for t in node.targets):
+            settings = tuple(ast.literal_eval(node.value))
+            unknown = sorted(set(settings) - set(STRATEGY_SETTINGS))
+            if unknown:
+                raise ValueError(f"{path}: SETTINGS names {unknown[0]!r}, not one of {STRATEGY_SETTINGS}")
+            return settings
+    raise ValueError(f"{path} defines no SETTINGS (the strategy-specific cell parameters it reads)")
+
+
+def effective_params(values: Mapping[str, Any], base: Mapping[str, Any]) -> dict[str, Any]:
+    """`values` with the strategy settings its strategy does not read set to `base`'s: two
+    cells that differ only there are one measurement (one run folder, one set of runs)."""
+    used = strategy_settings(values["strategy"])
+    return {k: (base[k] if k in STRATEGY_SETTINGS and k not in used else v) for k, v in values.items()}
 
 
 def _p(default: Any, help: str, **checks: Any) -> Any:

@@ -198,3 +198,27 @@ def test_nbytes_and_optimizer_state_bytes():
     opt.step()
     assert state_bytes(opt) == 8 * 4  # one float32 momentum buffer per parameter
     assert Strategy().optimizer_state_bytes(opt) == 32
+
+
+@pytest.mark.parametrize("name", strategies.names())
+def test_settings_list_exactly_the_strategy_settings_the_strategy_reads(name):
+    """SETTINGS decides what the workflow reruns and repeats: a setting the code reads but
+    SETTINGS omits would be silently held at its default; one listed but never read would
+    rerun a strategy for nothing. Read = named as `params.<setting>` in the strategy's
+    module or in any method its class resolves to (inherited ones included)."""
+    import importlib
+    import inspect
+    import re
+
+    from ddpbench.params import STRATEGY_SETTINGS, strategy_settings
+
+    module = importlib.import_module(f"ddpbench.strategies.{name}")
+    cls = type(module.STRATEGY)
+    sources = [inspect.getsource(module)]
+    for attr in dir(cls):
+        member = inspect.getattr_static(cls, attr)
+        func = getattr(member, "__func__", member)
+        if inspect.isfunction(func) and func.__module__.startswith("ddpbench."):
+            sources.append(inspect.getsource(func))
+    read = {s for s in STRATEGY_SETTINGS if any(re.search(rf"params\.{s}\b", src) for src in sources)}
+    assert set(strategy_settings(name)) == read

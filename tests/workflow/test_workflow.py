@@ -19,6 +19,7 @@ import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TINY = ROOT / "configs" / "tiny.yaml"
+RESULTS = "results/tiny"  # the tiny preset's own results folder
 # the default target (every run, the tables, the report), stopping after the tables
 TABLES = ["--until", "aggregate"]
 # (world size, strategy) -> status: single only at 1 (excluded at 2); ddp at 1 is a
@@ -44,12 +45,12 @@ def snakemake(workdir, *args, configfile=TINY, check=True):
 
 
 def read_runs(workdir):
-    with open(workdir / "results/aggregate/runs.csv", newline="") as f:
+    with open(workdir / RESULTS / "aggregate/runs.csv", newline="") as f:
         return list(csv.DictReader(f))
 
 
 def summaries(workdir):
-    return sorted((workdir / "results" / "runs").rglob("summary.json"))
+    return sorted((workdir / RESULTS / "runs").rglob("summary.json"))
 
 
 @pytest.fixture(scope="module")
@@ -72,11 +73,11 @@ def test_tiny_grid_end_to_end(tiny_run):
     # every axis is readable in the run's path
     for r in runs:
         assert f"world_size~{r['world_size']}/strategy~{r['strategy']}/" in r["run_dir"]
-    with open(workdir / "results/aggregate/steps.csv", newline="") as f:
+    with open(workdir / RESULTS / "aggregate/steps.csv", newline="") as f:
         ranks = {(row["run_dir"], row["rank"]) for row in csv.DictReader(f)}
     assert len(ranks) == sum(int(ws) for (ws, _), status in EXPECTED_CELLS.items() if status == "ok")
     # one progress line per finished cell reaches the terminal
-    progress = [line for line in proc.stdout.splitlines() if line.startswith("[ddpbench] results/runs/")]
+    progress = [line for line in proc.stdout.splitlines() if line.startswith(f"[ddpbench] {RESULTS}/runs/")]
     assert len(progress) == len(EXPECTED_CELLS), proc.stdout[-3000:]
 
 
@@ -93,7 +94,7 @@ def test_adding_an_axis_value_plans_only_the_new_cells(tiny_run):
     config = write_config(workdir / "more", lambda c: c["grid"].update(batch_size=[16, 32]))
     proc = snakemake(workdir, *TABLES, "--dry-run", configfile=config)
     out = proc.stdout + proc.stderr
-    planned = re.findall(r"^\s*output: (results/runs/\S+)", out, re.M)
+    planned = re.findall(rf"^\s*output: ({RESULTS}/runs/\S+)", out, re.M)
     assert len(planned) == len(EXPECTED_CELLS), out[-3000:]
     assert all("batch_size~32/" in path for path in planned)
 
@@ -212,7 +213,7 @@ def test_real_dataset_is_prepared_once_before_its_cells(tmp_path):
     proc = snakemake(tmp_path, *TABLES, configfile=config)
     out = proc.stdout + proc.stderr
     assert len(re.findall(r"^\s*(?:local)?rule prepare_data:", out, re.M)) == 1, out[-3000:]
-    assert "mnist" in (tmp_path / "results/data/mnist.txt").read_text()
+    assert "mnist" in (tmp_path / RESULTS / "data/mnist.txt").read_text()
     (run,) = read_runs(tmp_path)
     assert (run["dataset"], run["status"]) == ("mnist", "ok"), run["reason"]
 
@@ -246,4 +247,4 @@ def test_oversubscribed_cell_is_a_skipped_row_with_a_plan_time_warning(tmp_path)
     assert "1 cell(s) will be skipped as oversubscribed on this machine" in proc.stderr, proc.stderr[-3000:]
     (run,) = read_runs(tmp_path)
     assert run["status"] == "skipped" and run["reason"].startswith(f"oversubscribed: {ranks} ranks x 1 thread = {ranks} >")
-    assert not list((tmp_path / "results" / "runs").rglob("train.log"))  # no rank started
+    assert not list((tmp_path / RESULTS / "runs").rglob("train.log"))  # no rank started

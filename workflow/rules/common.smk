@@ -19,7 +19,7 @@ import pandas as pd
 import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.logging import logger
-from snakemake.utils import Paramspace, validate
+from snakemake.utils import validate
 
 # The package's pure-Python parts (params, schema) work with any snakemake install.
 SRC_DIR = str(Path(workflow.basedir) / "src")
@@ -37,6 +37,7 @@ from ddpbench.params import (  # noqa: E402
     ParamError,
     check_auto_batch_scaling,
     check_values,
+    effective_params,
 )
 from ddpbench.sysinfo import usable_cores  # noqa: E402
 
@@ -58,7 +59,6 @@ def job_shell_prefix():
 
 shell.prefix(job_shell_prefix())
 
-RESULTS = "results"
 REAL_DATASETS = ("cifar10", "mnist", "imagenette")
 PATH_UNSAFE = (os.sep, "~")  # axis values are folder names: name~value
 
@@ -112,6 +112,38 @@ def fixed_cell_params(config, axes):
     except ParamError as err:
         section = "timing" if err.name in TIMING_KEYS else "params"
         raise config_error(f"{section}.{err.name}", str(err)) from None
+
+
+def base_cell_params(config):
+    """Every cell parameter as it would be without any grid axis: CellParams defaults <-
+    params <- timing (each value already checked by fixed_cell_params)."""
+    defaults = CellParams().as_dict()
+    timing = {k: v for k, v in config["timing"].items() if k in TIMING_KEYS}
+    return {**defaults, **config["params"], **timing, "world_size": 1, "nodes": 1}
+
+
+def cell_path(cell, base):
+    """A cell's run folder below runs/: name~value for every core axis, and for any other
+    axis only where the cell's value differs from the base one. So adding an axis whose
+    values include the old setting keeps the runs already measured at it."""
+    return "/".join(
+        f"{name}~{value}"
+        for name, value in cell.items()
+        if name in CORE_AXES or value != base[name]
+    )
+
+
+def effective_cells(cells, base):
+    """The cells as runs: each cell's strategy-specific settings that its strategy does not
+    read held at their base value, and cells that thereby coincide run once (single is
+    not repeated per bucket size); indexed by run folder."""
+    records = [
+        {name: effective_params({**base, **cell}, base)[name] for name in cell}
+        for cell in cells.to_dict(orient="records")
+    ]
+    paths = [cell_path(cell, base) for cell in records]
+    unique = pd.DataFrame(records, index=paths, columns=cells.columns).astype(object)
+    return unique[~unique.index.duplicated()]
 
 
 def is_path_component(text):
@@ -287,30 +319,35 @@ check_exclusions(config["exclude"], AXES)
 check_baseline(config["baseline"], AXES)
 FIXED_PARAMS = fixed_cell_params(config, AXES)
 check_grid_size(AXES, config["repeats"], config["max_runs"])
-CELLS = expand_grid(AXES, config["exclude"])
+BASE_PARAMS = base_cell_params(config)
+CELLS = effective_cells(expand_grid(AXES, config["exclude"]), BASE_PARAMS)
 check_auto_batch_scaling_of_cells(CELLS)
 warn_oversubscribed_cells(CELLS)
-CELL_SPACE = Paramspace(CELLS, param_sep="~")
+RESULTS = config["results"].rstrip("/")
 REPEATS = list(range(config["repeats"]))
 # cell path (device~cpu/world_size~2/...) -> the cell's axis values
-CELL_BY_PATH = dict(zip(CELL_SPACE.instance_patterns, CELLS.to_dict(orient="records")))
-RUN_DIR = f"{RESULTS}/runs/{CELL_SPACE.wildcard_pattern}/repeat~{{repeat}}"
-CELL_WILDCARD_CONSTRAINTS = {name: "[^/~]+" for name in AXES}
+CELL_BY_PATH = dict(zip(CELLS.index, CELLS.to_dict(orient="records")))
+# A run folder: the cell's name~value folders, then repeat~N.
+CELL_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*~[^/~]+(/[A-Za-z_][A-Za-z0-9_]*~[^/~]+)*"
+RUN_DIR = f"{RESULTS}/runs/{{cell}}/repeat~{{repeat}}"
 
 
 # -- per-job helpers (rules refer to these by name) ----------------------------------
 def cell_of(wildcards):
-    path = CELL_SPACE.wildcard_pattern.format(**{n: wildcards[n] for n in AXES})
     try:
-        return CELL_BY_PATH[path]
+        return CELL_BY_PATH[wildcards.cell]
     except KeyError:
-        raise WorkflowError(f"{path} is not a cell of the configured grid") from None
+        raise WorkflowError(
+            f"{wildcards.cell} is not a cell of the configured grid"
+        ) from None
 
 
 def cell_params(wildcards):
-    """Every CellParams field of this cell: the shared values, then its axis values."""
+    """Every CellParams field of this cell: the shared values, then its axis values; the
+    strategy settings its strategy does not read at their base value."""
     cell = cell_of(wildcards)
-    return {name: cell.get(name, FIXED_PARAMS[name]) for name in CellParams.names()}
+    values = {name: cell.get(name, FIXED_PARAMS[name]) for name in CellParams.names()}
+    return effective_params(values, BASE_PARAMS)
 
 
 def launcher_flags(wildcards):

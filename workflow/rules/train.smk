@@ -6,7 +6,7 @@
 
 
 wildcard_constraints:
-    **CELL_WILDCARD_CONSTRAINTS,
+    cell=CELL_PATTERN,
     repeat=r"\d+",
 
 
@@ -16,9 +16,9 @@ rule train:
     output:
         summary=f"{RUN_DIR}/summary.json",
     log:
-        f"{RESULTS}/logs/train/{CELL_SPACE.wildcard_pattern}/repeat~{{repeat}}.log",
+        f"{RESULTS}/logs/train/{{cell}}/repeat~{{repeat}}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/train/{CELL_SPACE.wildcard_pattern}/repeat~{{repeat}}.tsv"
+        f"{RESULTS}/benchmarks/train/{{cell}}/repeat~{{repeat}}.tsv"
     conda:
         "../../envs/ddpbench.yaml"
     container:

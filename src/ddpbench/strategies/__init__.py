@@ -1,8 +1,11 @@
 """Gradient-synchronisation strategies: one module each, discovered by name.
 
 A strategy module `ddpbench/strategies/<name>.py` defines `STRATEGY`, an instance of
-`ddpbench.strategies.base.Strategy`; `get(name)` imports it on demand, so listing the
-registry (for validation) never imports torch.
+`ddpbench.strategies.base.Strategy`, and `SETTINGS`, the strategy-specific cell
+parameters it reads (of `params.STRATEGY_SETTINGS`: bucket_mb, powersgd_rank, ...), read
+without importing the module: changing any other one cannot change its runs, so the
+workflow neither reruns it nor runs it once per value. `get(name)` imports a strategy on
+demand, so listing the registry (for validation) never imports torch.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ import torch.distributed as dist
 
 from ddpbench.strategies.base import BucketedSum, allreduce_bytes, nbytes
 
+SETTINGS = ()  # the strategy-specific cell parameters it reads
+
 
 class AllReduce(BucketedSum):
     name = "allreduce"

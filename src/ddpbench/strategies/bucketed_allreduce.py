@@ -5,6 +5,8 @@ import torch.distributed as dist
 
 from ddpbench.strategies.base import BucketedSum, allreduce_bytes, nbytes
 
+SETTINGS = ("bucket_mb",)  # the strategy-specific cell parameters it reads
+
 
 class BucketedAllReduce(BucketedSum):
     name = "bucketed_allreduce"

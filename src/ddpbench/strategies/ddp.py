@@ -34,6 +34,8 @@ from torch.nn.parallel import DistributedDataParallel
 from ddpbench.metrics import interval_union
 from ddpbench.strategies.base import Context, Strategy, allreduce_bytes, nbytes, timed_blocking
 
+SETTINGS = ("bucket_mb",)  # the strategy-specific cell parameters it reads
+
 Hook = Callable[[Any, Any], torch.futures.Future]
 
 

@@ -6,6 +6,8 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from ddpbench.strategies.ddp import DDP
 
+SETTINGS = ("bucket_mb",)  # the strategy-specific cell parameters it reads
+
 
 class DDPFp16(DDP):
     name = "ddp_fp16"

@@ -8,6 +8,8 @@ import torch.distributed as dist
 
 from ddpbench.strategies.base import BucketedSum, nbytes
 
+SETTINGS = ("bucket_mb",)  # the strategy-specific cell parameters it reads
+
 ROOT = 0
 
 

@@ -14,6 +14,8 @@ import torch.distributed as dist
 
 from ddpbench.strategies.base import Strategy, allreduce_bytes, buckets, nbytes
 
+SETTINGS = ("bucket_mb", "sync_period")  # the strategy-specific cell parameters it reads
+
 
 class LocalSGD(Strategy):
     name = "local_sgd"

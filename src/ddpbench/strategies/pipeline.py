@@ -29,6 +29,8 @@ from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 
 from ddpbench.strategies.base import Strategy, nbytes
 
+SETTINGS = ("micro_batches",)  # the strategy-specific cell parameters it reads
+
 
 def ideal_bubble_fraction(stages: int, micro_batches: int) -> float:
     """GPipe's idle share of a step: (p-1)/(m+p-1)."""

@@ -20,6 +20,8 @@ from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
 
 from ddpbench.strategies.ddp import DDP
 
+SETTINGS = ("bucket_mb", "powersgd_rank", "powersgd_start_iter")  # the strategy-specific cell parameters it reads
+
 MIN_COMPRESSION_RATE = 2  # torch's default
 
 

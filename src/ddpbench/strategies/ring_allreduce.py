@@ -4,6 +4,8 @@ point-to-point send/recv, `ddpbench.collectives`) on `bucket_mb` buckets after b
 from ddpbench.collectives import ring_allreduce_, ring_allreduce_bytes_sent
 from ddpbench.strategies.base import BucketedSum
 
+SETTINGS = ("bucket_mb",)  # the strategy-specific cell parameters it reads
+
 
 class RingAllReduce(BucketedSum):
     name = "ring_allreduce"

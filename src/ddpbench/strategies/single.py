@@ -2,6 +2,8 @@
 
 from ddpbench.strategies.base import Strategy
 
+SETTINGS = ()  # the strategy-specific cell parameters it reads
+
 
 class Single(Strategy):
     name = "single"

@@ -20,6 +20,8 @@ from torch.distributed.optim import ZeroRedundancyOptimizer
 from ddpbench.strategies.base import nbytes, state_bytes, timed_blocking
 from ddpbench.strategies.ddp import DDP
 
+SETTINGS = ("bucket_mb",)  # the strategy-specific cell parameters it reads
+
 
 class Zero(DDP):
     name = "zero"
