@@ -54,7 +54,7 @@ METRICS = {
 SPEEDUP_COLUMNS = [
     "n_repeats", "baseline", "baseline_n", "time_s", "baseline_time_s", "measure", "speedup", "speedup_ci_low",
     "speedup_ci_high", "speedup_ci_level", "efficiency", "efficiency_ci_low", "efficiency_ci_high", "unstable",
-    "unstable_cause",
+    "unstable_cause", "versions_differ",
 ]  # fmt: skip
 TIME = "epoch_time_s"  # the time of a fixed amount of work: speedup is its ratio
 
@@ -75,14 +75,83 @@ def load_runs(path) -> pd.DataFrame:
 
 
 def load_runs_frame(runs: pd.DataFrame) -> pd.DataFrame:
-    """Normalise a runs table: a status on every row, and the epoch time where only throughput exists."""
+    """Normalise a runs table: a status on every row, the epoch time where only throughput
+    exists, and runs of a cell made by other code or off-lock packages than its newest runs
+    set aside as "superseded" (see `supersede_other_versions`)."""
     runs = runs.copy()
     if "status" not in runs:
         runs["status"] = "ok"
     runs["status"] = runs["status"].fillna("failed").astype(str)
     if TIME not in runs and "samples_per_s" in runs and "dataset_size" in runs:
         runs[TIME] = runs["dataset_size"] / runs["samples_per_s"]
+    return supersede_other_versions(runs)
+
+
+# -- versions: never pool runs of different code or environment ------------------------------
+
+SUPERSEDED = "superseded"
+
+
+def run_version(runs: pd.DataFrame) -> pd.Series:
+    """Per run, what must be equal for two runs to be pooled: the code fingerprint (package
+    source + lock) and the packages that differ from the lock. Runs from before provenance
+    was recorded share one (unknown) version."""
+    code = _text(runs, "env_code_fingerprint")
+    off = _text(runs, "env_off_lock")
+    return code.where(off == "", code + ", off-lock: " + off)
+
+
+def _text(runs: pd.DataFrame, name: str) -> pd.Series:
+    """A text column with "" for missing values (and for a missing column)."""
+    return runs[name].fillna("").astype(str) if name in runs else pd.Series("", index=runs.index)
+
+
+def supersede_other_versions(runs: pd.DataFrame) -> pd.DataFrame:
+    """The documented rule: within a cell, only the runs of its newest version (the version of
+    the run that started last, by env_started_utc, else the last row) enter statistics; the
+    others get status "superseded" and a reason naming both versions, so they stay rows and
+    counts but never widen or shift an interval."""
+    if runs.empty:
+        return runs
+    version = run_version(runs)
+    if version.nunique() < 2:
+        return runs
+    runs = runs.copy()
+    order = pd.DataFrame({"started": _text(runs, "env_started_utc"), "row": range(len(runs))}, index=runs.index)
+    cols = axes(runs)
+    for _, g in runs.groupby(cols, dropna=False, sort=False):
+        if version[g.index].nunique() < 2:
+            continue
+        newest = version[order.loc[g.index].sort_values(["started", "row"]).index[-1]]
+        older = g.index[version[g.index] != newest]
+        runs.loc[older, "reason"] = [
+            f"made by other code or packages ({version[i] or 'unrecorded'}) than the cell's newest runs ({newest})"
+            for i in older
+        ]
+        runs.loc[older, "status"] = SUPERSEDED
     return runs
+
+
+# Outcomes that the same seed, code, thread count and number of steps must reproduce bit for
+# bit on a CPU (deterministic kernels, fixed reduction order).
+DETERMINISTIC_OUTCOMES = ("param_norm", "train_loss_final")
+
+
+def nondeterministic_runs(ok: pd.DataFrame) -> int:
+    """How many ok CPU runs of one cell disagree on an outcome with another run of the same
+    seed, version, threads per rank and step count (a determinism warning: something outside
+    the recorded settings changed the arithmetic)."""
+    outcomes = [c for c in DETERMINISTIC_OUTCOMES if c in ok]
+    if len(ok) < 2 or not outcomes or "device" not in ok:
+        return 0
+    cpu = ok[ok["device"].astype(str) == "cpu"]
+    same = [c for c in ("seed", "total_steps", "env_threads_per_rank") if c in cpu]
+    keys = [cpu[c].astype(str) for c in same] + [run_version(cpu)]
+    count = 0
+    for _, g in cpu.groupby(keys, dropna=False, sort=False) if len(cpu) else ():
+        if len(g) > 1 and any(g[c].astype(str).nunique() > 1 for c in outcomes):
+            count += len(g)
+    return count
 
 
 def axes(runs: pd.DataFrame) -> list[str]:
@@ -301,8 +370,11 @@ def cell_stats(runs: pd.DataFrame, max_rel_ci: float = MAX_REL_CI) -> pd.DataFra
             n_failed=int((g["status"] == "failed").sum()),
             n_timeout=int((g["status"] == "timeout").sum()),
             n_skipped=int((g["status"] == "skipped").sum()),
+            n_superseded=int((g["status"] == SUPERSEDED).sum()),
             n_busy=int(busy_runs(used).sum()),
             n_oversubscribed=int(oversubscribed_runs(used).sum()),
+            n_off_lock=int((_text(used, "env_off_lock") != "").sum()),
+            n_nondeterministic=nondeterministic_runs(used),
         )
         unstable, cause, rel = stability(used, max_rel_ci)
         row.update(unstable=unstable, unstable_cause=cause, throughput_rel_ci=rel)
@@ -311,7 +383,8 @@ def cell_stats(runs: pd.DataFrame, max_rel_ci: float = MAX_REL_CI) -> pd.DataFra
                 iv = metric_interval(m, used[m])
                 row.update({m: iv.estimate, f"{m}_ci_low": iv.low, f"{m}_ci_high": iv.high, f"{m}_ci_level": iv.level})
         rows.append(row)
-    counts = ["n_runs", "n_repeats", "n_untimed", "n_failed", "n_timeout", "n_skipped", "n_busy", "n_oversubscribed"]
+    counts = ["n_runs", "n_repeats", "n_untimed", "n_failed", "n_timeout", "n_skipped", "n_superseded", "n_busy",
+              "n_oversubscribed", "n_off_lock", "n_nondeterministic"]  # fmt: skip
     flags = ["unstable", "unstable_cause", "throughput_rel_ci"]
     stats_cols = [f"{m}{s}" for m in METRICS if m in runs for s in ("", "_ci_low", "_ci_high", "_ci_level")]
     return pd.DataFrame(rows, columns=[*cols, *counts, *flags, *stats_cols])
@@ -373,9 +446,16 @@ def speedup_table(
             efficiency_ci_low=s.low / p,
             efficiency_ci_high=s.high / p,
             **_pair_stability({"cell": g, "baseline": base_runs}, max_rel_ci),
+            versions_differ=versions_differ(g, base_runs),
         )
         rows.append(row)
     return pd.DataFrame(rows, columns=[*cols, *SPEEDUP_COLUMNS])
+
+
+def versions_differ(a: pd.DataFrame, b: pd.DataFrame) -> bool:
+    """A ratio of two sides measured with different code or packages: flagged, since the
+    difference may be the change rather than the setting."""
+    return set(run_version(a)) != set(run_version(b))
 
 
 def _pair_stability(sides: dict[str, pd.DataFrame], max_rel_ci: float) -> dict:
@@ -398,7 +478,7 @@ def _runs_by(df: pd.DataFrame, by: list[str]) -> dict[tuple[str, ...], pd.DataFr
 
 COMPARISON_COLUMNS = [
     "strategy_a", "strategy_b", "n_a", "n_b", "ratio", "ratio_ci_low", "ratio_ci_high", "ratio_ci_level", "verdict",
-    "unstable", "unstable_cause",
+    "unstable", "unstable_cause", "versions_differ",
 ]  # fmt: skip
 NO_DIFFERENCE = "no detectable difference"
 NO_COMPARISON = "no interval (fewer than 2 repeats on a side)"
@@ -434,7 +514,8 @@ def comparisons_table(runs: pd.DataFrame, max_rel_ci: float = MAX_REL_CI) -> pd.
                 pair = _pair_stability({a: by[a], b: by[b]}, max_rel_ci)
                 rows.append(dict(zip(setting, key if isinstance(key, tuple) else (key,)), strategy_a=a, strategy_b=b,
                                  n_a=len(by[a]), n_b=len(by[b]), ratio=iv.estimate, ratio_ci_low=iv.low,
-                                 ratio_ci_high=iv.high, ratio_ci_level=iv.level, verdict=verdict(iv), **pair))  # fmt: skip
+                                 ratio_ci_high=iv.high, ratio_ci_level=iv.level, verdict=verdict(iv), **pair,
+                                 versions_differ=versions_differ(by[a], by[b])))  # fmt: skip
     return pd.DataFrame(rows, columns=[*setting, *COMPARISON_COLUMNS])
 
 
