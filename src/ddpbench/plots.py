@@ -2,12 +2,20 @@
 
 Each `fig_<kind>` returns a list of (suffix, Figure) pairs, empty when the grid has no
 data for it, so a figure is left out rather than drawn empty. Files are named stably:
-figures/<kind>.svg|pdf, per-strategy ones figures/<kind>__<strategy>.svg|pdf.
+figures/<kind>.svg|pdf, per-strategy ones figures/<kind>__<strategy>.svg|pdf (a name with
+characters other than ASCII letters, digits, '-' and '_', or a long one, is shortened and
+gets a hash of the original, so two strategies never share a file).
+
+Strings from the data (strategy names, axis values, group labels) reach matplotlib only
+through `text()`: '$' escaped, so mathtext never parses them, control characters dropped,
+long ones shortened. Figures are written atomically (safe_io).
 """
 
 from __future__ import annotations
 
+import hashlib
 import pathlib
+import unicodedata
 from dataclasses import dataclass
 
 import matplotlib
@@ -19,6 +27,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ddpbench import analysis as A  # noqa: E402
+from ddpbench import safe_io  # noqa: E402
 
 # Deterministic files: no timestamps, fixed ids, text kept as text (smaller, searchable).
 plt.rcParams.update(
@@ -74,6 +83,20 @@ TITLES = {
 }
 
 
+LABEL_MAX = 100  # characters of a data-derived label (a legend entry); longer ones end in "…"
+
+
+def text(value, limit: int = LABEL_MAX) -> str:
+    """A string from the data as matplotlib text drawn literally: '$' escaped (no mathtext), control
+    characters dropped, at most `limit` characters, and no leading '_' (a legend would hide the entry)."""
+    s = "".join(" " if ch in "\t\n\r" else ch for ch in str(value)
+                if ch in "\t\n\r" or unicodedata.category(ch) not in ("Cc", "Cf", "Cs", "Co", "Cn"))  # fmt: skip
+    if len(s) > limit:
+        s = s[: limit - 1] + "…"
+    s = s.replace("$", r"\$")
+    return " " + s if s.startswith("_") else s
+
+
 def _series(df: pd.DataFrame, cols: list[str]):
     """(label, sub-frame) per line, with stable colours."""
     if not cols:
@@ -122,7 +145,7 @@ def fig_speedup(d: Data):
     all_p = [*sp["world_size"], *(preds["p"] if not preds.empty else [])]
     for (name, g), color in zip(groups, _colors(len(groups))):
         g = g.sort_values("world_size")
-        ax.errorbar(g["world_size"], g["speedup"], yerr=_yerr(g, "speedup"), marker="o", color=color, label=name, capsize=3)
+        ax.errorbar(g["world_size"], g["speedup"], yerr=_yerr(g, "speedup"), marker="o", color=color, label=text(name), capsize=3)
         ax.fill_between(g["world_size"], g["speedup"], g["world_size"], color=color, alpha=0.08)
         fit = _fit_rows(d.fits, name)
         law = fit["law"].iloc[0] if not fit.empty else None
@@ -183,7 +206,7 @@ def fig_efficiency(d: Data):
     fig, ax = plt.subplots()
     for (name, g), color in zip(groups, _colors(len(groups))):
         g = g.sort_values("world_size")
-        ax.errorbar(g["world_size"], g["efficiency"], yerr=_yerr(g, "efficiency"), marker="o", color=color, label=name, capsize=3)
+        ax.errorbar(g["world_size"], g["efficiency"], yerr=_yerr(g, "efficiency"), marker="o", color=color, label=text(name), capsize=3)
     ax.axhline(1.0, ls=":", color="gray", label="ideal E = 1")
     _workers_axis(ax, sp["world_size"])
     ax.set_ylim(0, max(1.1, float(np.nanmax(sp["efficiency"])) * 1.1))
@@ -208,16 +231,18 @@ def fig_phases(d: Data):
     per_step = ok[[c for c, _ in phases] + ["phase_comm_s"]].div(ok["timed_steps"], axis=0)
     cols = [c for c in A.varying(d.runs, A.axes(d.runs))] or ["world_size"]
     med = pd.concat([ok[cols], per_step], axis=1).groupby(cols, dropna=False, sort=True).median().reset_index()
-    labels = [" ".join(_short(c, r[c]) for c in cols) for _, r in med.iterrows()]
+    labels = [text(" ".join(_short(c, r[c]) for c in cols)) for _, r in med.iterrows()]
+    rows = np.arange(len(med))  # positions, not categories: two rows whose shortened labels agree stay apart
     fig, ax = plt.subplots(figsize=(6.4, 1.2 + 0.28 * len(med)))
     left = np.zeros(len(med))
     for (col, name), color in zip(phases, _colors(10)):
         v = med[col].fillna(0).to_numpy()
-        ax.barh(labels, v, left=left, color=color, label=name)
+        ax.barh(rows, v, left=left, color=color, label=name)
         left += v
     hidden = (med["phase_comm_s"] - med["phase_exposed_comm_s"]).clip(lower=0).fillna(0).to_numpy()
     if hidden.any():
-        ax.barh(labels, hidden, left=left, color="none", edgecolor="gray", hatch="///", label="overlapped comm (hidden)")
+        ax.barh(rows, hidden, left=left, color="none", edgecolor="gray", hatch="///", label="overlapped comm (hidden)")
+    ax.set_yticks(rows, labels)
     ax.invert_yaxis()
     ax.set_xlabel("seconds per timed step (median over repeats; pacing rank)")
     ax.set_title(TITLES["phases"], fontsize=9)
@@ -253,7 +278,7 @@ def _vs_axis(d: Data, axis: str, metrics: list[tuple[str, str]], logx=True):
             if g.empty:
                 continue
             yerr = _yerr(g, m) if f"{m}_ci_low" in g else None
-            ax.errorbar(g[axis], g[m], yerr=yerr, marker="o", color=color, label=name, capsize=3)
+            ax.errorbar(g[axis], g[m], yerr=yerr, marker="o", color=color, label=text(name), capsize=3)
         if logx:
             ax.set_xscale("log", base=2)
         ax.set_xlabel(AXIS_LABELS.get(axis, axis.replace("_", " ")))
@@ -310,18 +335,18 @@ def _per_strategy_steps(d: Data, ycol: str, reduce: str, ylabel: str):
             # The single-worker loss curve: exact strategies should follow it, approximate ones may drift.
             ref = reference.groupby(["run_dir", "step"], sort=True)[ycol].mean().reset_index()
             for i, (_, g) in enumerate(ref.groupby("run_dir")):
-                ax.plot(g["step"], g[ycol], "--", color="gray", lw=1, label=f"{A.BASELINE_STRATEGY} (reference)" if i == 0 else None)
+                ax.plot(g["step"], g[ycol], "--", color="gray", lw=1, label=text(f"{A.BASELINE_STRATEGY} (reference)") if i == 0 else None)
         runs = sorted(per_step["run_dir"].unique(), key=lambda r: (per_step.loc[per_step.run_dir == r, "world_size"].iloc[0], r))
         for run, color in zip(runs, _colors(len(runs))):
             g = per_step[per_step["run_dir"] == run]
             meta = s[s["run_dir"] == run].iloc[0]
             extra = [f"{c}={meta[c]}" for c in ("batch_size", "dataset_size", "model") if c in s and s[c].nunique() > 1]
-            ax.plot(g["step"], g["y"], color=color, lw=1, label=", ".join([f"p={meta['world_size']}", *extra]))
+            ax.plot(g["step"], g["y"], color=color, lw=1, label=text(", ".join([f"p={meta['world_size']}", *extra])))
             untimed = g[g["timed"] == 0]
             ax.plot(untimed["step"], untimed["y"], "x", color=color, ms=4)
         ax.set_xlabel("step (x: warm-up, not timed)")
         ax.set_ylabel(ylabel)
-        ax.set_title(f"{TITLES['loss' if ycol == 'loss' else 'step_time']}: {strategy}", fontsize=9)
+        ax.set_title(f"{TITLES['loss' if ycol == 'loss' else 'step_time']}: {text(strategy)}", fontsize=9)
         _legend_outside(ax)
         out.append((str(strategy), fig))
     return out
@@ -344,7 +369,7 @@ def fig_karp_flatt(d: Data):
     for grp, color in zip(groups, _colors(len(groups))):
         g = kf[kf["group"] == grp].sort_values("p")
         err = np.vstack([g["estimate"] - g["ci_low"], g["ci_high"] - g["estimate"]])
-        ax.errorbar(g["p"], g["estimate"], yerr=err, marker="o", color=color, label=grp, capsize=3)
+        ax.errorbar(g["p"], g["estimate"], yerr=err, marker="o", color=color, label=text(grp), capsize=3)
     _workers_axis(ax, kf["p"])
     ax.set_ylabel("e(p) = (1/S − 1/p) / (1 − 1/p)")
     ax.set_title(TITLES["karp_flatt"] + " (rising: overhead grows with p)", fontsize=9)
@@ -363,7 +388,7 @@ def fig_rank_skew(d: Data):
     series = list(_series(c, d.series_axes))
     for (name, g), color in zip(series, _colors(len(series))):
         g = g.sort_values("world_size")
-        ax.errorbar(g["world_size"], g["rank_skew"], yerr=_yerr(g, "rank_skew"), marker="o", color=color, label=name, capsize=3)
+        ax.errorbar(g["world_size"], g["rank_skew"], yerr=_yerr(g, "rank_skew"), marker="o", color=color, label=text(name), capsize=3)
     _workers_axis(ax, c["world_size"])
     ax.set_ylabel("rank skew: median (max − min)/max of rank step times")
     ax.set_title(f"{TITLES['rank_skew']} (median; {level_note(c, 'rank_skew')})", fontsize=9)
@@ -379,7 +404,7 @@ def fig_comm_sweep(d: Data):
     series = list(_series(cm, ["collective", "device", "world_size"]))
     for (name, g), color in zip(series, _colors(len(series))):
         g = g.sort_values("bytes")
-        ax.plot(g["bytes"], g["busbw_gbps"], marker=".", color=color, label=name)
+        ax.plot(g["bytes"], g["busbw_gbps"], marker=".", color=color, label=text(name))
     ax.set_xscale("log", base=2)
     ax.set_xlabel("message size [bytes]")
     ax.set_ylabel("bus bandwidth [GB/s] (nccl-tests definition)")
@@ -405,14 +430,14 @@ KINDS = {
 
 def make_figures(d: Data, out: pathlib.Path) -> list[Figure]:
     """Draw every figure the data allow into out/figures; returns what was written."""
-    folder = pathlib.Path(out) / "figures"
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = safe_io.real_dir(pathlib.Path(out) / "figures")
     written = []
     for kind, draw in KINDS.items():
         for strategy, fig in draw(d):
             stem = kind if strategy is None else f"{kind}__{_safe(strategy)}"
             for ext in ("svg", "pdf"):
-                fig.savefig(folder / f"{stem}.{ext}", metadata=METADATA[ext], bbox_inches="tight")
+                with safe_io.atomic_write(folder / f"{stem}.{ext}", "wb") as handle:
+                    fig.savefig(handle, format=ext, metadata=METADATA[ext], bbox_inches="tight")
             plt.close(fig)
             title = TITLES[kind] + (f": {strategy}" if strategy else "")
             written.append(Figure(kind, strategy, title, f"figures/{stem}.svg", f"figures/{stem}.pdf"))
@@ -420,4 +445,9 @@ def make_figures(d: Data, out: pathlib.Path) -> list[Figure]:
 
 
 def _safe(name: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in name)
+    """A file-name part for `name`: itself when it is short and only ASCII letters, digits, '-' and '_';
+    else those characters ('-' for the rest), shortened, plus a hash of the name, so names never collide."""
+    stem = "".join(ch if (ch.isascii() and ch.isalnum()) or ch in "-_" else "-" for ch in name)[:60]
+    if stem != name:
+        stem += "-" + hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+    return stem

@@ -5,17 +5,27 @@
 writes DIR/cells.csv, speedup.csv, fits.csv, comparisons.csv, figures/, report.html (self-contained: SVGs
 inline, no network), report.tex and, where latexmk is installed, report.pdf. Prints the
 path of report.html last. Works without Snakemake; the workflow's report rule calls it.
+
+The out folder and the tables are untrusted (issue 22: people exchange result folders):
+every output is replaced atomically (safe_io: a symlink planted at an output's name is
+replaced, its target untouched; a symlinked figures/ is refused), latexmk runs -norc and
+-no-shell-escape in a fresh private folder (a latexmkrc in the out folder is never read),
+and every string from the data is escaped for HTML, LaTeX and matplotlib.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import pathlib
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
+import unicodedata
 from dataclasses import dataclass, field
+from typing import Iterable
 
 import jinja2
 from markupsafe import Markup
@@ -23,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from ddpbench import analysis as A
-from ddpbench import plots
+from ddpbench import plots, safe_io
 
 
 def _report_dir() -> pathlib.Path:
@@ -332,26 +342,72 @@ _TEX = {
     "\\": r"$\backslash$", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
     "~": r"\~{}", "^": r"\^{}", "<": r"$<$", ">": r"$>$", "|": r"$|$",
     "–": "--", "—": "---", "−": "-", "×": r"$\times$", "α": r"$\alpha$", "·": r"$\cdot$", "²": r"$^2$",
-    "≥": r"$\geq$", "≤": r"$\leq$", "∞": r"$\infty$", "`": "", "\n": " ",
+    "≥": r"$\geq$", "≤": r"$\leq$", "∞": r"$\infty$", "`": "", "\n": " ", "\r": " ", "\t": " ",
+    # Braced so that no value is read as an optional argument or a star: a cell starting with '[' after \\,
+    # \rowcolor, \toprule or \midrule was taken for one ("Missing number", no PDF); a '*' after \\ vanished.
+    "[": "{[}", "]": "{]}", "*": "{*}",
+    # The Latin-1 characters pdflatex's utf8 input cannot set in OT1 (they need T1).
+    "«": r"$\ll$", "»": r"$\gg$", "Ð": "D", "ð": "d", "Þ": "Th", "þ": "th",
 }  # fmt: skip
-_TEX_RE = re.compile("|".join(re.escape(k) for k in _TEX))
 
 
 class TexRaw(str):
     """Text already in LaTeX (e.g. a figure path); not escaped."""
 
 
+@functools.lru_cache(maxsize=4096)
+def _tex_char(ch: str) -> str:
+    if ch in _TEX:
+        return _TEX[ch]
+    if ch.isascii():
+        return ch if ch.isprintable() else ""  # control characters are invalid input to TeX
+    if unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Co", "Cn"):
+        return ""
+    if ord(ch) <= 0xFF:
+        return ch  # pdflatex+utf8 in OT1 sets Latin-1 (but the few in _TEX)
+    ascii_ = unicodedata.normalize("NFKD", ch).encode("ascii", "ignore").decode()  # 'ő' -> 'o', '＄' -> '$'
+    return "".join(map(_tex_char, ascii_)) if ascii_ else "?"
+
+
 def tex_escape(value) -> str:
+    """Any text as LaTeX that sets it literally: specials escaped, brackets braced, control characters dropped,
+    characters pdflatex cannot set in OT1 approximated in ASCII or '?'."""
     if isinstance(value, TexRaw):
         return value
-    text = _TEX_RE.sub(lambda m: _TEX[m.group()], str(value))
-    return text.encode("latin-1", "replace").decode("latin-1")  # pdflatex+utf8 handles Latin-1 only
+    return "".join(map(_tex_char, str(value)))
+
+
+_LONG_WORD = re.compile(r"\S{21,}")
+
+
+def tex_cell(value, limit: int | None = None) -> TexRaw:
+    """Text for a table cell or caption: at most `limit` characters (then '...'; an `l` column never wraps,
+    so a long name would push the rest of the table off the page), and words longer than 20 characters
+    breakable every 20 (a long name or path wraps in a `p` column instead of running over it)."""
+    text = str(value)
+    if limit and len(text) > limit:
+        text = text[: limit - 3] + "..."
+    out, pos = [], 0
+    for word in _LONG_WORD.finditer(text):
+        out.append(tex_escape(text[pos : word.start()]))
+        out.append(r"\allowbreak{}".join(tex_escape(word[0][i : i + 20]) for i in range(0, len(word[0]), 20)))
+        pos = word.end()
+    out.append(tex_escape(text[pos:]))
+    return TexRaw("".join(out))
+
+
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def html_text(value):
+    """Drop the control characters HTML does not allow from a string (autoescaping does the rest)."""
+    return value if isinstance(value, Markup) or not isinstance(value, str) else _CONTROL.sub("", value)
 
 
 def _env(kind: str, templates: pathlib.Path) -> jinja2.Environment:
     loader = jinja2.FileSystemLoader(str(templates))
     if kind == "html":
-        return jinja2.Environment(loader=loader, autoescape=True, undefined=jinja2.StrictUndefined)
+        return jinja2.Environment(loader=loader, autoescape=True, undefined=jinja2.StrictUndefined, finalize=html_text)
     # LaTeX-friendly delimiters; every printed value is escaped unless marked TexRaw.
     env = jinja2.Environment(
         loader=loader, undefined=jinja2.StrictUndefined, autoescape=False,
@@ -360,22 +416,42 @@ def _env(kind: str, templates: pathlib.Path) -> jinja2.Environment:
         trim_blocks=True, lstrip_blocks=True, finalize=tex_escape,
     )  # fmt: skip
     env.filters["texraw"] = TexRaw  # macro output is LaTeX already
+    env.filters["cell"] = tex_cell
     return env
 
 
-def compile_pdf(tex: pathlib.Path, timeout: int = 600) -> tuple[bool, str]:
-    """latexmk → PDF; returns (made, message). Without latexmk, says plainly that no PDF was made."""
+def compile_pdf(tex: pathlib.Path, timeout: int = 600, assets: Iterable[str] = ()) -> tuple[bool, str]:
+    """latexmk → PDF next to `tex`; returns (made, message). Without latexmk, says plainly that no PDF was made.
+
+    The folder of `tex` may be someone else's: latexmk would run a latexmkrc found in its working folder
+    as Perl. So it runs in a fresh private folder holding only copies of `tex` and `assets` (paths relative
+    to tex's folder, e.g. the figures' PDFs), with -norc (no rc file of any folder, $HOME or the system is
+    read) and -no-shell-escape; the PDF is copied back atomically, on failure the LaTeX log (tex's .log)."""
     if not shutil.which("latexmk"):
         return False, "No PDF was made: latexmk is not installed (Debian: texlive-latex-recommended texlive-latex-extra latexmk)."
-    cmd = ["latexmk", "-pdf", "-interaction=nonstopmode", "-halt-on-error", "-file-line-error", tex.name]
+    out, log = tex.parent, tex.with_suffix(".log")
+    build = pathlib.Path(tempfile.mkdtemp(prefix="ddpbench-latex-"))
     try:
-        proc = subprocess.run(cmd, cwd=tex.parent, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return False, f"No PDF was made: latexmk exceeded {timeout} s."
-    if proc.returncode != 0:
-        return False, f"No PDF was made: latexmk failed (exit {proc.returncode}); see {tex.with_suffix('.log')}."
-    subprocess.run(["latexmk", "-c", tex.name], cwd=tex.parent, capture_output=True)  # keep the PDF, drop aux files
-    return True, f"PDF: {tex.with_suffix('.pdf')}"
+        shutil.copyfile(tex, build / tex.name)
+        for rel in assets:
+            (build / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(out / rel, build / rel)
+        cmd = ["latexmk", "-norc", "-pdf", "-no-shell-escape", "-interaction=nonstopmode", "-halt-on-error",
+               "-file-line-error", tex.name]  # fmt: skip
+        try:
+            proc = subprocess.run(cmd, cwd=build, capture_output=True, text=True, timeout=timeout)
+            failed = f"latexmk failed (exit {proc.returncode})" if proc.returncode != 0 else ""
+        except subprocess.TimeoutExpired:
+            failed = f"latexmk exceeded {timeout} s"
+        if not failed:
+            safe_io.atomic_copy(build / tex.with_suffix(".pdf").name, tex.with_suffix(".pdf"))
+            return True, f"PDF: {tex.with_suffix('.pdf')}"
+        if (build / log.name).is_file():
+            safe_io.atomic_copy(build / log.name, log)
+            return False, f"No PDF was made: {failed}; see {log}."
+        return False, f"No PDF was made: {failed}; no LaTeX log was written."
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
 
 
 @dataclass
@@ -397,10 +473,9 @@ def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.P
     speed = A.speedup_table(runs, inp.baseline_strategy, inp.max_rel_ci)
     fits = A.fits_table(runs, speed, inp.comm, inp.baseline_strategy, inp.n_boot)
     comparisons = A.comparisons_table(runs, inp.max_rel_ci)
-    cells.to_csv(out / "cells.csv", index=False)
-    speed.to_csv(out / "speedup.csv", index=False)
-    fits.to_csv(out / "fits.csv", index=False)
-    comparisons.to_csv(out / "comparisons.csv", index=False)
+    for name, table in (("cells", cells), ("speedup", speed), ("fits", fits), ("comparisons", comparisons)):
+        with safe_io.atomic_write(out / f"{name}.csv", newline="") as handle:
+            table.to_csv(handle, index=False)
     figures = plots.make_figures(plots.Data(runs, cells, speed, fits, inp.steps, inp.comm), out)
 
     shown = A.varying(runs, A.axes(runs)) or ["world_size"]
@@ -422,12 +497,15 @@ def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.P
     )
 
     tex_path = out / "report.tex"
-    tex_path.write_text(_env("tex", templates).get_template("report.tex.j2").render(**ctx))
-    made, pdf_msg = compile_pdf(tex_path) if pdf else (False, "No PDF was made: PDF compilation was switched off (--no-pdf).")
+    safe_io.atomic_write_text(tex_path, _env("tex", templates).get_template("report.tex.j2").render(**ctx))
+    if pdf:
+        made, pdf_msg = compile_pdf(tex_path, assets=[f.pdf for f in figures])
+    else:
+        made, pdf_msg = False, "No PDF was made: PDF compilation was switched off (--no-pdf)."
     for f in ctx["figures"]:
         f["svg_inline"] = Markup(inline_svg(out / f["svg"], f["svg"].split("/")[-1][:-4]))
     html_path = out / "report.html"
-    html_path.write_text(_env("html", templates).get_template("report.html.j2").render(**ctx, pdf_message=pdf_msg, pdf_made=made))
+    safe_io.atomic_write_text(html_path, _env("html", templates).get_template("report.html.j2").render(**ctx, pdf_message=pdf_msg, pdf_made=made))
     print(pdf_msg, file=sys.stderr)
     return html_path
 
@@ -463,7 +541,11 @@ def main(argv: list[str] | None = None) -> int:
     inp = Inputs(runs, _read_optional(args.steps), _read_optional(args.comm), args.title, args.bootstrap,
                  {"runs": args.runs, "steps": args.steps or "–", "comm": args.comm or "–"},
                  args.baseline_strategy, args.max_rel_ci)  # fmt: skip
-    path = build(inp, pathlib.Path(args.out), pdf=not args.no_pdf)
+    try:
+        path = build(inp, pathlib.Path(args.out), pdf=not args.no_pdf)
+    except safe_io.UnsafePathError as err:
+        print(f"ddpbench report: {err}", file=sys.stderr)
+        return 1
     print(path)
     return 0
 

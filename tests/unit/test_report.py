@@ -87,6 +87,11 @@ def test_tex_escape():
     )
     assert report.tex_escape("α × 2–3 − 1") == r"$\alpha$ $\times$ 2--3 - 1"
     assert report.tex_escape(report.TexRaw("figures/a_b.pdf")) == "figures/a_b.pdf"
+    # Brackets and stars braced (never an optional argument), control characters dropped, the rest of
+    # Unicode in ASCII where it decomposes, else '?'.
+    assert report.tex_escape("[a] *b") == "{[}a{]} {*}b"
+    assert report.tex_escape("«x» ő 日 \x1b＄") == r"$\ll$x$\gg$ o ? \$"
+    assert report.tex_cell("x" * 45 + " y", limit=30) == "x" * 20 + r"\allowbreak{}" + "x" * 7 + "..."
 
 
 def test_report_single_world_size(tmp_path):
