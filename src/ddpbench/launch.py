@@ -23,6 +23,7 @@ import argparse
 import hashlib
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -51,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
         help="run a CPU cell whose ranks per node x threads per rank exceed the usable cores (else: skipped)",
     )
     args, params = CellParams.parse_args(parser, argv)
+    # Provenance: the ranks record this command line (sysinfo.LAUNCH_COMMAND_ENV), and so
+    # does every summary the launcher writes itself.
+    args.command = shlex.join(["python", "-m", "ddpbench.launch", *map(str, sys.argv[1:] if argv is None else argv)])
     if args.nproc_per_node < 1 or args.nnodes < 1:
         parser.exit(2, "error: --nproc-per-node and --nnodes must be >= 1\n")
     if not args.allow_oversubscribe:
@@ -80,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.dump_params:
         cmd += ["--dump-params", str(args.dump_params)]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env[sysinfo.LAUNCH_COMMAND_ENV] = args.command
     if args.allow_oversubscribe:
         env[ALLOW_OVERSUBSCRIBE_ENV] = "1"
     env["OMP_NUM_THREADS"] = str(sysinfo.rank_threads(params.threads_per_rank, args.nproc_per_node))
@@ -113,7 +118,10 @@ def main(argv: list[str] | None = None) -> int:
             reason = f"wall-clock limit of {limit:g} s exceeded (timeout_s {params.timeout_s:g} + grace {args.grace_s:g})"
         else:
             status, reason = "failed", f"torchrun exited with code {rc}"
-        write_failure(out, params, args.nproc_per_node * args.nnodes, args.nnodes, status, reason + "\n" + error_tail(out))
+        write_failure(
+            out, params, args.nproc_per_node * args.nnodes, args.nnodes, status, reason + "\n" + error_tail(out),
+            command=args.command,
+        )  # fmt: skip
     print(progress_line(out, json.loads(summary_path.read_text())), flush=True)
     return 0
 
@@ -157,7 +165,7 @@ def skip(args: argparse.Namespace, params: CellParams, reason: str, threads: int
         return 0
     out.mkdir(parents=True, exist_ok=True)
     clear_earlier_attempt(out)
-    write_failure(out, params, args.nproc_per_node * args.nnodes, args.nnodes, "skipped", reason, threads)
+    write_failure(out, params, args.nproc_per_node * args.nnodes, args.nnodes, "skipped", reason, threads, args.command)
     print(progress_line(out, json.loads((out / "summary.json").read_text())), flush=True)
     return 0
 
@@ -177,7 +185,10 @@ def across_slurm_nodes(args: argparse.Namespace, params: CellParams, argv: list[
     except (OSError, RuntimeError, subprocess.CalledProcessError) as e:
         reason = f"could not start the nodes: {e}"
     if not (out / "summary.json").exists():
-        write_failure(out, params, args.nproc_per_node * args.nnodes, args.nnodes, "failed", reason + "\n" + error_tail(out))
+        write_failure(
+            out, params, args.nproc_per_node * args.nnodes, args.nnodes, "failed", reason + "\n" + error_tail(out),
+            command=args.command,
+        )  # fmt: skip
         print(f"[ddpbench] {out}: failed - samples/s ({reason})", flush=True)
     return 0
 
@@ -223,12 +234,21 @@ def error_tail(out: Path) -> str:
 
 
 def write_failure(
-    out: Path, params: CellParams, world: int, nodes: int, status: str, reason: str, threads_per_rank: int | None = None
+    out: Path,
+    params: CellParams,
+    world: int,
+    nodes: int,
+    status: str,
+    reason: str,
+    threads_per_rank: int | None = None,
+    command: str | None = None,
 ) -> None:
+    """The launcher's own summary (no rank wrote one). Its provenance is the launcher
+    process's: started when the launcher did, ended now, with the launcher's command."""
     from ddpbench import metrics
 
     backend = "nccl" if params.device == "cuda" else "gloo"
-    env = sysinfo.environment(backend, threads_per_rank or params.threads_per_rank or None)
+    env = sysinfo.environment(backend, threads_per_rank or params.threads_per_rank or None, command=command)
     summary = metrics.make_summary(status, reason, params.as_dict(), world, nodes, env)
     metrics.write_json(out / "summary.json", summary)
 

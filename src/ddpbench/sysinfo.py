@@ -2,17 +2,41 @@
 
 from __future__ import annotations
 
+import datetime
+import functools
+import hashlib
 import importlib.metadata
 import os
 import platform
+import re
+import shlex
 import socket
 import subprocess
+import sys
+import time
+import tomllib
 from pathlib import Path
 from typing import Any
 
 from ddpbench.container import image_identity
 
-ENV_PREFIXES = ("OMP_", "NCCL_", "GLOO_")
+#: Environment variables recorded in env.env_vars: the ones that select threads and
+#: devices or tune the communication libraries.
+ENV_PREFIXES = ("OMP_", "MKL_", "KMP_", "OPENBLAS_", "TORCH_", "PYTORCH_", "CUDA_VISIBLE_DEVICES", "NCCL_", "GLOO_")
+#: Packages whose versions shape a number, recorded by their names (torch's is
+#: torch.__version__, the others' from their metadata, without importing them).
+VERSIONED_PACKAGES = ("torchvision", "numpy", "scipy", "pandas", "psutil", "matplotlib", "snakemake")
+#: The launcher's command line, passed to the ranks (the rank writing the summary records it).
+LAUNCH_COMMAND_ENV = "DDPBENCH_LAUNCH_COMMAND"
+#: The lock's hash for a copy of ddpbench that has no uv.lock beside it.
+LOCK_HASH_ENV = "DDPBENCH_LOCK_HASH"
+#: Every key of a summary's env block, whoever wrote it (a rank or the launcher).
+PROVENANCE_KEYS = (
+    "started_utc", "ended_utc", "host", "cores", "ram_gb", "cpu_model", "os", "kernel", "glibc",
+    "python", "torch", *VERSIONED_PACKAGES, "cuda", "cudnn", "nccl", "gpu_name", "backend",
+    "threads_per_rank", "env_vars", "lock_hash", "off_lock", "code_fingerprint", "git_commit",
+    "git_diff_hash", "container_image", "command",
+)  # fmt: skip
 
 
 def usable_cores() -> int:
@@ -112,54 +136,311 @@ def other_cpu(readings: list[dict[str, Any]], timed_wall_s: float | None) -> dic
     return {"other_cpu_s": round(other, 3), "other_cpu_frac": round(other / capacity, 4)}
 
 
-def git_commit() -> str | None:
-    """The project's commit (+"-dirty" with uncommitted changes); DDPBENCH_GIT_COMMIT wins,
-    for containers that carry no .git. Code outside a checkout (an image's installed copy)
-    reports the commit the image was built from (DDPBENCH_IMAGE_REVISION)."""
-    if os.environ.get("DDPBENCH_GIT_COMMIT"):
-        return os.environ["DDPBENCH_GIT_COMMIT"]
-    here = Path(__file__).resolve().parent
+def utc_iso(epoch_s: float) -> str:
+    """ISO 8601 UTC to the second with a Z: 2026-11-23T04:21:43Z."""
+    return datetime.datetime.fromtimestamp(epoch_s, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def process_started() -> float:
+    """When this process started (epoch seconds)."""
+    try:
+        import psutil
+
+        return psutil.Process().create_time()
+    except Exception:  # no psutil, no /proc: when this module was imported
+        return _IMPORTED
+
+
+_IMPORTED = time.time()
+
+
+def _package_dir() -> Path:
+    return Path(__file__).resolve().parent
+
+
+def _safe(fn, *args: Any) -> Any:
+    """fn(*args), None if it raises: provenance never stops a run."""
+    try:
+        return fn(*args)
+    except Exception:
+        return None
+
+
+@functools.cache
+def cpu_model() -> str | None:
+    """/proc/cpuinfo's first "model name", else platform.processor()."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, sep, value = line.partition(":")
+                if sep and key.strip() == "model name":
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+@functools.cache
+def os_name() -> str:
+    """PRETTY_NAME of /etc/os-release, else platform.platform()."""
+    try:
+        for line in Path("/etc/os-release").read_text().splitlines():
+            key, sep, value = line.partition("=")
+            if sep and key == "PRETTY_NAME":
+                return shlex.split(value)[0] if value.strip() else platform.platform()
+    except (OSError, ValueError, IndexError):
+        pass
+    return platform.platform()
+
+
+@functools.cache
+def glibc() -> str | None:
+    lib, version = platform.libc_ver()
+    return f"{lib} {version}".strip() if lib or version else None
+
+
+def package_version(name: str) -> str | None:
+    """An installed distribution's version, read from its metadata (nothing imported)."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def lock_path() -> Path | None:
+    """The project's uv.lock: at the checkout's root (src/ddpbench/../../uv.lock), else
+    beside the virtual environment running this (an image's installed copy: the image
+    syncs its .venv from the uv.lock next to it); None without one."""
+    for candidate in (_package_dir().parents[1] / "uv.lock", Path(sys.prefix).parent / "uv.lock"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _file_hash(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def lock_hash(path: Path | None = None) -> str | None:
+    """sha256 (16 hex) of uv.lock; without one, DDPBENCH_LOCK_HASH (else None)."""
+    path = lock_path() if path is None else path
+    if path is not None and path.is_file():
+        return _file_hash(path)
+    return os.environ.get(LOCK_HASH_ENV) or None
+
+
+_cached_lock_hash = functools.cache(lock_hash)
+
+
+def normalise_name(name: str) -> str:
+    """PEP 503: lowercase, runs of - _ . become one -."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def installed_versions() -> dict[str, str]:
+    """Normalised name -> version of every installed distribution (the first one found
+    on sys.path wins, as for an import)."""
+    out: dict[str, str] = {}
+    for dist in importlib.metadata.distributions():
+        # Only the headers: dist.metadata parses the whole file (readme included), which
+        # takes ~2 ms a package.
+        text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
+        head = dict(_META_HEADER.findall(text.split("\n\n", 1)[0]))
+        name, version = head.get("Name"), head.get("Version")
+        if name and version:
+            out.setdefault(normalise_name(name), version)
+    return out
+
+
+_META_HEADER = re.compile(r"^(Name|Version):[ \t]*(\S+)[ \t]*$", re.M)
+
+
+def lock_packages(text: str) -> list[dict[str, Any]]:
+    """uv.lock's [[package]] tables, their name, version and source. Parsing the whole
+    lock (~400 kB) takes tomllib ~80 ms; its tables open with these keys on lines of
+    their own, so only those lines are parsed (~4 ms), unless that fails to account for
+    every table: then the whole file."""
+    lines = [line for line in text.splitlines() if line == "[[package]]" or _LOCK_KEY.match(line)]
+    try:
+        packages = tomllib.loads("\n".join(lines)).get("package", [])
+        if len(packages) == text.count("[[package]]") and all("name" in p for p in packages):
+            return packages
+    except tomllib.TOMLDecodeError:
+        pass
+    return tomllib.loads(text).get("package", [])
+
+
+_LOCK_KEY = re.compile(r"(name|version|source) = ")
+
+
+def off_lock(path: Path | None = None, installed: dict[str, str] | None = None) -> str | None:
+    """Installed packages whose version differs from uv.lock's pin, "; "-joined
+    ("torch 2.13.0+cpu (lock 2.15.0)"); "" when all agree, None without a lock. Packages
+    the lock pins but that are not installed (another platform's, dev-only) and installed
+    ones it does not pin are not compared; the project itself (editable) is skipped."""
+    path = lock_path() if path is None else path
+    if path is None or not path.is_file():
+        return None
+    pinned: dict[str, set[str]] = {}
+    for pkg in lock_packages(path.read_text()):
+        source = pkg.get("source", {})
+        if "editable" in source or "virtual" in source or "version" not in pkg:
+            continue  # the project itself
+        pinned.setdefault(normalise_name(pkg["name"]), set()).add(str(pkg["version"]))
+    installed = installed_versions() if installed is None else installed
+    off = []
+    for name in sorted(pinned.keys() & installed.keys()):
+        versions, have = pinned[name], installed[name]
+        # A local label ("+cu132", "+cpu") that the lock does not spell out names the
+        # build the index served, not another release: compare the public version then.
+        # Where the lock pins a local version, it must match in full.
+        public = have.split("+")[0]
+        if any(have == v or ("+" not in v and public == v) for v in versions):
+            continue
+        off.append(f"{name} {have} (lock {' or '.join(sorted(versions))})")
+    return "; ".join(off)
+
+
+_cached_off_lock = functools.cache(off_lock)  # once per process: the installed set is fixed
+
+
+def code_fingerprint(root: Path | None = None, lock: str | None = None) -> str:
+    """sha256 (16 hex) over the package's source (every *.py under `root`, default this
+    package's folder, by relative path: the path and the contents) and the lock hash
+    (`lock`, default the project's): "same code, same locked environment", without git."""
+    if root is None and lock is None:
+        return _cached_code_fingerprint()
+    root = _package_dir() if root is None else Path(root)
+    return _code_fingerprint(root, _cached_lock_hash() if lock is None else lock)
+
+
+def _code_fingerprint(root: Path, lock: str | None) -> str:
+    h = hashlib.sha256()
+    for rel in sorted(p.relative_to(root).as_posix() for p in root.rglob("*.py") if p.is_file()):
+        h.update(rel.encode() + b"\0")
+        h.update(hashlib.sha256((root / rel).read_bytes()).digest())
+    h.update(b"lock\0" + (lock or "").encode())
+    return h.hexdigest()[:16]
+
+
+@functools.cache
+def _cached_code_fingerprint() -> str:
+    return _code_fingerprint(_package_dir(), _cached_lock_hash())
+
+
+def git_provenance(cwd: Path | None = None) -> tuple[str | None, str | None]:
+    """(git_commit, git_diff_hash) of the repository holding `cwd` (default: this
+    package's folder). The commit gets "-dirty" when anything differs from HEAD,
+    untracked files included (ignored ones not); the diff hash (sha256, 16 hex) covers
+    `git diff HEAD` and every untracked file's path and contents, None when clean.
+    DDPBENCH_GIT_COMMIT wins for the commit (containers that carry no .git); code outside
+    a checkout (an image's installed copy) reports the commit the image was built from
+    (DDPBENCH_IMAGE_REVISION)."""
+    if cwd is None and os.environ.get("DDPBENCH_GIT_COMMIT"):
+        return os.environ["DDPBENCH_GIT_COMMIT"], None
+    here = _package_dir() if cwd is None else Path(cwd)
     # An image's own installed copy has no checkout: it reports the commit the image was
     # built from. A checkout whose git is unreadable (say, a worktree whose .git lies
     # outside the container's mounts) reports None rather than the image's commit.
     installed = "site-packages" in here.parts
     fallback = (os.environ.get("DDPBENCH_IMAGE_REVISION") or None) if installed else None
+    head = _git(here, "rev-parse", "HEAD", "--show-toplevel")
+    status = _git(here, "status", "--porcelain", "-z", "--untracked-files=all") if head else None
+    if head is None or status is None or len(head.split()) < 2:
+        return fallback, None
+    commit, top = head.split()[0], Path(head.strip().split("\n", 1)[1])
+    entries = [e for e in status.split("\0") if e]
+    if not entries:
+        return commit, None
+    return commit + "-dirty", _diff_hash(top, [e[3:] for e in entries if e.startswith("?? ")])
+
+
+def _diff_hash(top: Path, untracked: list[str]) -> str | None:
+    diff = _git(top, "diff", "HEAD", "--binary", text=False)
+    if diff is None:
+        return None
+    h = hashlib.sha256(diff)
+    for rel in sorted(untracked):  # porcelain paths: relative to the top, whatever the cwd
+        h.update(b"\0" + rel.encode() + b"\0")
+        try:
+            h.update(hashlib.sha256((top / rel).read_bytes()).digest())
+        except OSError:  # gone meanwhile, or unreadable
+            h.update(b"?")
+    return h.hexdigest()[:16]
+
+
+def _git(cwd: Path, *args: str, text: bool = True) -> Any:
+    """stdout of a git command; None when git is missing or the command fails."""
     try:
-        run = lambda *a: subprocess.run(["git", *a], cwd=here, capture_output=True, text=True, timeout=10)  # noqa: E731
-        head = run("rev-parse", "HEAD")
-        if head.returncode != 0:
-            return fallback
-        dirty = run("status", "--porcelain", "--untracked-files=no").stdout.strip()
-        return head.stdout.strip() + ("-dirty" if dirty else "")
+        run = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=text, timeout=10)
     except (OSError, subprocess.SubprocessError):
-        return fallback
+        return None
+    return run.stdout if run.returncode == 0 else None
 
 
-def environment(backend: str | None, threads_per_rank: int | None) -> dict[str, Any]:
+def git_commit(cwd: Path | None = None) -> str | None:
+    return git_provenance(cwd)[0]
+
+
+def git_diff_hash(cwd: Path | None = None) -> str | None:
+    return git_provenance(cwd)[1]
+
+
+def command_line() -> str:
+    """The command that started this run: the launcher's (DDPBENCH_LAUNCH_COMMAND, set
+    for its ranks), else this process's own (train run directly, under torchrun or not)."""
+    if os.environ.get(LAUNCH_COMMAND_ENV):
+        return os.environ[LAUNCH_COMMAND_ENV]
+    argv = list(sys.argv)
+    if argv and Path(argv[0]).name == "train.py" and Path(argv[0]).parent.name == "ddpbench":
+        argv = ["-m", "ddpbench.train", *argv[1:]]  # how `-m ddpbench.train` shows in sys.argv
+    return shlex.join(["python", *argv])
+
+
+def environment(
+    backend: str | None, threads_per_rank: int | None, started: float | None = None, command: str | None = None
+) -> dict[str, Any]:
+    """The summary's env block: provenance (DESIGN.md), every key of PROVENANCE_KEYS.
+    `started`: when the run began (epoch seconds; default: this process's start);
+    `command`: the command line that ran it (default: `command_line()`). It ends now.
+    A key whose look-up fails is None: collecting provenance never fails a run."""
     import psutil
     import torch
 
-    cuda = torch.cuda.is_available()
+    cuda = _safe(torch.cuda.is_available) or False
     nccl = None
     if cuda:
         try:
             nccl = ".".join(map(str, torch.cuda.nccl.version()))
         except Exception:  # NCCL not built in
             nccl = None
-    return {
+    commit, diff_hash = _safe(git_provenance) or (None, None)
+    env = {
+        "started_utc": _safe(utc_iso, process_started() if started is None else started),
+        "ended_utc": _safe(utc_iso, time.time()),
         "host": socket.gethostname(),
         "cores": usable_cores(),
-        "ram_gb": round(psutil.virtual_memory().total / 2**30, 2),
+        "ram_gb": _safe(lambda: round(psutil.virtual_memory().total / 2**30, 2)),
+        "cpu_model": _safe(cpu_model),
+        "os": _safe(os_name),
+        "kernel": _safe(platform.release) or None,
+        "glibc": _safe(glibc),
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "torchvision": importlib.metadata.version("torchvision"),  # without importing it
+        **{name: _safe(package_version, name) for name in VERSIONED_PACKAGES},  # without importing them
         "cuda": torch.version.cuda if cuda else None,
-        "cudnn": torch.backends.cudnn.version() if cuda else None,
+        "cudnn": _safe(torch.backends.cudnn.version) if cuda else None,
         "nccl": nccl,
-        "gpu_name": torch.cuda.get_device_name(0) if cuda else None,
+        "gpu_name": _safe(torch.cuda.get_device_name, 0) if cuda else None,
         "backend": backend,
         "threads_per_rank": threads_per_rank,
         "env_vars": {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)},
-        "git_commit": git_commit(),
-        "container_image": image_identity(),
+        "lock_hash": _safe(_cached_lock_hash),
+        "off_lock": _safe(_cached_off_lock),
+        "code_fingerprint": _safe(code_fingerprint),
+        "git_commit": commit,
+        "git_diff_hash": diff_hash,
+        "container_image": _safe(image_identity),
+        "command": _safe(command_line) if command is None else command,
     }
+    return env

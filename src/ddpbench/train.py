@@ -86,7 +86,7 @@ def run(params: CellParams, out: Path, dump_params: Path | None = None) -> int:
 
     def finish(status: str, reason: str) -> None:
         if ranks.rank == 0:
-            env = sysinfo.environment(backend, threads)
+            env = sysinfo.environment(backend, threads, started=wall_clock(t_start))
             summary = metrics.make_summary(status, reason, params.as_dict(), ranks.world, ranks.nodes, env)
             write_json(out / "summary.json", summary)
 
@@ -117,6 +117,11 @@ def run(params: CellParams, out: Path, dump_params: Path | None = None) -> int:
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def wall_clock(perf_s: float) -> float:
+    """A time.perf_counter() reading as epoch seconds (env.started_utc: when run() began)."""
+    return time.time() - (time.perf_counter() - perf_s)
 
 
 def configure_threads(params: CellParams, ranks: Ranks) -> int:
@@ -244,7 +249,8 @@ def execute(
         extra.update(deviation_from_single(initial, bare, data, params, device, run.steps, global_batch))
         extra["accuracy_reached"] = stats["test_acc"]
     reason = "" if stats["timed_steps"] else "no timed steps: total steps <= 1 + warmup_steps"
-    env = sysinfo.environment(dist.get_backend() if dist.is_initialized() else None, threads)
+    backend = dist.get_backend() if dist.is_initialized() else None
+    env = sysinfo.environment(backend, threads, started=wall_clock(t_start))
     env.update(loadavg_start=load_start, loadavg_end=sysinfo.loadavg())
     env.update(sysinfo.other_cpu([p["cpu"] for p in payloads], timed_wall))
     return metrics.make_summary("ok", reason, params.as_dict(), ranks.world, ranks.nodes, env, stats, extra)
