@@ -25,5 +25,9 @@ rule all:
         get_final_output(),
 
 
+onstart:
+    record_invocation()
+
+
 onsuccess:
     print(f"ddpbench: report at {Path(RESULTS, 'report', 'report.html').resolve()}")

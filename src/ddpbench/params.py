@@ -77,11 +77,18 @@ def strategy_settings(name: str) -> tuple[str, ...]:
     raise ValueError(f"{path} defines no SETTINGS (the strategy-specific cell parameters it reads)")
 
 
-def effective_params(values: Mapping[str, Any], base: Mapping[str, Any]) -> dict[str, Any]:
-    """`values` with the strategy settings its strategy does not read set to `base`'s: two
-    cells that differ only there are one measurement (one run folder, one set of runs)."""
-    used = strategy_settings(values["strategy"])
-    return {k: (base[k] if k in STRATEGY_SETTINGS and k not in used else v) for k, v in values.items()}
+def unread_settings(strategy: str) -> tuple[str, ...]:
+    """The strategy settings `strategy` does not read."""
+    return tuple(s for s in STRATEGY_SETTINGS if s not in strategy_settings(strategy))
+
+
+def effective_params(values: Mapping[str, Any]) -> dict[str, Any]:
+    """`values` with the strategy settings its strategy does not read at their defaults:
+    two cells that differ only there are one measurement (one run folder, one set of runs),
+    and a change to such a setting changes none of that strategy's runs."""
+    defaults = {f.name: f.default for f in dataclasses.fields(CellParams)}
+    unread = unread_settings(values["strategy"])
+    return {k: (defaults[k] if k in unread else v) for k, v in values.items()}
 
 
 def _p(default: Any, help: str, **checks: Any) -> Any:

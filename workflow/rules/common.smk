@@ -13,6 +13,7 @@ import math
 import os
 import shlex
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -38,8 +39,10 @@ from ddpbench.params import (  # noqa: E402
     check_auto_batch_scaling,
     check_values,
     effective_params,
+    unread_settings,
 )
-from ddpbench.sysinfo import usable_cores  # noqa: E402
+from ddpbench.status import PLAN_ENV, stale_runs, write_plan  # noqa: E402
+from ddpbench.sysinfo import code_fingerprint, usable_cores  # noqa: E402
 
 
 def job_shell_prefix():
@@ -124,21 +127,23 @@ def base_cell_params(config):
 
 def cell_path(cell, base):
     """A cell's run folder below runs/: name~value for every core axis, and for any other
-    axis only where the cell's value differs from the base one. So adding an axis whose
-    values include the old setting keeps the runs already measured at it."""
+    axis only where the cell's value differs from the base one (and, for a strategy
+    setting, only if the cell's strategy reads it). So adding an axis whose values include
+    the old setting keeps the runs already measured at it."""
+    unread = unread_settings(cell["strategy"])
     return "/".join(
         f"{name}~{value}"
         for name, value in cell.items()
-        if name in CORE_AXES or value != base[name]
+        if name in CORE_AXES or (value != base[name] and name not in unread)
     )
 
 
 def effective_cells(cells, base):
     """The cells as runs: each cell's strategy-specific settings that its strategy does not
-    read held at their base value, and cells that thereby coincide run once (single is
-    not repeated per bucket size); indexed by run folder."""
+    read held at their defaults, and cells that thereby coincide run once (single is not
+    repeated per bucket size); indexed by run folder."""
     records = [
-        {name: effective_params({**base, **cell}, base)[name] for name in cell}
+        {name: effective_params({**base, **cell})[name] for name in cell}
         for cell in cells.to_dict(orient="records")
     ]
     paths = [cell_path(cell, base) for cell in records]
@@ -343,11 +348,14 @@ def cell_of(wildcards):
 
 
 def cell_params(wildcards):
+    return params_of_cell(cell_of(wildcards))
+
+
+def params_of_cell(cell):
     """Every CellParams field of this cell: the shared values, then its axis values; the
-    strategy settings its strategy does not read at their base value."""
-    cell = cell_of(wildcards)
+    strategy settings its strategy does not read at their defaults."""
     values = {name: cell.get(name, FIXED_PARAMS[name]) for name in CellParams.names()}
-    return effective_params(values, BASE_PARAMS)
+    return effective_params(values)
 
 
 def launcher_flags(wildcards):
@@ -433,6 +441,49 @@ def run_summaries():
     ]
 
 
+def planned_runs():
+    """Run folder -> the parameters it runs with (what ddpbench.status compares)."""
+    plan = {}
+    for path, cell in CELL_BY_PATH.items():
+        params = params_of_cell(cell)
+        params.update(
+            world_size=int(cell["world_size"]), nodes=int(cell.get("nodes", 1))
+        )
+        for repeat in REPEATS:
+            plan[f"{RESULTS}/runs/{path}/repeat~{repeat}"] = params
+    return plan
+
+
+def check_stale_runs():
+    """Write the plan where ddpbench.status asks for it; otherwise warn (one line) when runs
+    already in the results folder were made by other code, settings or environment."""
+    plan = {"results": RESULTS, "runs": planned_runs()}
+    if os.environ.get(PLAN_ENV):
+        write_plan(os.environ[PLAN_ENV], plan["results"], plan["runs"])
+        return
+    stale = stale_runs(plan)
+    if stale:
+        logger.warning(
+            f"ddpbench: {len(stale)} run(s) in {RESULTS}/runs were made by other code, "
+            "settings or environment than the current ones (their statistics are kept "
+            "apart): `python -m ddpbench.status` lists them, `--rerun` redoes them"
+        )
+
+
+def record_invocation():
+    """Save the merged config as RESULTS/config.yaml and append the command line, time and
+    code fingerprint to RESULTS/invocations.log (onstart: real runs only, never dry runs).
+    """
+    Path(RESULTS).mkdir(parents=True, exist_ok=True)
+    saved = Path(RESULTS, "config.yaml")
+    tmp = saved.with_name(f".config.yaml.tmp{os.getpid()}")
+    tmp.write_text(yaml.safe_dump(dict(config), sort_keys=False))
+    os.replace(tmp, saved)
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    with open(Path(RESULTS, "invocations.log"), "a") as log:
+        log.write(f"{stamp}\t{code_fingerprint()}\t{shlex.join(sys.argv)}\n")
+
+
 def get_final_output():
     """What `snakemake` with no target builds: every run, the tables and the report.
     The runs are listed themselves so that deleting one run's folder reruns that cell
@@ -442,3 +493,6 @@ def get_final_output():
         f"{RESULTS}/aggregate/steps.csv",
         f"{RESULTS}/report/report.html",
     ]
+
+
+check_stale_runs()

@@ -59,3 +59,23 @@ rule report:
         "python -m ddpbench.report --runs {input.runs:q} --steps {input.steps:q}"
         " --baseline-strategy {params.baseline_strategy:q} --max-rel-ci {params.max_rel_ci}"
         " --out {params.out_dir:q} > {log:q} 2>&1"
+
+
+# `snakemake archive`: the whole study in one file (runs, tables, report, config, lock)
+# that `python -m ddpbench.report --from` rebuilds elsewhere. Not part of the default target.
+rule archive:
+    input:
+        html=f"{RESULTS}/report/report.html",
+        runs=f"{RESULTS}/aggregate/runs.csv",
+    output:
+        f"{RESULTS}.tar.gz",
+    log:
+        f"{RESULTS}/logs/archive.log",
+    conda:
+        "../../envs/ddpbench.yaml"
+    container:
+        image_for_host()
+    params:
+        results=RESULTS,
+    shell:
+        "python -m ddpbench.archive --results {params.results:q} --out {output:q} > {log:q} 2>&1"

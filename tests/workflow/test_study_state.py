@@ -1,0 +1,106 @@
+"""A study knows where its runs came from (issue 23): stale runs are listed from what the
+results folder holds, `--rerun` redoes exactly those, a setting a strategy does not read
+reruns nothing of it, and an archive rebuilds the same tables elsewhere."""
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+TINY = ROOT / "configs" / "tiny.yaml"
+RESULTS = "results/tiny"
+SNAKEMAKE_ARGS = ["--snakefile", str(ROOT / "Snakefile"), "--configfile", str(TINY), "--cores", "2"]
+
+
+def run(workdir, *args, module="snakemake", check=True):
+    env = {**os.environ, "PATH": f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.run([sys.executable, "-m", module, *args], cwd=workdir, capture_output=True, text=True,
+                          env=env, timeout=900)  # fmt: skip
+    if check and proc.returncode != 0:
+        pytest.fail(f"{module} {' '.join(args)} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
+    return proc
+
+
+def status(workdir, *args):
+    return run(workdir, *SNAKEMAKE_ARGS, *args, module="ddpbench.status")
+
+
+def summaries(workdir):
+    return {p.parent.relative_to(workdir).as_posix(): p for p in (workdir / RESULTS / "runs").rglob("summary.json")}
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    """The tiny grid run to its report, once for this module."""
+    workdir = tmp_path_factory.mktemp("study")
+    shutil.copy(ROOT / "config.yaml", workdir / "config.yaml")
+    run(workdir, *SNAKEMAKE_ARGS)
+    return workdir
+
+
+def test_the_study_records_its_config_and_invocation(study):
+    saved = (study / RESULTS / "config.yaml").read_text()
+    assert "results: results/tiny" in saved and "repeats:" in saved and "baseline:" in saved
+    line = (study / RESULTS / "invocations.log").read_text().splitlines()[-1]
+    stamp, fingerprint, command = line.split("\t")
+    assert stamp.endswith("Z") and len(fingerprint) == 16 and "snakemake" in command
+
+
+def test_status_lists_stale_runs_and_rerun_redoes_exactly_those(study):
+    out = status(study).stdout
+    assert "3 planned runs: 3 current, 0 stale" in out, out
+
+    runs = summaries(study)
+    single = next(p for d, p in runs.items() if "strategy~single" in d)
+    ddp2 = next(p for d, p in runs.items() if "strategy~ddp" in d and "world_size~2" in d)
+    ddp1 = next(p for d, p in runs.items() if "strategy~ddp" in d and "world_size~1" in d)
+    # A run made by other code: its recorded fingerprint differs from the checkout's.
+    summary = json.loads(single.read_text())
+    summary["env"]["code_fingerprint"] = "0123456789abcdef"
+    single.write_text(json.dumps(summary))
+    before = {p: p.stat().st_mtime_ns for p in (single, ddp1, ddp2)}
+
+    # A changed setting that only ddp reads: single is not stale for it, both ddp runs are.
+    bucket = ['--config', 'params={"bucket_mb": 10.0}']
+    out = status(study, *bucket).stdout
+    assert "3 planned runs: 0 current, 3 stale" in out, out
+    lines = {line.split()[1]: line for line in out.splitlines() if line.startswith("stale")}
+    assert "code 0123456789abcdef" in lines[single.parent.relative_to(study).as_posix()]
+    assert "bucket_mb" not in lines[single.parent.relative_to(study).as_posix()]
+    assert "settings bucket_mb 25.0 -> 10.0" in lines[ddp2.parent.relative_to(study).as_posix()]
+
+    # Without the setting change only the run made by other code is stale; the workflow
+    # itself warns about it when it plans.
+    out = status(study).stdout
+    assert "3 planned runs: 2 current, 1 stale" in out, out
+    dry = run(study, *SNAKEMAKE_ARGS, "-n")
+    assert "were made by other code" in dry.stdout + dry.stderr
+
+    rerun = status(study, "--rerun")
+    assert "moved 1 stale run(s)" in rerun.stdout, rerun.stdout
+    assert single.stat().st_mtime_ns != before[single]  # redone
+    assert ddp1.stat().st_mtime_ns == before[ddp1] and ddp2.stat().st_mtime_ns == before[ddp2]  # untouched
+    kept = list((study / RESULTS / "superseded").rglob("summary.json"))
+    assert len(kept) == 1 and json.loads(kept[0].read_text())["env"]["code_fingerprint"] == "0123456789abcdef"
+    assert "3 planned runs: 3 current, 0 stale" in status(study).stdout
+
+
+def test_a_setting_a_strategy_does_not_read_does_not_rerun_it(study):
+    """Snakemake's own trigger agrees: a bucket_mb change plans ddp's runs again, never single's."""
+    out = run(study, *SNAKEMAKE_ARGS, "-n", "-p", "--config", 'params={"bucket_mb": 10.0}').stdout
+    planned = [line for line in out.splitlines() if "ddpbench.launch" in line]
+    assert planned and all("strategy~ddp" in line for line in planned), planned
+    assert not any("strategy~single" in line for line in planned)
+
+
+def test_adding_an_axis_keeps_the_runs_measured_at_the_old_value(study):
+    """bucket_mb: [25, 0.5] where 25 was the setting: only the new value's ddp runs are planned."""
+    out = run(study, *SNAKEMAKE_ARGS, "-n", "-p", "--config", 'grid={"bucket_mb": [25.0, 0.5]}').stdout
+    planned = sorted(line.split("--out ")[1].split()[0] for line in out.splitlines() if "ddpbench.launch" in line)
+    assert planned and all("bucket_mb~0.5" in p and "strategy~ddp" in p for p in planned), planned
