@@ -305,8 +305,9 @@ _cached_off_lock = functools.cache(off_lock)  # once per process: the installed 
 
 
 def code_fingerprint(root: Path | None = None, lock: str | None = None) -> str:
-    """sha256 (16 hex) over the package's source (every *.py under `root`, default this
-    package's folder, by relative path: the path and the contents) and the lock hash
+    """sha256 (16 hex) over the package's run-time source (every *.py under `root`, default
+    this package's folder, but the ANALYSIS_MODULES; by relative path: the path and the
+    contents) and the lock hash
     (`lock`, default the project's): "same code, same locked environment", without git."""
     if root is None and lock is None:
         return _cached_code_fingerprint()
@@ -314,9 +315,19 @@ def code_fingerprint(root: Path | None = None, lock: str | None = None) -> str:
     return _code_fingerprint(root, _cached_lock_hash() if lock is None else lock)
 
 
+# Modules that only read results (tables, statistics, report, bookkeeping): a change to
+# them changes no measurement, so it is not "other code" for a run (the report is rebuilt
+# from the runs anyway).
+ANALYSIS_MODULES = frozenset(
+    {"aggregate.py", "analysis.py", "archive.py", "commfit.py", "config_schema.py", "plots.py", "report.py",
+     "safe_io.py", "status.py"}
+)  # fmt: skip
+
+
 def _code_fingerprint(root: Path, lock: str | None) -> str:
     h = hashlib.sha256()
-    for rel in sorted(p.relative_to(root).as_posix() for p in root.rglob("*.py") if p.is_file()):
+    files = (p.relative_to(root).as_posix() for p in root.rglob("*.py") if p.is_file())
+    for rel in sorted(f for f in files if f not in ANALYSIS_MODULES):
         h.update(rel.encode() + b"\0")
         h.update(hashlib.sha256((root / rel).read_bytes()).digest())
     h.update(b"lock\0" + (lock or "").encode())

@@ -248,6 +248,11 @@ def test_code_fingerprint_follows_the_source(tmp_path):
     # A renamed module is other code, even with the same contents.
     (pkg / "strategies" / "new_strategy.py").rename(pkg / "strategies" / "other.py")
     assert sysinfo.code_fingerprint(pkg) not in (first, changed)
+    # A module that only reads results is not part of it: the report changes no run.
+    report = pkg / "report.py"
+    before = sysinfo.code_fingerprint(pkg)
+    report.write_text(report.read_text() + "\n# changed\n")
+    assert sysinfo.code_fingerprint(pkg) == before
     # The lock is part of it.
     assert sysinfo.code_fingerprint(pkg, lock="0" * 16) != sysinfo.code_fingerprint(pkg, lock="1" * 16)
 

@@ -92,7 +92,7 @@ def test_environment_block():
     for key in ("host", "cores", "ram_gb", "python", "torch", "torchvision", "cuda", "cudnn", "nccl", "gpu_name",
                 "backend", "threads_per_rank", "env_vars", "git_commit", "container_image"):  # fmt: skip
         assert key in env
-    assert all(k.startswith(("OMP_", "NCCL_", "GLOO_")) for k in env["env_vars"])
+    assert all(k.startswith(sysinfo.ENV_PREFIXES) for k in env["env_vars"])
 
 
 def test_container_image_from_the_environment(monkeypatch):
