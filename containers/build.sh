@@ -23,9 +23,18 @@
 # runc as the runtime, cgroupfs as cgroup manager, explicit ulimits (the defaults podman
 # asks for exceed the VM's hard limits), host networking (no CNI bridge needed), the
 # host's CA bundle mounted for the build only. Override with the variables below.
+#
+# debootstrap (as root) unpacks the base into a work folder: by default a fresh
+# `mktemp -d` under /var/tmp, removed on exit (nothing in it is reused: the base image
+# is the cache). DDPBENCH_CONTAINER_WORK names one instead; it must be a real directory
+# owned by the user running this and writable by nobody else, in folders only root or
+# that user can change (scripts/private_dir.sh), else the build is refused before
+# anything runs.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
+# shellcheck source=scripts/private_dir.sh
+source "$ROOT/scripts/private_dir.sh"
 
 VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -1)
 CPU_NAME=${DDPBENCH_CPU_IMAGE:-ddpbench-cpu:$VERSION}
@@ -33,7 +42,7 @@ CUDA_NAME=${DDPBENCH_CUDA_IMAGE:-ddpbench-cuda:$VERSION}
 STANDIN_NAME=ddpbench-cuda-standin:$VERSION
 BASE_IMAGE=${DDPBENCH_BASE_IMAGE:-localhost/ddpbench-base:bookworm}
 SUITE=bookworm
-WORK=${DDPBENCH_CONTAINER_WORK:-/var/tmp/ddpbench-containers}
+WORK=${DDPBENCH_CONTAINER_WORK:-}
 OUT=$ROOT/containers/build
 STORAGE_DRIVER=${DDPBENCH_PODMAN_STORAGE_DRIVER:-}   # e.g. vfs where overlay is unavailable
 UV_CACHE_HOST=${UV_CACHE_DIR:-$HOME/.cache/uv}
@@ -52,7 +61,13 @@ for arg in "$@"; do
 done
 
 log() { printf '[containers] %s\n' "$*" >&2; }
-mkdir -p "$OUT" "$WORK"
+if [ -n "$WORK" ]; then
+    WORK=$(private_dir "$WORK" 0700 "work folder (DDPBENCH_CONTAINER_WORK)") || exit 1
+else
+    WORK=$(mktemp -d /var/tmp/ddpbench-containers.XXXXXXXX)
+    trap 'rm -rf -- "$WORK"' EXIT
+fi
+mkdir -p "$OUT"
 TIMINGS=$OUT/timings.tsv
 t_start=$SECONDS
 record() { printf '%s\t%s\t%d\n' "$(date -u +%FT%TZ)" "$1" "$2" >>"$TIMINGS"; log "$1: ${2}s"; }
@@ -90,8 +105,8 @@ if ((build)) && ! "${PODMAN[@]}" image exists "$BASE_IMAGE"; then
     rootfs=$WORK/rootfs-$SUITE
     rm -rf "$rootfs"
     log "debootstrap $SUITE from $mirror into $rootfs"
-    debootstrap --variant=minbase "$SUITE" "$rootfs" "$mirror" >"$WORK/debootstrap.log" 2>&1 \
-        || { tail -20 "$WORK/debootstrap.log" >&2; exit 1; }
+    debootstrap --variant=minbase "$SUITE" "$rootfs" "$mirror" >"$OUT/debootstrap.log" 2>&1 \
+        || { tail -20 "$OUT/debootstrap.log" >&2; exit 1; }
     rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
     log "podman import -> $BASE_IMAGE"
     tar --numeric-owner --sort=name --mtime=@0 -C "$rootfs" -c . \
