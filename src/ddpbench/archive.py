@@ -119,9 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, default=Path("results"), help="the study's results folder")
     parser.add_argument("--out", type=Path, help="archive to write (default: RESULTS.tar.gz beside the folder)")
     args = parser.parse_args(argv)
-    results = args.results.resolve()
-    out = args.out or results.with_name(results.name + ".tar.gz")
-    manifest = write_archive(results, out)
+    out = args.out or args.results.resolve().with_name(args.results.resolve().name + ".tar.gz")
+    manifest = write_archive(args.results, out)
     size = out.stat().st_size / 2**20
     print(f"[ddpbench] archive: {len(manifest['files'])} files of {args.results} -> {out} ({size:.1f} MiB)")
     return 0

@@ -16,6 +16,7 @@ and every string from the data is escaped for HTML, LaTeX and matplotlib.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import pathlib
 import re
@@ -31,6 +32,7 @@ import jinja2
 from markupsafe import Markup
 import numpy as np
 import pandas as pd
+import yaml
 
 from ddpbench import analysis as A
 from ddpbench import plots, safe_io
@@ -45,7 +47,7 @@ def _report_dir() -> pathlib.Path:
 
 TEMPLATES = _report_dir() / "templates"
 CAPTIONS = _report_dir() / "captions"
-STATUS_ORDER = ("failed", "timeout", "skipped")
+STATUS_ORDER = ("failed", "timeout", "skipped", "superseded")
 
 # Metrics shown in the cells table (the CSV has all of them).
 CELL_TABLE = ["step_time_median_s", "samples_per_s", "epoch_time_s", "frac_comm", "peak_rss_mb"]
@@ -102,6 +104,12 @@ def cell_flags(r) -> str:
         flags.append(f"oversubscribed: {int(r['n_oversubscribed'])}/{n} runs")
     if r.get("n_untimed", 0):
         flags.append(f"{int(r['n_untimed'])} ok run(s) without timed steps left out")
+    if r.get("n_superseded", 0):
+        flags.append(f"{int(r['n_superseded'])} run(s) of other code set aside")
+    if r.get("n_off_lock", 0):
+        flags.append(f"off-lock packages: {int(r['n_off_lock'])}/{n} runs")
+    if r.get("n_nondeterministic", 0):
+        flags.append(f"same-seed repeats disagree: {int(r['n_nondeterministic'])} runs")
     return "; ".join(flags)
 
 
@@ -140,13 +148,20 @@ def speedup_table(speed: pd.DataFrame, shown: list[str]) -> Table:
         + [r["measure"], r["baseline"], num(r["n_repeats"]), num(r["time_s"]),
            with_ci(r["speedup"], r["speedup_ci_low"], r["speedup_ci_high"]),
            with_ci(r["efficiency"], r["efficiency_ci_low"], r["efficiency_ci_high"]),
-           f"UNSTABLE: {r['unstable_cause']}" if bool(r.get("unstable", False)) else ""]  # fmt: skip
+           speedup_flags(r)]  # fmt: skip
         for _, r in speed.iterrows()
     ]
     classes = ["unstable" if bool(r.get("unstable", False)) else "" for _, r in speed.iterrows()]
     return Table(shown + ["measure", "baseline", "repeats", "epoch time [s]", "S(p)", "E(p)", "flags"], rows,
                  "S = geometric-mean baseline epoch time / geometric-mean epoch time [95% Welch t-interval on the "
                  "log ratio]; E = S/p with S's interval over p; UNSTABLE: the cell or its baseline is", classes)  # fmt: skip
+
+
+def speedup_flags(r) -> str:
+    flags = [f"UNSTABLE: {r['unstable_cause']}"] if bool(r.get("unstable", False)) else []
+    if bool(r.get("versions_differ", False)):
+        flags.append("cell and baseline measured with different code or packages")
+    return "; ".join(flags)
 
 
 def verdict_text(r) -> str:
@@ -209,9 +224,76 @@ def _values(s: pd.Series) -> str:
     return ", ".join(vals) if vals else "–"
 
 
+# The provenance section, in reading order: (label, env column). Per-run measurements of
+# the machine (load, other processes' CPU) are summarised as ranges, never listed per run.
+PROVENANCE_ROWS = [
+    ("host", "env_host"), ("CPU model", "env_cpu_model"), ("usable cores", "env_cores"), ("memory [GB]", "env_ram_gb"),
+    ("OS", "env_os"), ("kernel", "env_kernel"), ("C library", "env_glibc"), ("GPU", "env_gpu_name"),
+    ("backend", "env_backend"), ("threads per rank (actual)", "env_threads_per_rank"),
+    ("Python", "env_python"), ("torch", "env_torch"), ("torchvision", "env_torchvision"), ("numpy", "env_numpy"),
+    ("scipy", "env_scipy"), ("pandas", "env_pandas"), ("matplotlib", "env_matplotlib"), ("psutil", "env_psutil"),
+    ("Snakemake", "env_snakemake"), ("CUDA", "env_cuda"), ("cuDNN", "env_cudnn"), ("NCCL", "env_nccl"),
+    ("git commit", "env_git_commit"), ("uncommitted changes (diff hash)", "env_git_diff_hash"),
+    ("code fingerprint", "env_code_fingerprint"), ("lock hash (uv.lock)", "env_lock_hash"),
+    ("container image", "env_container_image"),
+]  # fmt: skip
+PER_RUN = ("env_started_utc", "env_ended_utc", "env_command", "env_loadavg_start", "env_loadavg_end",
+           "env_other_cpu_s", "env_other_cpu_frac", "env_off_lock")  # fmt: skip
+
+
+def _span(s: pd.Series) -> str:
+    s = pd.to_numeric(s, errors="coerce").dropna()
+    return "–" if s.empty else num(s.min()) if s.min() == s.max() else f"{num(s.min())}–{num(s.max())}"
+
+
 def environment(runs: pd.DataFrame) -> list[tuple[str, str]]:
-    cols = [c for c in runs.columns if c.startswith("env_")]
-    return [(c.removeprefix("env_var_").removeprefix("env_"), _values(runs[c])) for c in cols if runs[c].notna().any()]
+    """Where and with what the runs were made: when (UTC) and under what load, the machine,
+    every package that shapes a number, the code (commit, diff, fingerprint) and the lock,
+    then the thread- and device-selecting variables and anything else recorded."""
+    rows: list[tuple[str, str]] = []
+    if "env_started_utc" in runs and runs["env_started_utc"].notna().any():
+        start, end = runs["env_started_utc"].dropna().min(), runs.get("env_ended_utc", runs["env_started_utc"]).dropna().max()
+        rows.append(("measured (UTC)", f"{start} – {end} ({runs['env_started_utc'].notna().sum()} runs)"))
+    if "env_loadavg_start" in runs:
+        rows.append(("machine load at run start (1-min average)", _span(runs["env_loadavg_start"])))
+    if "env_other_cpu_frac" in runs:
+        rows.append(("other processes' share of the CPU while timed", _span(runs["env_other_cpu_frac"])))
+    known = {col for _, col in PROVENANCE_ROWS} | set(PER_RUN)
+    for label, col in PROVENANCE_ROWS:
+        if col in runs and runs[col].notna().any():
+            rows.append((label, _values(runs[col])))
+    if "env_off_lock" in runs:
+        off = runs["env_off_lock"].fillna("").astype(str)
+        rows.append(("packages off the lock", _values(off[off != ""]) if (off != "").any() else "none"))
+    rest = [c for c in runs.columns if c.startswith("env_") and c not in known and runs[c].notna().any()]
+    rows += [(c.removeprefix("env_var_").removeprefix("env_"), _values(runs[c])) for c in rest]
+    return rows
+
+
+def provenance_warnings(runs: pd.DataFrame, cells: pd.DataFrame, speed: pd.DataFrame) -> list[str]:
+    """What keeps runs apart or makes a number depend on the code it was made with."""
+    out = []
+    superseded = runs[runs["status"] == A.SUPERSEDED]
+    if len(superseded):
+        n_cells = superseded.groupby(A.axes(runs), dropna=False).ngroups
+        out.append(f"{len(superseded)} run(s) in {n_cells} cell(s) were made by other code or packages than their "
+                   "cell's newest runs: set aside (status superseded), never pooled; statistics use each cell's "
+                   "newest version. `python -m ddpbench.status --rerun` redoes them with the current code.")  # fmt: skip
+    versions = A.run_version(runs[runs["status"] == "ok"]).nunique()
+    if versions > 1:
+        out.append(f"The cells were measured with {versions} different code versions or package sets (code "
+                   "fingerprint, off-lock packages): comparisons across cells may include the change.")
+    if "n_off_lock" in cells and cells["n_off_lock"].sum():
+        out.append(f"{int(cells['n_off_lock'].sum())} run(s) used packages that differ from uv.lock (see 'packages "
+                   "off the lock'); their cells say so in the flags column.")
+    if "n_nondeterministic" in cells and cells["n_nondeterministic"].sum():
+        n = int((cells["n_nondeterministic"] > 0).sum())
+        out.append(f"{n} cell(s) have same-seed CPU repeats of equal length that ended with different parameters or "
+                   "loss: something outside the recorded settings changed the arithmetic (determinism warning).")
+    if "versions_differ" in speed and speed["versions_differ"].fillna(False).astype(bool).any():
+        out.append(f"{int(speed['versions_differ'].fillna(False).astype(bool).sum())} speedup(s) divide times "
+                   "measured with different code or packages (flagged in the table).")
+    return out
 
 
 def grid(runs: pd.DataFrame) -> dict:
@@ -252,7 +334,7 @@ def methodology(runs: pd.DataFrame, cells: pd.DataFrame, n_boot: int, steps_give
         level=pct(A.LEVEL),
         seed=A.SEED,
         seeds=get("seed"),
-        threads=get("threads_per_rank"),
+        threads=threads_text(runs),
         backend=_values(runs["env_backend"]) if "env_backend" in runs else "–",
         steps_given=steps_given,
         comm_given=comm_given,
@@ -263,6 +345,14 @@ def methodology(runs: pd.DataFrame, cells: pd.DataFrame, n_boot: int, steps_give
         max_rel_ci=pct(max_rel_ci),
         **trust(runs, cells),
     )
+
+
+def threads_text(runs: pd.DataFrame) -> str:
+    """threads_per_rank as configured: 0 means the rule, not zero threads."""
+    if "threads_per_rank" not in runs:
+        return "–"
+    values = pd.unique(runs["threads_per_rank"].dropna())
+    return ", ".join("auto (usable cores / ranks per node)" if str(v) in ("0", "0.0") else str(v) for v in values) or "–"
 
 
 def trust(runs: pd.DataFrame, cells: pd.DataFrame) -> dict:
@@ -484,6 +574,7 @@ def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.P
         title=inp.title,
         sources=inp.sources,
         environment=environment(runs),
+        provenance_warnings=provenance_warnings(runs, cells, speed),
         grid=grid(runs),
         method=methodology(runs, cells, inp.n_boot, inp.steps is not None, inp.comm is not None, inp.max_rel_ci),
         definitions=DEFINITIONS,
@@ -523,20 +614,62 @@ def _read_optional(path: str | None) -> pd.DataFrame | None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m ddpbench.report", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--runs", required=True, help="aggregated runs.csv")
+    ap.add_argument("--runs", help="aggregated runs.csv (required unless --from)")
+    ap.add_argument("--from", dest="archive", metavar="ARCHIVE",
+                    help="a study archive (python -m ddpbench.archive): its runs are aggregated again and the "
+                         "report rebuilt into --out (tables in --out/aggregate); baseline and stability threshold "
+                         "from its config unless given")
     ap.add_argument("--steps", help="aggregated steps.csv (loss and step-time figures)")
     ap.add_argument("--comm", help="collective sweep CSV (latency/bandwidth for the cost model)")
     ap.add_argument("--out", required=True, help="output folder")
     ap.add_argument("--title", default="ddpbench report")
     ap.add_argument("--bootstrap", type=int, default=A.N_BOOT,
                     help="bootstrap resamples of the cost model's intervals (default %(default)s)")
-    ap.add_argument("--max-rel-ci", type=float, default=A.MAX_REL_CI,
+    ap.add_argument("--max-rel-ci", type=float, default=None,
                     help="stability threshold: a cell whose throughput interval's relative half-width exceeds it is "
-                         "flagged unstable (default %(default)s)")
-    ap.add_argument("--baseline-strategy", default=A.BASELINE_STRATEGY,
-                    help="strategy whose world-size-1 runs are the speedup baseline (default %(default)s)")
+                         f"flagged unstable (default {A.MAX_REL_CI})")
+    ap.add_argument("--baseline-strategy", default=None,
+                    help=f"strategy whose world-size-1 runs are the speedup baseline (default {A.BASELINE_STRATEGY})")
     ap.add_argument("--no-pdf", action="store_true", help="write report.tex but do not run latexmk")
     args = ap.parse_args(argv)
+    if bool(args.runs) == bool(args.archive):
+        ap.error("give either --runs or --from ARCHIVE")
+    if args.archive:
+        return rebuild_from_archive(args)
+    args.baseline_strategy = args.baseline_strategy or A.BASELINE_STRATEGY
+    args.max_rel_ci = A.MAX_REL_CI if args.max_rel_ci is None else args.max_rel_ci
+    return build_from_args(args)
+
+
+def rebuild_from_archive(args: argparse.Namespace) -> int:
+    """Unpack the archive privately, aggregate its runs again (the same run folders the study
+    aggregated, named as it named them), then build the report from those tables."""
+    from ddpbench import aggregate, archive
+
+    out = pathlib.Path(args.out).resolve()
+    source = pathlib.Path(args.archive).resolve()
+    with tempfile.TemporaryDirectory(prefix="ddpbench-archive-") as tmp, contextlib.chdir(tmp):
+        results = archive.extract(source, pathlib.Path(tmp)).relative_to(tmp)
+        listed = results / "aggregate" / "runs.csv"
+        if listed.is_file():
+            summaries = [str(pathlib.Path(d) / "summary.json") for d in pd.read_csv(listed)["run_dir"]]
+            missing = [s for s in summaries if not pathlib.Path(s).is_file()]
+            if missing:
+                raise SystemExit(f"error: {source}: {len(missing)} run(s) its tables list are not in it, e.g. {missing[0]}")
+        else:
+            summaries = sorted(str(p) for p in results.glob("runs/**/summary.json"))
+        tables = out / "aggregate"
+        aggregate.aggregate(summaries, tables / "runs.csv", tables / "steps.csv")
+        config = yaml.safe_load((results / "config.yaml").read_text()) if (results / "config.yaml").is_file() else {}
+    config = config if isinstance(config, dict) else {}
+    args.runs, args.steps = str(tables / "runs.csv"), str(tables / "steps.csv")
+    args.baseline_strategy = args.baseline_strategy or (config.get("baseline") or {}).get("strategy") or A.BASELINE_STRATEGY
+    if args.max_rel_ci is None:
+        args.max_rel_ci = (config.get("timing") or {}).get("max_rel_ci", A.MAX_REL_CI)
+    return build_from_args(args)
+
+
+def build_from_args(args: argparse.Namespace) -> int:
     runs = A.load_runs(args.runs)
     inp = Inputs(runs, _read_optional(args.steps), _read_optional(args.comm), args.title, args.bootstrap,
                  {"runs": args.runs, "steps": args.steps or "–", "comm": args.comm or "–"},

@@ -104,3 +104,49 @@ def test_adding_an_axis_keeps_the_runs_measured_at_the_old_value(study):
     out = run(study, *SNAKEMAKE_ARGS, "-n", "-p", "--config", 'grid={"bucket_mb": [25.0, 0.5]}').stdout
     planned = sorted(line.split("--out ")[1].split()[0] for line in out.splitlines() if "ddpbench.launch" in line)
     assert planned and all("bucket_mb~0.5" in p and "strategy~ddp" in p for p in planned), planned
+
+
+def test_an_archive_rebuilds_the_same_tables_elsewhere(study, tmp_path):
+    archive = tmp_path / "tiny.tar.gz"
+    out = run(study, "--results", RESULTS, "--out", str(archive), module="ddpbench.archive").stdout
+    assert "archive:" in out and archive.is_file()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    run(elsewhere, "--from", str(archive), "--out", "rebuilt", "--no-pdf", module="ddpbench.report")
+    original, rebuilt = study / RESULTS, elsewhere / "rebuilt"
+    for table in ("aggregate/runs.csv", "aggregate/steps.csv"):
+        pd.testing.assert_frame_equal(pd.read_csv(rebuilt / table), pd.read_csv(original / table))
+    for table in ("cells.csv", "speedup.csv", "comparisons.csv", "fits.csv"):
+        assert (rebuilt / table).read_text() == (original / "report" / table).read_text(), table
+    html = (rebuilt / "report.html").read_text()
+    assert "Provenance" in html and "code fingerprint" in html and "measured (UTC)" in html
+
+
+def test_a_tampered_archive_is_refused(study, tmp_path):
+    """An archive is untrusted input: a file changed after archiving, or a link, is refused."""
+    import io
+    import tarfile
+
+    archive = tmp_path / "tiny.tar.gz"
+    run(study, "--results", RESULTS, "--out", str(archive), module="ddpbench.archive")
+
+    def rewrite(name, edit=None, extra=None):
+        bad = tmp_path / name
+        with tarfile.open(archive) as src, tarfile.open(bad, "w:gz") as dst:
+            for member in src.getmembers():
+                data = src.extractfile(member).read() if member.isfile() else None
+                if edit and member.name.endswith("aggregate/runs.csv"):
+                    data = edit(data)
+                    member.size = len(data)
+                dst.addfile(member, io.BytesIO(data) if data is not None else None)
+            if extra:
+                dst.addfile(extra)
+        return run(tmp_path, "--from", str(bad), "--out", name + ".out", "--no-pdf", module="ddpbench.report", check=False)
+
+    changed = rewrite("changed.tar.gz", edit=lambda data: data.replace(b",ok,", b",failed,"))
+    assert changed.returncode != 0 and "does not match its manifest checksum" in changed.stderr, changed.stderr[-2000:]
+    link = tarfile.TarInfo(f"{RESULTS}/runs/evil")
+    link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+    linked = rewrite("linked.tar.gz", extra=link)
+    assert linked.returncode != 0 and "not a regular file or folder; refused" in linked.stderr, linked.stderr[-2000:]
+    assert not list(tmp_path.glob("*.out/report.html"))
