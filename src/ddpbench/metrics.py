@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import resource
 import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
+
+from ddpbench import safe_io
 
 PHASES = ("data", "forward", "backward", "comm", "optimizer")
 STEP_COLUMNS = (
@@ -314,7 +315,5 @@ def _finite(value: Any) -> Any:
 
 
 def write_json(path: Path, obj: Any) -> None:
-    """Atomically (temporary file + rename): readers never see a half-written file."""
-    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=1) + "\n")
-    os.replace(tmp, path)
+    """Atomically, never through a planted link (safe_io): readers never see half a file."""
+    safe_io.atomic_write_text(path, json.dumps(obj, indent=1) + "\n")

@@ -89,16 +89,16 @@ def test_tiny_grid_through_slurm_profile(slurm_cluster, tmp_path):
         # a test cluster answers at once: poll sooner than the profile's cluster defaults
         "--slurm-init-seconds-before-status-checks", "2",
         "--seconds-between-status-checks", "3",
-        "results/aggregate/runs.csv",
+        "results/tiny/aggregate/runs.csv",
     ]  # fmt: skip
     proc = subprocess.run(cmd, cwd=tmp_path, env=slurm_cluster, capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     log = proc.stdout + proc.stderr
     assert log.count("has been submitted with SLURM jobid") >= n_cells + 1  # + aggregate
-    with open(tmp_path / "results/aggregate/runs.csv", newline="") as f:
+    with open(tmp_path / "results/tiny/aggregate/runs.csv", newline="") as f:
         runs = list(csv.DictReader(f))
     assert len(runs) == n_cells
-    summaries = sorted((tmp_path / "results/runs").rglob("summary.json"))
+    summaries = sorted((tmp_path / "results/tiny/runs").rglob("summary.json"))
     assert sorted(r["run_dir"] for r in runs) == sorted(str(p.parent.relative_to(tmp_path)) for p in summaries)
     # every cell left a summary the workflow could use (none failed or timed out)
     assert all(r["status"] in ("ok", "skipped") for r in runs), [(r["run_dir"], r["reason"]) for r in runs]

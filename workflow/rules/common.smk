@@ -41,6 +41,7 @@ from ddpbench.params import (  # noqa: E402
     effective_params,
     unread_settings,
 )
+from ddpbench.safe_io import atomic_write_text  # noqa: E402
 from ddpbench.status import PLAN_ENV, stale_runs, write_plan  # noqa: E402
 from ddpbench.sysinfo import code_fingerprint, usable_cores  # noqa: E402
 
@@ -475,10 +476,7 @@ def record_invocation():
     code fingerprint to RESULTS/invocations.log (onstart: real runs only, never dry runs).
     """
     Path(RESULTS).mkdir(parents=True, exist_ok=True)
-    saved = Path(RESULTS, "config.yaml")
-    tmp = saved.with_name(f".config.yaml.tmp{os.getpid()}")
-    tmp.write_text(yaml.safe_dump(dict(config), sort_keys=False))
-    os.replace(tmp, saved)
+    atomic_write_text(Path(RESULTS, "config.yaml"), yaml.safe_dump(dict(config), sort_keys=False))
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     with open(Path(RESULTS, "invocations.log"), "a") as log:
         log.write(f"{stamp}\t{code_fingerprint()}\t{shlex.join(sys.argv)}\n")
