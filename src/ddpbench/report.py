@@ -92,24 +92,26 @@ def pct(level) -> str:
     return "–" if pd.isna(level) else f"{100 * float(level):.4g}%"
 
 
+# Counts of cells.csv that qualify a cell's numbers: column -> the flag (k: the count, n: repeats).
+CELL_FLAGS = [
+    ("n_busy", "busy machine: {k}/{n} runs"),
+    ("n_oversubscribed", "oversubscribed: {k}/{n} runs"),
+    ("n_untimed", "{k} ok run(s) without timed steps left out"),
+    ("n_superseded", "{k} run(s) of other code set aside"),
+    ("n_off_lock", "off-lock packages: {k}/{n} runs"),
+    ("n_nondeterministic", "same-seed repeats disagree: {k} runs"),
+]
+
+
 def cell_flags(r) -> str:
     """What makes a cell's numbers less trustworthy, stated next to them."""
     flags = []
     if bool(r.get("unstable", False)):
         flags.append(f"UNSTABLE: {r['unstable_cause']}")
     n = int(r.get("n_repeats", 0))
-    if r.get("n_busy", 0):
-        flags.append(f"busy machine: {int(r['n_busy'])}/{n} runs")
-    if r.get("n_oversubscribed", 0):
-        flags.append(f"oversubscribed: {int(r['n_oversubscribed'])}/{n} runs")
-    if r.get("n_untimed", 0):
-        flags.append(f"{int(r['n_untimed'])} ok run(s) without timed steps left out")
-    if r.get("n_superseded", 0):
-        flags.append(f"{int(r['n_superseded'])} run(s) of other code set aside")
-    if r.get("n_off_lock", 0):
-        flags.append(f"off-lock packages: {int(r['n_off_lock'])}/{n} runs")
-    if r.get("n_nondeterministic", 0):
-        flags.append(f"same-seed repeats disagree: {int(r['n_nondeterministic'])} runs")
+    for column, text in CELL_FLAGS:
+        if r.get(column, 0):
+            flags.append(text.format(k=int(r[column]), n=n))
     return "; ".join(flags)
 
 
