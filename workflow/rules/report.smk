@@ -76,6 +76,6 @@ rule archive:
     container:
         image_for_host()
     params:
-        results=RESULTS,
+        results=subpath(input.runs, ancestor=2),
     shell:
         "python -m ddpbench.archive --results {params.results:q} --out {output:q} > {log:q} 2>&1"
