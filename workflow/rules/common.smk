@@ -476,7 +476,9 @@ def record_invocation():
     code fingerprint to RESULTS/invocations.log (onstart: real runs only, never dry runs).
     """
     Path(RESULTS).mkdir(parents=True, exist_ok=True)
-    atomic_write_text(Path(RESULTS, "config.yaml"), yaml.safe_dump(dict(config), sort_keys=False))
+    atomic_write_text(
+        Path(RESULTS, "config.yaml"), yaml.safe_dump(dict(config), sort_keys=False)
+    )
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     with open(Path(RESULTS, "invocations.log"), "a") as log:
         log.write(f"{stamp}\t{code_fingerprint()}\t{shlex.join(sys.argv)}\n")
