@@ -87,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     env[sysinfo.LAUNCH_COMMAND_ENV] = args.command
     if args.allow_oversubscribe:
         env[ALLOW_OVERSUBSCRIBE_ENV] = "1"
-    env["OMP_NUM_THREADS"] = str(sysinfo.rank_threads(params.threads_per_rank, args.nproc_per_node))
+    threads = str(sysinfo.rank_threads(params.threads_per_rank, args.nproc_per_node))
+    env.update({name: threads for name in sysinfo.THREAD_POOL_VARS})
 
     limit = params.timeout_s + args.grace_s
     # Nodes of a multi-node cell share DIR: node 0 logs to train.log, the others apart.

@@ -57,6 +57,11 @@ def rank_threads(requested: int, ranks_per_node: int, cores: int | None = None) 
     return requested or max(1, (usable_cores() if cores is None else cores) // ranks_per_node)
 
 
+# The variables that size a BLAS or OpenMP thread pool. Snakemake sets each of them to the
+# job's threads (all ranks together); every rank must see its own share in all of them.
+THREAD_POOL_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
 def cgroup_cpu_quota(root: Path = Path("/sys/fs/cgroup")) -> float | None:
     """CPUs allowed by this process's cgroup quota (v2 cpu.max, v1 cfs), None without one."""
     try:

@@ -127,7 +127,7 @@ def wall_clock(perf_s: float) -> float:
 def configure_threads(params: CellParams, ranks: Ranks) -> int:
     """threads_per_rank, default cores // processes on this node (at least 1), for torch and OpenMP."""
     threads = sysinfo.rank_threads(params.threads_per_rank, ranks.local_world)
-    os.environ["OMP_NUM_THREADS"] = str(threads)
+    os.environ.update({name: str(threads) for name in sysinfo.THREAD_POOL_VARS})
     torch.set_num_threads(threads)
     return threads
 

@@ -31,8 +31,13 @@ def launch(out, *flags, env=None, timeout=300):
 
 def test_ok_cell_weak_scaling_with_workers(tmp_path):
     out = tmp_path / "run"
-    summary, stdout, _ = launch(out, "--strategy", "ddp", "--scaling", "weak", "--num-workers", "1")
+    # Snakemake sets every thread-pool variable to the job's threads (all ranks together):
+    # each rank must see its own share in all of them, not only in OMP_NUM_THREADS.
+    pools = {"OMP_NUM_THREADS": "7", "MKL_NUM_THREADS": "7", "OPENBLAS_NUM_THREADS": "7"}
+    summary, stdout, _ = launch(out, "--strategy", "ddp", "--scaling", "weak", "--num-workers", "1", env=pools)
     assert summary["status"] == "ok", summary["reason"]
+    share = str(summary["env"]["threads_per_rank"])
+    assert {k: summary["env"]["env_vars"][k] for k in pools} == dict.fromkeys(pools, share)
     assert stdout.strip() == f"[ddpbench] {out}: ok {summary['samples_per_s']:.1f} samples/s"
     assert summary["per_rank_batch"] == 8 and summary["global_batch"] == 16
     assert all(k in summary for k in METRIC_KEYS) and summary["schema"] == 1

@@ -37,7 +37,7 @@ def summaries(tmp_path_factory):
         "skipped_by_launcher": ["--strategy", "single", *OVER],
     }
     env = {k: v for k, v in os.environ.items() if k != sysinfo.LAUNCH_COMMAND_ENV}
-    env["MKL_NUM_THREADS"] = "1"
+    env["MKL_DYNAMIC"] = "FALSE"
     started = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
     procs = {}
     for name, flags in cells.items():
@@ -77,7 +77,7 @@ def test_every_summary_carries_the_whole_provenance(summaries, name):
     assert env["off_lock"] == "" and env["lock_hash"] and env["code_fingerprint"]
     assert (env["git_commit"] or "").split("-")[0] == (here["git_commit"] or "").split("-")[0]
     assert env["command"] == shlex.join(["python", "-m", "ddpbench.launch", *argv])
-    assert env["env_vars"]["MKL_NUM_THREADS"] == "1"
+    assert env["env_vars"]["MKL_DYNAMIC"] == "FALSE"
     # Run start (the rank's run, or the launcher process) and end: within the test's window.
     assert started - datetime.timedelta(seconds=1) <= utc(env["started_utc"]) <= utc(env["ended_utc"]) <= ended
 
@@ -92,4 +92,4 @@ def test_provenance_reaches_the_runs_table(summaries):
         row = aggregate.run_row(root / name / "summary.json")
         missing = [k for k in sysinfo.PROVENANCE_KEYS if k != "env_vars" and f"env_{k}" not in row]
         assert not missing, (name, missing)
-        assert row["env_var_MKL_NUM_THREADS"] == "1"
+        assert row["env_var_MKL_DYNAMIC"] == "FALSE"

@@ -10,18 +10,19 @@ from ddpbench.params import CellParams
 
 @pytest.fixture(autouse=True)
 def keep_threads():
-    """train.run sets this process's thread count and OMP_NUM_THREADS: restore them."""
+    """train.run sets this process's thread count and thread-pool variables: restore them."""
     import os
 
     import torch
 
-    threads, omp = torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
+    threads, saved = torch.get_num_threads(), {k: os.environ.get(k) for k in sysinfo.THREAD_POOL_VARS}
     yield
     torch.set_num_threads(threads)
-    if omp is None:
-        os.environ.pop("OMP_NUM_THREADS", None)
-    else:
-        os.environ["OMP_NUM_THREADS"] = omp
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 def run(tmp_path, **kw):
