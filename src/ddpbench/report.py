@@ -189,18 +189,49 @@ def comparisons_table(cmp: pd.DataFrame, shown: list[str]) -> Table:
                  ["unstable" if bool(r["unstable"]) else "" for _, r in order.iterrows()])  # fmt: skip
 
 
+KIND_ORDER = {"fit": 0, "prediction": 1, "measured": 2}
+LAW_TEXT = {"amdahl": "Amdahl", "gustafson": "Gustafson", "karp_flatt": "Karp–Flatt", "cost_model": "cost model",
+            "comm_sweep": "collective sweep"}  # fmt: skip
+
+
+def karp_flatt_note(e: float) -> str:
+    """What a Karp–Flatt value says: e > 1 is not a serial fraction but a slowdown."""
+    if pd.isna(e):
+        return ""
+    if e > 1:
+        return "e > 1: the parallel run was slower than one process (S < 1); overhead, not a serial fraction"
+    return "serial fraction implied by the measured speedup; rising with p means overhead grows with p"
+
+
 def fits_table(fits: pd.DataFrame) -> Table:
+    """Estimates first (fits, then predictions, then Karp–Flatt); laws that could not be fitted
+    are summarised once per law and reason in the note, never a row per group."""
     if fits.empty:
         return Table([], [], "no fits: no scaling group")
+    numeric = fits[fits["kind"].isin(KIND_ORDER)].copy()
+    numeric["_order"] = numeric["kind"].map(KIND_ORDER)
+    numeric = numeric.sort_values(["_order", "law", "group", "p"], kind="stable")
     rows = []
-    for _, r in fits.iterrows():
-        kind = "PREDICTION" if r["kind"] == "prediction" else r["kind"]
-        rows.append([r["group"], r["law"], r["parameter"], num(r["p"]), kind,
-                     with_ci(r["estimate"], r["ci_low"], r["ci_high"]), num(r["n_points"]), num(r["r2"]),
-                     str(r["note"]) if pd.notna(r["note"]) else ""])  # fmt: skip
-    return Table(["group", "law", "parameter", "p", "kind", "estimate [interval]", "points", "R²", "note"], rows,
-                 "Karp–Flatt intervals follow from the speedup's 95% Welch interval; fitted parameters and predictions "
-                 "carry nominal 95% intervals under each model's assumptions, coverage not tested (see Methodology)")
+    for _, r in numeric.iterrows():
+        kind = "PREDICTION (extrapolated)" if r["kind"] == "prediction" else r["kind"]
+        note = karp_flatt_note(r["estimate"]) if r["law"] == "karp_flatt" else str(r["note"]) if pd.notna(r["note"]) else ""
+        rows.append([LAW_TEXT.get(r["law"], r["law"]), r["parameter"], with_ci(r["estimate"], r["ci_low"], r["ci_high"]),
+                     num(r["p"]), r["group"], kind, num(r["n_points"]), num(r["r2"]), note])  # fmt: skip
+    return Table(["law", "parameter", "estimate [interval]", "p", "group", "kind", "points", "R²", "note"], rows,
+                 " ".join([unfitted_summary(fits), "Karp–Flatt intervals follow from the speedup's 95% Welch "
+                           "interval; fitted parameters and predictions carry nominal 95% intervals under each "
+                           "model's assumptions, coverage not tested (see Methodology)."]).strip(),
+                 ["prediction" if k == "prediction" else "" for k in numeric["kind"]])  # fmt: skip
+
+
+def unfitted_summary(fits: pd.DataFrame) -> str:
+    """One sentence per law and reason for the groups a law could not be fitted to."""
+    missing = fits[~fits["kind"].isin(KIND_ORDER)]
+    parts = []
+    for (law, note), g in missing.groupby(["law", "note"], sort=True, dropna=False):
+        n = g["group"].nunique()
+        parts.append(f"{LAW_TEXT.get(law, law)} not fitted in {n} group{'s' if n != 1 else ''}: {note}.")
+    return " ".join(parts)
 
 
 def problems_table(runs: pd.DataFrame, shown: list[str]) -> Table:
@@ -394,7 +425,8 @@ DEFINITIONS = [
                "T(1) free; interval: Student t from the covariance; strong scaling only"),
     ("Gustafson", "S(p) = p − α(p − 1) for weak scaling; least squares through S(1) = 1; Student-t interval"),
     ("Karp–Flatt", "e(p) = (1/S − 1/p)/(1 − 1/p) at every measured p > 1, interval from the speedup's; "
-                   "rising e means overhead growing with p"),
+                   "rising e means overhead growing with p; e > 1 happens exactly when S < 1 (the parallel run "
+                   "was slower than one process) and is then overhead, not a serial fraction"),
     ("cost model", "T(p) = T_comp/p + T_comm(p) + T_sync per step, T_comm(p) = α·calls + v(p)·M/B with v the "
                    "strategy's volume law (all-reduce 2(p − 1)/p, gather/scatter p − 1, ZeRO 3(p − 1)/p, "
                    "point-to-point 1; all-reduce for runs that do not state it); M from the measured bytes under "

@@ -226,3 +226,30 @@ def test_phase_figure_draws_other_when_runs_carry_it(full, tmp_path):
     runs = make_runs(world_sizes=(1, 2), strategies=("single", "ddp"), repeats=1, failures=False)
     assert report.main(_write(tmp_path, runs.drop(columns=["phase_other_s", "frac_other"]))) == 0
     assert ">other<" not in (tmp_path / "out" / "figures" / "phases.svg").read_text()
+
+
+def test_fits_lead_with_estimates_and_summarise_what_could_not_be_fitted():
+    from ddpbench import report
+
+    nan = float("nan")
+    fits = pd.DataFrame(
+        [
+            dict(group=f"strategy={s}", law="amdahl", parameter="-", p=nan, kind="too few points", estimate=nan,
+                 ci_low=nan, ci_high=nan, n_points=6, r2=nan,
+                 note="too few points: 2 distinct worker counts, Amdahl needs 3")
+            for s in ("ddp", "allreduce", "ring_allreduce")
+        ]
+        + [
+            dict(group="strategy=ddp", law="karp_flatt", parameter="e", p=2, kind="measured", estimate=2.8,
+                 ci_low=2.1, ci_high=3.6, n_points=6, r2=nan, note="experimentally determined serial fraction"),
+            dict(group="strategy=allreduce", law="karp_flatt", parameter="e", p=2, kind="measured", estimate=0.2,
+                 ci_low=0.1, ci_high=0.3, n_points=6, r2=nan, note=""),
+        ]
+    )  # fmt: skip
+    table = report.fits_table(fits)
+    assert len(table.rows) == 2  # the three unfitted groups are one sentence, not three rows
+    assert table.note.count("Amdahl not fitted in 3 groups: too few points: 2 distinct worker counts, Amdahl needs 3") == 1
+    assert table.columns[:3] == ["law", "parameter", "estimate [interval]"]
+    notes = {r[4]: r[-1] for r in table.rows}
+    assert "slower than one process" in notes["strategy=ddp"]
+    assert "slower" not in notes["strategy=allreduce"] and "serial fraction" in notes["strategy=allreduce"]
