@@ -1,0 +1,266 @@
+"""Findings first (issue 12): sentences from hand-made tables and from report_synth through the real analysis."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from report_synth import make_runs
+
+from ddpbench import analysis
+from ddpbench.findings import ANCHORS, KINDS, Finding, findings, pct_text, ratio_text, sig3
+
+EMPTY = pd.DataFrame()
+
+
+def check(items):
+    """Every finding is well formed: a known kind, a non-empty sentence, an allowed anchor."""
+    for f in items:
+        assert isinstance(f, Finding)
+        assert f.kind in KINDS
+        assert f.text.strip() and f.text.endswith(".")
+        assert f.anchor and (f.anchor in ANCHORS or f.anchor.startswith("fig-"))
+        assert "nan" not in f.text.lower().replace("nanos", "")
+    return items
+
+
+def of(items, kind):
+    return [f for f in items if f.kind == kind]
+
+
+def cmp_row(a, b, ratio, lo, hi, p=2, **extra):
+    iv = analysis.Interval(ratio, lo, hi, 0.95)
+    return dict(world_size=p, strategy_a=a, strategy_b=b, n_a=3, n_b=3, ratio=ratio, ratio_ci_low=lo,
+                ratio_ci_high=hi, ratio_ci_level=0.95, verdict=analysis.verdict(iv), unstable=False,
+                unstable_cause="", versions_differ=False, **extra)  # fmt: skip
+
+
+def speed_row(strategy, p, s, lo, hi, **extra):
+    return dict(strategy=strategy, world_size=p, nodes=1, n_repeats=3, baseline="single", speedup=s, speedup_ci_low=lo,
+                speedup_ci_high=hi, speedup_ci_level=0.95, efficiency=s / p, efficiency_ci_low=lo / p,
+                efficiency_ci_high=hi / p, measure="speedup", unstable=False, versions_differ=False, **extra)  # fmt: skip
+
+
+# -- formatting ------------------------------------------------------------------------------
+
+
+def test_numbers_have_three_significant_digits():
+    assert sig3(1.5234) == "1.52"
+    assert sig3(0.012345) == "0.0123"
+    assert sig3(6126.3) == "6130"
+    assert sig3(9.996) == "10.0"
+    assert sig3(np.nan) == "–"
+    assert ratio_text(1.5234, 1.311, 1.7649) == "1.52× [1.31, 1.76]"
+    assert ratio_text(1.5) == "1.50× (no interval)"
+    assert pct_text(0.312, 0.284, 0.341) == "31.2 % [28.4, 34.1]"
+    assert pct_text(0.312, 0.284, 0.341, 0.75) == "31.2 % [28.4, 34.1] (75 % interval)"
+
+
+# -- winners ---------------------------------------------------------------------------------
+
+
+def test_a_clear_difference_is_reported_with_its_interval():
+    # allreduce/ddp = 1/1.52: ddp is 1.52x faster, its interval [1.31, 1.76] excludes 1
+    comparisons = pd.DataFrame([cmp_row("allreduce", "ddp", 1 / 1.52, 1 / 1.76, 1 / 1.31, batch_size=128)])
+    out = check(findings(EMPTY, EMPTY, EMPTY, comparisons, EMPTY))
+    (w,) = of(out, "winner")
+    assert w.text == "ddp is 1.52× [1.31, 1.76] faster than allreduce at world size 2."
+    assert w.anchor == "comparisons"
+
+
+def test_overlapping_intervals_give_no_winner():
+    comparisons = pd.DataFrame([cmp_row("allreduce", "ddp", 1.05, 0.9, 1.2)])
+    (w,) = of(check(findings(EMPTY, EMPTY, EMPTY, comparisons, EMPTY)), "winner")
+    assert "faster than" not in w.text and "fastest" not in w.text
+    assert w.text == ("No detectable difference between allreduce and ddp at world size 2: allreduce's throughput is "
+                      "1.05× [0.900, 1.20] ddp's, an interval that holds 1.")
+
+
+def test_no_interval_gives_no_winner():
+    comparisons = pd.DataFrame([cmp_row("allreduce", "ddp", 2.0, np.nan, np.nan)])
+    (w,) = of(check(findings(EMPTY, EMPTY, EMPTY, comparisons, EMPTY)), "winner")
+    assert "faster" not in w.text and "no winner" in w.text
+
+
+def test_one_strategy_winning_everywhere_is_one_sentence():
+    comparisons = pd.DataFrame([cmp_row("allreduce", "ddp", 1 / m, 1 / (m + 0.1), 1 / (m - 0.1), p=p)
+                                for p, m in ((2, 1.2), (4, 1.35), (8, 1.5))])  # fmt: skip
+    (w,) = of(check(findings(EMPTY, EMPTY, EMPTY, comparisons, EMPTY)), "winner")
+    assert w.text.startswith("ddp is the fastest at every world size measured, by 1.20× [1.10, 1.30] to 1.50×")
+    assert "allreduce" in w.text
+
+
+def test_mixed_outcomes_name_only_the_settings_with_a_winner():
+    comparisons = pd.DataFrame([cmp_row("allreduce", "ddp", 1 / 1.5, 1 / 1.6, 1 / 1.4, p=4),
+                                cmp_row("allreduce", "ddp", 1 / 1.4, 1 / 1.5, 1 / 1.3, p=8),
+                                cmp_row("allreduce", "ddp", 0.98, 0.9, 1.07, p=2)])  # fmt: skip
+    out = of(check(findings(EMPTY, EMPTY, EMPTY, comparisons, EMPTY)), "winner")
+    assert len(out) == 2
+    assert out[0].text.startswith("ddp is the fastest at world sizes 4 and 8")
+    assert out[1].text == ("No detectable difference between ddp and allreduce at world size 2: ddp's throughput is "
+                           "1.02× [0.935, 1.11] allreduce's, an interval that holds 1.")
+
+
+def test_winner_is_the_fastest_of_three_and_margin_is_over_the_runner_up():
+    # throughputs: a 100, b 150, c 120 -> b fastest, c runner-up, b/c = 1.25
+    comparisons = pd.DataFrame([cmp_row("a", "b", 100 / 150, 0.6, 0.7), cmp_row("a", "c", 100 / 120, 0.8, 0.87),
+                                cmp_row("b", "c", 1.25, 1.1, 1.4)])  # fmt: skip
+    (w,) = of(check(findings(EMPTY, EMPTY, EMPTY, comparisons, EMPTY)), "winner")
+    assert w.text == "b is 1.25× [1.10, 1.40] faster than c at world size 2."
+
+
+# -- scaling ---------------------------------------------------------------------------------
+
+
+def test_speedup_below_one_is_worded_slower():
+    speed = pd.DataFrame([speed_row("single", 1, 1.0, 1.0, 1.0), speed_row("ddp", 2, 1.6, 1.5, 1.7),
+                          speed_row("allreduce", 2, 0.8, 0.7, 0.9)])  # fmt: skip
+    out = of(check(findings(EMPTY, EMPTY, speed, EMPTY, EMPTY)), "scaling")
+    assert out[0].text.startswith("At world size 2, ddp is 1.60× [1.50, 1.70] faster than one process")
+    assert "efficiency 80.0 % [75.0, 85.0]" in out[0].text
+    assert "allreduce is slower than one process: speedup 0.800× [0.700, 0.900]" in out[1].text
+    assert all(f.anchor == "speedup-table" for f in out)
+
+
+def test_speedup_interval_holding_one_is_not_called_slower_or_faster():
+    speed = pd.DataFrame([speed_row("ddp", 2, 0.95, 0.85, 1.06)])
+    (f,) = of(check(findings(EMPTY, EMPTY, speed, EMPTY, EMPTY)), "scaling")
+    assert "not detectably faster than one process" in f.text and "slower" not in f.text
+
+
+def test_scaling_without_baseline_says_why():
+    runs = pd.DataFrame([dict(strategy="ddp", world_size=2, status="ok", epoch_time_s=1.0)])
+    (f,) = of(check(findings(runs, EMPTY, EMPTY, EMPTY, EMPTY)), "scaling")
+    assert "no run at world size 1" in f.text
+
+
+# -- time, batch -----------------------------------------------------------------------------
+
+
+def test_time_names_the_dominant_phase_and_exposed_comm_and_large_imbalance():
+    cells = pd.DataFrame([dict(strategy="ddp", world_size=4, samples_per_s=100.0, frac_data=0.05, frac_forward=0.2,
+                               frac_backward=0.35, frac_exposed_comm=0.31, frac_exposed_comm_ci_low=0.28,
+                               frac_exposed_comm_ci_high=0.34, frac_exposed_comm_ci_level=0.95, frac_comm=0.5,
+                               frac_optimizer=0.05, frac_other=0.04, frac_imbalance=0.15,
+                               frac_imbalance_ci_low=0.12, frac_imbalance_ci_high=0.2)])  # fmt: skip
+    out = of(check(findings(EMPTY, cells, EMPTY, EMPTY, EMPTY)), "time")
+    assert "backward takes the largest share" in out[0].text
+    assert "exposed communication takes 31.0 % [28.0, 34.0] of the step" in out[0].text
+    assert "imbalance" in out[1].text and "15.0 % [12.0, 20.0]" in out[1].text
+
+
+def test_batch_ratio_from_cells_is_labelled_without_interval():
+    cells = pd.DataFrame([dict(strategy="ddp", world_size=2, batch_size=b, samples_per_s=t) for b, t in ((32, 100.0), (128, 150.0))])
+    (f,) = of(check(findings(EMPTY, cells, EMPTY, EMPTY, EMPTY)), "batch")
+    assert f.text == ("For ddp at world size 2, throughput at batch 128 is 1.50× (ratio of the two cells' estimates, "
+                      "no interval) that at batch 32: no interval to judge the change by.")
+    assert f.anchor == "fig-throughput_vs_batch"
+
+
+# -- fits --------------------------------------------------------------------------------------
+
+
+def test_unfitted_amdahl_says_why_once():
+    fits = pd.DataFrame([dict(group=f"strategy={s}", strategy=s, law="amdahl", parameter="-", p=np.nan,
+                              kind="too few points", estimate=np.nan, ci_low=np.nan, ci_high=np.nan, n_points=6,
+                              r2=np.nan, note="too few points: 2 distinct worker counts, Amdahl needs 3")
+                         for s in ("ddp", "allreduce")])  # fmt: skip
+    speed = pd.DataFrame([speed_row("ddp", 1, 1.0, 0.9, 1.1), speed_row("ddp", 2, 1.8, 1.7, 1.9)])
+    (f,) = of(check(findings(EMPTY, EMPTY, speed, EMPTY, fits)), "fit")
+    assert f.text == "Amdahl's law was not fitted: it needs ≥ 3 world sizes; this grid has 2."
+
+
+def test_fitted_serial_fraction_and_prediction_labelled_extrapolation():
+    base = dict(group="strategy=ddp", strategy="ddp", n_points=12, note="")
+    fits = pd.DataFrame([dict(base, law="amdahl", parameter="f", p=np.nan, kind="fit", estimate=0.1, ci_low=0.09,
+                              ci_high=0.12, r2=0.99),
+                         dict(base, law="amdahl", parameter="speedup", p=16, kind="prediction", estimate=6.1,
+                              ci_low=5.8, ci_high=6.5, r2=np.nan),
+                         dict(base, law="amdahl", parameter="speedup", p=32, kind="prediction", estimate=7.4,
+                              ci_low=6.8, ci_high=8.0, r2=np.nan)])  # fmt: skip
+    out = of(check(findings(EMPTY, EMPTY, EMPTY, EMPTY, fits)), "fit")
+    assert "serial fraction f = 10.0 % [9.00, 12.0]" in out[0].text
+    assert out[1].text.startswith("Extrapolation, not a measurement: at world size 32")
+    assert "7.40× [6.80, 8.00]" in out[1].text
+
+
+# -- warnings ----------------------------------------------------------------------------------
+
+
+def test_failed_cell_is_a_warning_naming_the_cell_and_reason():
+    runs = pd.DataFrame([dict(strategy="ddp", world_size=2, status="ok", reason="", samples_per_s=10.0),
+                         dict(strategy="ddp", world_size=16, status="failed", reason="RuntimeError: boom\ntrace",
+                              samples_per_s=np.nan)])  # fmt: skip
+    cells = pd.DataFrame([dict(strategy="ddp", world_size=2, n_failed=0, n_timeout=0, n_skipped=0),
+                          dict(strategy="ddp", world_size=16, n_failed=1, n_timeout=0, n_skipped=0)])  # fmt: skip
+    for c in (cells, EMPTY):  # from cells.csv's counts, and from the runs alone
+        (w,) = of(check(findings(runs, c, EMPTY, EMPTY, EMPTY)), "warning")
+        assert w.text == "1 run failed in 1 cell: ddp at world size 16 (RuntimeError: boom)."
+        assert w.anchor == "problems"
+
+
+def test_many_unstable_cells_name_three_then_and_more():
+    cells = pd.DataFrame([dict(strategy="ddp", world_size=p, unstable=True, unstable_cause="busy machine", n_busy=1)
+                          for p in (1, 2, 4, 8, 16)])  # fmt: skip
+    out = of(check(findings(EMPTY, cells, EMPTY, EMPTY, EMPTY)), "warning")
+    unstable = next(f for f in out if "unstable" in f.text)
+    assert unstable.text.startswith("5 cells are flagged unstable")
+    assert unstable.text.endswith("ddp at world size 4 (busy machine) and 2 more.")
+    assert any(f.text.startswith("5 runs were measured on a busy machine") for f in out)
+
+
+def test_empty_inputs_give_sensible_output():
+    assert findings(EMPTY, EMPTY, EMPTY, EMPTY, EMPTY) == []
+    assert findings(None, None, None, None, None) == []
+    runs = pd.DataFrame([dict(strategy="ddp", world_size=2, status="failed", reason="x")])
+    out = check(findings(runs, EMPTY, EMPTY, EMPTY, EMPTY))
+    assert any("No run finished ok" in f.text for f in out)
+    assert of(out, "scaling") and "no run finished ok" in of(out, "scaling")[0].text
+
+
+def test_max_items_keeps_one_of_each_kind():
+    comparisons = pd.DataFrame([cmp_row("allreduce", "ddp", 0.98, 0.9, 1.07, p=p) for p in (2, 4)])
+    speed = pd.DataFrame([speed_row(s, 4, 3.0 - i / 10, 2.8 - i / 10, 3.2 - i / 10) for i, s in enumerate("abcdef")])
+    cells = pd.DataFrame([dict(strategy="a", world_size=4, samples_per_s=1.0, frac_exposed_comm=0.2, n_failed=1,
+                               unstable=True, unstable_cause="x")])  # fmt: skip
+    full = check(findings(EMPTY, cells, speed, comparisons, EMPTY))
+    short = check(findings(EMPTY, cells, speed, comparisons, EMPTY, max_items=4))
+    assert len(short) == 4 and {f.kind for f in short} == {f.kind for f in full}
+    assert len(check(findings(EMPTY, cells, speed, comparisons, EMPTY, max_items=2))) == 2
+
+
+# -- the synthetic report data through the real analysis -----------------------------------------
+
+
+def _tables(**kw):
+    runs = analysis.load_runs_frame(make_runs(**kw))
+    speed = analysis.speedup_table(runs)
+    return runs, analysis.cell_stats(runs), speed, analysis.comparisons_table(runs), analysis.fits_table(runs, speed, n_boot=20)
+
+
+@pytest.mark.parametrize("kw, kinds", [
+    ({}, {"winner", "scaling", "time", "fit", "warning"}),
+    (dict(batch_sizes=(64, 128), dataset_sizes=(4096, 8192), world_sizes=(1, 2)), set(KINDS)),
+    (dict(scaling="weak", failures=False), {"winner", "scaling", "time", "fit"}),
+])  # fmt: skip
+def test_report_synth_through_the_analysis(kw, kinds):
+    runs, cells, speed, comparisons, fits = _tables(**kw)
+    out = check(findings(runs, cells, speed, comparisons, fits))
+    assert len(out) <= 12
+    assert kinds <= {f.kind for f in out}
+    decided = comparisons["verdict"].isin(["A faster", "B faster"]).any()
+    if not decided:  # never a winner where no interval excludes 1
+        assert not any("faster than" in f.text or "fastest" in f.text for f in of(out, "winner"))
+    if kw.get("failures", True):
+        assert any("failed" in f.text and f.anchor == "problems" for f in out)
+
+
+def test_report_synth_clear_winner():
+    # allreduce made 30 % slower: ddp must win wherever the interval excludes 1
+    runs = make_runs(failures=False, noise=0.01)
+    slow = (runs["strategy"] == "allreduce") & (runs["world_size"] > 1)
+    runs.loc[slow, "epoch_time_s"] *= 1.3
+    runs.loc[slow, "samples_per_s"] /= 1.3
+    runs = analysis.load_runs_frame(runs)
+    speed = analysis.speedup_table(runs)
+    out = check(findings(runs, analysis.cell_stats(runs), speed, analysis.comparisons_table(runs),
+                         analysis.fits_table(runs, speed, n_boot=20)))  # fmt: skip
+    assert of(out, "winner")[0].text.startswith("ddp is the fastest at world sizes 2, 4 and 8, by 1.")
