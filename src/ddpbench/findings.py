@@ -221,7 +221,9 @@ def _rank(g: pd.DataFrame) -> list[str]:
 
 def _oriented(r, top: str) -> tuple[float, float, float, str]:
     """(ratio, low, high, verdict) of `top` over the other strategy of comparison row r."""
-    est, lo, hi, verdict = _num(r, "ratio"), _num(r, "ratio_ci_low"), _num(r, "ratio_ci_high"), str(r["verdict"])
+    est, lo, hi = _num(r, "ratio"), _num(r, "ratio_ci_low"), _num(r, "ratio_ci_high")
+    # The verdict follows the interval itself (analysis.verdict): no interval, no winner, whatever the column says.
+    verdict = analysis.verdict(analysis.Interval(est, lo, hi))
     if str(r["strategy_a"]) == top:
         return est, lo, hi, verdict
     flip = {"A faster": "B faster", "B faster": "A faster"}
@@ -229,12 +231,15 @@ def _oriented(r, top: str) -> tuple[float, float, float, str]:
 
 
 def _where(settings: list[str], setting_cols: list[str], total: int) -> str:
-    """'at every world size measured', 'at world sizes 2, 4 and 8', 'at world size 2, batch 64; ...'."""
+    """' at every world size measured', ' at world sizes 2, 4 and 8', ' at world size 2, batch 64; ...',
+    or '' when the table has no setting columns."""
     if len(settings) == total and total > 1:
-        return "at every world size measured" if setting_cols == ["world_size"] else "at every setting measured"
+        return " at every world size measured" if setting_cols == ["world_size"] else " at every setting measured"
+    if not any(settings):
+        return ""
     if setting_cols == ["world_size"] and len(settings) > 1:
-        return "at world sizes " + _listing([s.removeprefix("world size ") for s in settings], limit=6)
-    return "at " + _listing(settings, sep="; ")
+        return " at world sizes " + _listing([s.removeprefix("world size ") for s in settings], limit=6)
+    return " at " + _listing(settings, sep="; ")
 
 
 def winner_findings(comparisons: pd.DataFrame, shown: list[str]) -> list[Finding]:
@@ -254,7 +259,7 @@ def winner_findings(comparisons: pd.DataFrame, shown: list[str]) -> list[Finding
             continue
         r = pair.iloc[0]
         est, lo, hi, verdict = _oriented(r, top)
-        where = _setting(r, shown_setting) or "the one setting"
+        where = _setting(r, shown_setting)
         flags = (" (unstable)" if _truthy(r.get("unstable", False)) else "") + (
             " (different code versions)" if _truthy(r.get("versions_differ", False)) else "")
         if verdict == "A faster":
@@ -276,27 +281,33 @@ def winner_findings(comparisons: pd.DataFrame, shown: list[str]) -> list[Finding
         if kind == "win":
             if len(items) == 1:
                 win, lose, est, lo, hi, level, flags = items[0][1]
-                text = f"{win} is {ratio_text(est, lo, hi, level)} faster than {lose} {place}{flags}."
+                text = f"{win} is {ratio_text(est, lo, hi, level)} faster than {lose}{place}{flags}."
             else:
                 margins = sorted(items, key=lambda it: it[1][2])
                 lo_m, hi_m = margins[0][1], margins[-1][1]
                 losers = sorted({d[1] for _, d in items})
                 runner = f"the runner-up ({_listing(losers)})"
-                text = (f"{key} is the fastest {place}, by {ratio_text(*lo_m[2:6])} to {ratio_text(*hi_m[2:6])} "
-                        f"over {runner}.")
+                if sig3(lo_m[2]) == sig3(hi_m[2]):
+                    lows, highs = [d[3] for _, d in items], [d[4] for _, d in items]
+                    by = f"by {sig3(lo_m[2])}× at each, every interval within [{sig3(min(lows))}, {sig3(max(highs))}],"
+                else:
+                    by = f"by {ratio_text(*lo_m[2:6])} to {ratio_text(*hi_m[2:6])}"
+                n_flag = sum(bool(d[6]) for _, d in items)
+                flags = f" ({n_flag} of these comparisons flagged)" if n_flag else ""
+                text = f"{key} is the fastest{place}, {by} over {runner}{flags}."
             out.append(Finding("winner", text, "comparisons"))
         elif kind == "tie":
             top, second, est, lo, hi, flags = items[0][1]
             if len(items) == 1:
-                text = (f"No detectable difference between {top} and {second} {place}: {top}'s throughput is "
+                text = (f"No detectable difference between {top} and {second}{place}: {top}'s throughput is "
                         f"{ratio_text(est, lo, hi)} {second}'s, an interval that holds 1{flags}.")
             else:
                 ests = sorted(d[2] for _, d in items)
-                text = (f"No detectable difference between {key[0]} and {key[1]} {place}: every throughput ratio's "
+                text = (f"No detectable difference between {key[0]} and {key[1]}{place}: every throughput ratio's "
                         f"interval holds 1 (the faster over the slower by {sig3(ests[0])}× to {sig3(ests[-1])}×, point estimates).")
             out.append(Finding("winner", text, "comparisons"))
         else:
-            text = (f"{key[0]} and {key[1]} cannot be compared {place}: fewer than 2 repeats on a side, "
+            text = (f"{key[0]} and {key[1]} cannot be compared{place}: fewer than 2 repeats on a side, "
                     "so no interval and no winner.")
             out.append(Finding("winner", text, "comparisons"))
     return out
@@ -307,8 +318,9 @@ def winner_findings(comparisons: pd.DataFrame, shown: list[str]) -> list[Finding
 
 def _largest(speed: pd.DataFrame) -> pd.DataFrame:
     """The speedup rows at the largest world size, best first."""
+    speed = speed[pd.to_numeric(speed["speedup"], errors="coerce").notna()]
     p = pd.to_numeric(speed["world_size"], errors="coerce")
-    top = speed[(p == p.max()) & speed["speedup"].notna()]
+    top = speed[p == p.max()]
     return top.sort_values("speedup", ascending=False, kind="stable")
 
 
@@ -335,15 +347,18 @@ def scaling_findings(runs: pd.DataFrame, speed: pd.DataFrame, shown: list[str]) 
     for i in order:
         r = rows.iloc[i]
         s, lo, hi = _num(r, "speedup"), _num(r, "speedup_ci_low"), _num(r, "speedup_ci_high")
-        e = pct_text(_num(r, "efficiency"), _num(r, "efficiency_ci_low"), _num(r, "efficiency_ci_high"))
+        pn = float(p)
+        e = pct_text(*(_num(r, f"efficiency{x}") if _finite(_num(r, f"efficiency{x}")) else _num(r, f"speedup{x}") / pn
+                       for x in ("", "_ci_low", "_ci_high")))
         measure = str(r.get("measure", "speedup")) if pd.notna(r.get("measure", np.nan)) else "speedup"
         where = ", ".join(filter(None, [f"world size {p}", _setting(r, cols)]))
         who = str(r["strategy"]) if "strategy" in r else "the cell"
         sv = ratio_text(s, lo, hi, r.get("speedup_ci_level", np.nan))
         has_iv = _finite(lo) and _finite(hi)
-        scaled = " (scaled speedup, weak scaling)" if measure == "scaled speedup" else ""
-        if has_iv and lo > 1:
-            text = f"At {where}, {who} is {sv} faster than one process{scaled}, efficiency {e}"
+        if measure == "scaled speedup":  # weak scaling: more work per step, not the same work faster
+            text = f"At {where}, {who} reaches a scaled speedup (weak scaling) of {sv} over one process, efficiency {e}"
+        elif has_iv and lo > 1:
+            text = f"At {where}, {who} is {sv} faster than one process, efficiency {e}"
         elif has_iv and hi < 1:
             text = f"At {where}, {who} is slower than one process: {measure} {sv}, efficiency {e}"
         elif has_iv:
@@ -514,7 +529,7 @@ def fit_findings(fits: pd.DataFrame, speed: pd.DataFrame, runs: pd.DataFrame) ->
         if r["parameter"] == "f":
             value = f"serial fraction f = {pct_text(r['estimate'], r['ci_low'], r['ci_high'])}"
         else:
-            value = f"α = {sig3(r['estimate'])}" + (f" [{sig3(r['ci_low'])}, {sig3(r['ci_high'])}]"
+            value = "serial fraction α = " + f"{sig3(r['estimate'])}" + (f" [{sig3(r['ci_low'])}, {sig3(r['ci_high'])}]"
                                                     if _finite(r["ci_low"]) and _finite(r["ci_high"]) else " (no interval)")
         fit_q = f"R² {sig3(r['r2'])}, " if _finite(r.get("r2")) else ""
         out.append(Finding("fit", f"{law} fits {who} with {value} ({fit_q}{int(_num(r, 'n_points'))} runs).", "fits"))
@@ -523,7 +538,8 @@ def fit_findings(fits: pd.DataFrame, speed: pd.DataFrame, runs: pd.DataFrame) ->
             if len(pred):
                 p_max = pd.to_numeric(pred["p"], errors="coerce").max()
                 at = pred[pd.to_numeric(pred["p"], errors="coerce") == p_max]
-                said = [f"{LAW_TEXT.get(str(q['law']), str(q['law']))} predicts a speedup of "
+                measure = "scaled speedup" if str(r["law"]) == "gustafson" else "speedup"
+                said = [f"{LAW_TEXT.get(str(q['law']), str(q['law']))} predicts a {measure} of "
                         f"{ratio_text(q['estimate'], q['ci_low'], q['ci_high'])}" for _, q in at.iterrows()]
                 out.append(Finding("fit", f"Extrapolation, not a measurement: at world size {_value(p_max)}, for "
                                           f"{who}, {_listing(said, limit=4, sep='; ')}.", "fits"))
@@ -607,6 +623,13 @@ def warning_findings(runs: pd.DataFrame, cells: pd.DataFrame, shown: list[str]) 
 # -- all together -------------------------------------------------------------------------------
 
 
+def _needs(df: pd.DataFrame, required: list[str], optional: list[str]) -> pd.DataFrame:
+    if df.empty or not set(required) <= set(df.columns):
+        return pd.DataFrame()
+    missing = [c for c in optional if c not in df.columns]
+    return df.assign(**{c: np.nan for c in missing}) if missing else df
+
+
 def _trim(groups: dict[str, list[Finding]], max_items: int) -> list[Finding]:
     """At most PER_KIND per kind, then at most max_items in all: the longest kind loses its last
     item first (the later kind on a tie), so every kind keeps one while it can."""
@@ -625,6 +648,12 @@ def findings(runs, cells, speed, comparisons, fits, max_items: int = 12) -> list
     """The report's findings, most actionable first: winners, scaling, where the time goes,
     batch and dataset size, fits, warnings (see the module docstring for the rules)."""
     runs, cells, speed, comparisons, fits = map(_frame, (runs, cells, speed, comparisons, fits))
+    # Tables without the columns a rule needs count as empty; optional columns are added as missing.
+    speed = _needs(speed, ["world_size", "speedup"], analysis.SPEEDUP_COLUMNS)
+    if not speed.empty:
+        speed = speed[pd.to_numeric(speed["world_size"], errors="coerce").notna()]
+    comparisons = _needs(comparisons, ["strategy_a", "strategy_b", "ratio", "verdict"], analysis.COMPARISON_COLUMNS)
+    fits = _needs(fits, ["law", "kind", "estimate"], analysis.FIT_COLUMNS)
     shown = _shown(cells, runs, speed, comparisons)
     groups = {
         "winner": winner_findings(comparisons, shown),

@@ -264,3 +264,25 @@ def test_report_synth_clear_winner():
     out = check(findings(runs, analysis.cell_stats(runs), speed, analysis.comparisons_table(runs),
                          analysis.fits_table(runs, speed, n_boot=20)))  # fmt: skip
     assert of(out, "winner")[0].text.startswith("ddp is the fastest at world sizes 2, 4 and 8, by 1.")
+
+
+def test_a_verdict_without_an_interval_is_no_winner():
+    # a hand-made row claiming "A faster" with no interval: the interval decides, not the column
+    comparisons = pd.DataFrame([dict(strategy_a="a", strategy_b="b", ratio=1.2, verdict="A faster")])
+    (w,) = of(check(findings(EMPTY, EMPTY, EMPTY, comparisons, EMPTY)), "winner")
+    assert "faster" not in w.text and w.text.startswith("a and b cannot be compared:")
+
+
+def test_tables_missing_columns_do_not_raise():
+    out = check(findings(None, pd.DataFrame([dict(world_size=2)]), pd.DataFrame([dict(speedup=2.0, world_size=2)]),
+                         pd.DataFrame([dict(strategy_a="a")]), pd.DataFrame([dict(law="amdahl")])))  # fmt: skip
+    assert [f.kind for f in out] == ["scaling"]
+    assert "efficiency 100 % (no interval)" in out[0].text
+
+
+def test_tables_read_back_from_csv_give_the_same_findings():
+    import io
+
+    tables = _tables(batch_sizes=(64, 128))
+    back = [pd.read_csv(io.StringIO(t.to_csv(index=False))) for t in tables]
+    assert findings(*tables) == findings(*back)
