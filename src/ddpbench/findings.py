@@ -51,6 +51,7 @@ ANCHORS = ("comparisons", "speedup-table", "cells", "fits", "problems", "fig-pha
            "fig-dataset_size")  # fmt: skip
 # At most this many findings per kind before the overall limit is applied.
 PER_KIND = {"winner": 3, "scaling": 3, "time": 2, "batch": 1, "dataset": 1, "fit": 3, "warning": 6}
+TRIM_FIRST = ("scaling", "fit", "winner", "time", "batch", "dataset", "warning")  # who gives up extras first
 LARGE_IMBALANCE = 0.1
 NAMED = 3  # cells named in a warning before "and N more"
 PHASES = ("data", "forward", "backward", "exposed_comm", "optimizer", "other")  # they partition a step
@@ -632,10 +633,10 @@ def _needs(df: pd.DataFrame, required: list[str], optional: list[str]) -> pd.Dat
 
 def _trim(groups: dict[str, list[Finding]], max_items: int) -> list[Finding]:
     """At most PER_KIND per kind, then at most max_items in all: the longest kind loses its last
-    item first (the later kind on a tie), so every kind keeps one while it can."""
+    item first (on a tie in the order of TRIM_FIRST: warnings last), so every kind keeps one while it can."""
     kept = {k: list(groups.get(k, []))[: PER_KIND[k]] for k in KINDS}
     while sum(map(len, kept.values())) > max(max_items, 0):
-        longest = max(reversed(KINDS), key=lambda k: len(kept[k]))
+        longest = max(TRIM_FIRST, key=lambda k: len(kept[k]))  # max keeps the first of equals
         if len(kept[longest]) > 1:
             kept[longest].pop()
         else:  # every kind down to one: drop whole kinds from the end, warnings last
