@@ -2,11 +2,11 @@
 
 `workflow/schemas/config.schema.yaml` is this module's output, committed so Snakemake
 (and a reader) can use it without running Python. Regenerate after changing a cell
-parameter, and print the README's configuration reference from the same source:
+parameter, and print the configuration reference (docs/configuration.md) from the same source:
 
     python -m ddpbench.config_schema --write      # rewrite the schema file
     python -m ddpbench.config_schema --check      # exit 1 if the committed file is stale
-    python -m ddpbench.config_schema --markdown   # the README reference tables
+    python -m ddpbench.config_schema --markdown   # docs/configuration.md's reference tables
 
 Strategy names are not an enum here: the registry is the modules in
 `ddpbench/strategies/`, which the workflow checks with `params.check_values` at parse
@@ -388,7 +388,7 @@ def render_yaml() -> str:
 
 
 def render_markdown() -> str:
-    """The README's configuration reference: one table per section."""
+    """The configuration reference of docs/configuration.md: one table per section."""
     schema = build_schema()
     lines: list[str] = []
     for section, spec in schema["properties"].items():
@@ -438,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--write", action="store_true", help=f"rewrite {SCHEMA_PATH}")
     group.add_argument("--check", action="store_true", help="exit 1 if the committed schema is stale")
-    group.add_argument("--markdown", action="store_true", help="print the README configuration reference")
+    group.add_argument("--markdown", action="store_true", help="print the configuration reference (docs/configuration.md)")
     args = parser.parse_args(argv)
     if args.markdown:
         print(render_markdown())

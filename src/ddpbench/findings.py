@@ -558,8 +558,9 @@ def _reason(runs: pd.DataFrame, cell, status: str) -> str:
     reasons = reasons[reasons != ""]
     if reasons.empty:
         return ""
-    first = reasons.iloc[0].splitlines()[0].strip()
-    return first if len(first) <= 70 else first[:67] + "..."
+    # The last line of an error tail names the exception (as the report's problems table shows it).
+    last = reasons.iloc[0].splitlines()[-1].strip()
+    return last if len(last) <= 70 else last[:67] + "..."
 
 
 def _status_counts(runs: pd.DataFrame, cells: pd.DataFrame, column: str, status: str) -> pd.DataFrame:

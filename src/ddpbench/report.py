@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import pathlib
 import re
@@ -36,6 +37,7 @@ import yaml
 
 from ddpbench import analysis as A
 from ddpbench import plots, safe_io
+from ddpbench.findings import findings
 
 
 def _report_dir() -> pathlib.Path:
@@ -439,6 +441,16 @@ DEFINITIONS = [
 ]  # fmt: skip
 
 
+PAGE_ANCHORS = ("comparisons", "speedup-table", "cells", "fits", "problems")
+
+
+def linked_findings(found: list, figures: list) -> list:
+    """Findings whose link points at something on the page: a table, or a figure this report
+    has (a figure left out for lack of data sends the reader to the figures section)."""
+    ids = set(PAGE_ANCHORS) | {"fig-" + pathlib.Path(f.svg).stem for f in figures}
+    return [f if f.anchor in ids else dataclasses.replace(f, anchor="figures") for f in found]
+
+
 def captions() -> dict[str, str]:
     """Figure captions: the same text snakemake --report shows (report/captions/<kind>.rst)."""
     out = {}
@@ -607,6 +619,7 @@ def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.P
     ctx = dict(
         title=inp.title,
         sources=inp.sources,
+        findings=linked_findings(findings(runs, cells, speed, comparisons, fits), figures),
         environment=environment(runs),
         provenance_warnings=provenance_warnings(runs, cells, speed),
         grid=grid(runs),

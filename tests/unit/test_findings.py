@@ -187,7 +187,7 @@ def test_fitted_serial_fraction_and_prediction_labelled_extrapolation():
 
 def test_failed_cell_is_a_warning_naming_the_cell_and_reason():
     runs = pd.DataFrame([dict(strategy="ddp", world_size=2, status="ok", reason="", samples_per_s=10.0),
-                         dict(strategy="ddp", world_size=16, status="failed", reason="RuntimeError: boom\ntrace",
+                         dict(strategy="ddp", world_size=16, status="failed", reason="Traceback (most recent call last):\n  ...\nRuntimeError: boom",
                               samples_per_s=np.nan)])  # fmt: skip
     cells = pd.DataFrame([dict(strategy="ddp", world_size=2, n_failed=0, n_timeout=0, n_skipped=0),
                           dict(strategy="ddp", world_size=16, n_failed=1, n_timeout=0, n_skipped=0)])  # fmt: skip

@@ -145,7 +145,10 @@ def test_report_with_no_successful_run(tmp_path):
     runs["epoch_time_s"] = np.nan
     assert report.main(_write(tmp_path, runs)) == 0
     html = (tmp_path / "out" / "report.html").read_text()
-    assert html.count("gloo connect timed out") == len(runs)
+    problems = _table_rows(html, "problems-table")
+    assert len(problems) == len(runs) and all("gloo connect timed out" in r for r in problems)
+    findings = html.split('<section id="findings">')[1].split("</section>")[0]
+    assert "failed" in findings and "gloo connect timed out" in findings  # a warning, first thing on the page
     assert "<svg" not in html and "No figure" in html
 
 
