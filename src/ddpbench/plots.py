@@ -1,10 +1,23 @@
 """The report's figures (matplotlib, Agg): SVG for the HTML report, PDF for LaTeX.
 
-Each `fig_<kind>` returns a list of (suffix, Figure) pairs, empty when the grid has no
-data for it, so a figure is left out rather than drawn empty. Files are named stably:
-figures/<kind>.svg|pdf, per-strategy ones figures/<kind>__<strategy>.svg|pdf (a name with
-characters other than ASCII letters, digits, '-' and '_', or a long one, is shortened and
-gets a hash of the original, so two strategies never share a file).
+Figures are small multiples drawn with matplotlib's own subplots: one panel per combination
+of the grid's axes that are not on the plot (batch size, dataset size, model, ...), at most
+`MAX_SERIES` series per panel, one shared legend per figure below the panels (at most
+`MAX_LEGEND` entries), a title on every figure and panel, axis labels with units, and
+`layout="constrained"` so labels never overlap. Each strategy has one colour and marker in
+every figure (`strategy_style`: a fixed map from the sorted strategy registry to tab10; the
+baseline is black; names outside the registry get a stable colour from their hash). Plain
+matplotlib rather than seaborn or plotly: it is already a dependency (seaborn is not in the
+lock), it gives full control of constrained layout and of the SVG and PDF backends (text
+kept as text, deterministic files), and small multiples need nothing more than subplots.
+
+A grid with more than `MAX_PANELS` panels, or more strategies than one legend holds, is
+split into several figures: the first keeps the stable name figures/<kind>.svg|pdf, the
+next ones are <kind>_2, <kind>_3, ... Each `fig_<kind>` returns a list of (strategy, Figure)
+pairs, empty when the grid has no data for it, so a figure is left out rather than drawn
+empty. Per-strategy figures are figures/<kind>__<strategy>.svg|pdf (a name with characters
+other than ASCII letters, digits, '-' and '_', or a long one, is shortened and gets a hash of
+the original, so two strategies never share a file).
 
 Strings from the data (strategy names, axis values, group labels) reach matplotlib only
 through `text()`: '$' escaped, so mathtext never parses them, control characters dropped,
@@ -14,7 +27,9 @@ long ones shortened. Figures are written atomically (safe_io).
 from __future__ import annotations
 
 import hashlib
+import math
 import pathlib
+import textwrap
 import unicodedata
 from dataclasses import dataclass
 
@@ -29,19 +44,32 @@ import pandas as pd  # noqa: E402
 from ddpbench import analysis as A  # noqa: E402
 from ddpbench import safe_io  # noqa: E402
 
+MIN_FONT_PT = 8  # no text smaller than this (the reader checks assert it)
 # Deterministic files: no timestamps, fixed ids, text kept as text (smaller, searchable).
-plt.rcParams.update(
-    {
-        "svg.hashsalt": "ddpbench",
-        "svg.fonttype": "none",
-        "figure.figsize": (6.4, 4.0),
-        "figure.dpi": 100,
-        "axes.grid": True,
-        "grid.alpha": 0.3,
-        "legend.fontsize": "small",
-    }
-)
+RC = {
+    "svg.hashsalt": "ddpbench",
+    "svg.fonttype": "none",
+    "figure.figsize": (6.4, 4.0),
+    "figure.dpi": 100,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "font.size": 9,
+    "axes.titlesize": 9,
+    "axes.labelsize": 9,
+    "xtick.labelsize": 8,
+    "ytick.labelsize": 8,
+    "legend.fontsize": 8,
+    "legend.title_fontsize": 8,
+    "figure.titlesize": 10,
+    "figure.labelsize": 9,
+    "figure.max_open_warning": 0,  # a split grid opens many figures; make_figures closes each
+}
+plt.rcParams.update(RC)
 METADATA = {"svg": {"Date": None}, "pdf": {"CreationDate": None, "ModDate": None}}
+MAX_SERIES = 8  # lines or points per panel
+MAX_LEGEND = 10  # entries of a figure's legend
+MAX_PANELS = 12  # panels per figure; more are split into <kind>_2, <kind>_3, ...
+PANEL_W, PANEL_H = 2.7, 2.2  # inches
 
 
 @dataclass
@@ -64,8 +92,13 @@ class Data:
 
     @property
     def series_axes(self) -> list[str]:
-        """Axes that tell apart lines in a plot against workers (the grid's axes minus p)."""
+        """Axes that tell apart scaling groups (the grid's axes minus p): strategy and the panels' axes."""
         return A.varying(self.runs, A.group_axes(self.runs))
+
+    @property
+    def panel_axes(self) -> list[str]:
+        """Axes that tell apart panels of a plot against workers: the series axes minus strategy."""
+        return [a for a in self.series_axes if a != "strategy"]
 
 
 TITLES = {
@@ -97,23 +130,147 @@ def text(value, limit: int = LABEL_MAX) -> str:
     return " " + s if s.startswith("_") else s
 
 
-def _series(df: pd.DataFrame, cols: list[str]):
-    """(label, sub-frame) per line, with stable colours."""
+# -- one colour per strategy ---------------------------------------------------------------
+
+MARKERS = "osD^vPX*<>p"
+
+
+def _registry() -> list[str]:
+    try:
+        from ddpbench import params
+
+        return sorted(params.strategy_names())
+    except Exception:  # an unpopulated registry must not stop the figures
+        return []
+
+
+def strategy_style(name) -> dict:
+    """Colour and marker of a strategy, the same in every figure: the sorted registry (baseline
+    excepted) onto tab10 in order, the baseline black, other names a hash-chosen Dark2 colour."""
+    name = str(name)
+    if name == A.BASELINE_STRATEGY:
+        return {"color": "black", "marker": "o"}
+    reg = [s for s in _registry() if s != A.BASELINE_STRATEGY]
+    if name in reg:
+        i = reg.index(name)
+        return {"color": plt.get_cmap("tab10")(i % 10), "marker": MARKERS[i % len(MARKERS)]}
+    h = int(hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:8], 16)
+    return {"color": plt.get_cmap("Dark2")(h % 8), "marker": MARKERS[(h // 8) % len(MARKERS)]}
+
+
+def strategy_order(names) -> list:
+    """Registry order first (as coloured), then other names sorted."""
+    reg = _registry()
+    names = list(dict.fromkeys(names))
+    return sorted(names, key=lambda s: (0, reg.index(s), "") if s in reg else (1, 0, str(s)))
+
+
+def strategy_label(name) -> str:
+    return text(f"strategy={name}")
+
+
+def _ordered(n) -> list:
+    """n colours for an ordered quantity (world sizes): viridis, never a strategy's colour."""
+    cmap = plt.get_cmap("viridis")
+    return [cmap(0.85 * i / max(n - 1, 1)) for i in range(n)]
+
+
+def _chunks(items: list, size: int) -> list[list]:
+    """`items` in balanced chunks of at most `size`."""
+    if not items:
+        return []
+    k = math.ceil(len(items) / size)
+    per = math.ceil(len(items) / k)
+    return [items[i : i + per] for i in range(0, len(items), per)]
+
+
+# -- small multiples -------------------------------------------------------------------------
+
+
+def _key_label(cols: list[str], key: tuple) -> str:
+    return text(", ".join(_short(c, v) for c, v in zip(cols, key))) if cols else "all runs"
+
+
+def _panels(df: pd.DataFrame, cols: list[str]) -> list[tuple[tuple, pd.DataFrame]]:
+    """(key, rows) per combination of `cols`, sorted."""
     if not cols:
-        yield "all runs", df  # the same label analysis.label gives fits.csv groups
-        return
+        return [((), df)]
+    out = []
     for key, g in df.groupby(cols, dropna=False, sort=True):
-        key = key if isinstance(key, tuple) else (key,)
-        yield ", ".join(f"{c}={v}" for c, v in zip(cols, key)), g
+        out.append((key if isinstance(key, tuple) else (key,), g))
+    return out
 
 
-def _colors(n):
-    cmap = plt.get_cmap("tab10" if n <= 10 else "tab20")
-    return [cmap(i % cmap.N) for i in range(n)]
+def _grid(title: str, panels: list, draw, *, xlabel: str | None, ylabel: str | None, ncols: int | None = None,
+          sharex=False, sharey=False, panel_size=(PANEL_W, PANEL_H), legend_title: str | None = None,
+          legend_order=None):  # fmt: skip
+    """Figures of small multiples: `panels` is a list of (panel title, payload); `draw(ax, payload)`
+    draws one panel. At most MAX_PANELS panels a figure; one shared legend below the panels."""
+    figs = []
+    parts = [panels[i : i + MAX_PANELS] for i in range(0, len(panels), MAX_PANELS)]
+    for part_no, part in enumerate(parts, 1):
+        n = len(part)
+        cols = ncols or (1 if n == 1 else 2 if n in (2, 4) else 3)
+        cols = min(cols, n)
+        rows = math.ceil(n / cols)
+        w, h = panel_size
+        fig, axs = plt.subplots(rows, cols, figsize=(max(w * cols, 4.8), h * rows + 1.3), squeeze=False,
+                                layout="constrained", sharex=sharex, sharey=sharey)  # fmt: skip
+        for ax, (ptitle, payload) in zip(axs.flat, part):
+            draw(ax, payload)
+            ax.set_title(ptitle, fontsize=9)
+        for ax in axs.flat[n:]:
+            ax.remove()
+        for ax in axs.flat[:n]:
+            bottom = ax.get_subplotspec().rowspan.stop == rows or _below_is_empty(ax, n, cols)
+            if bottom and xlabel:  # on each column's lowest panel, not a figure label the legend could cover
+                ax.set_xlabel(xlabel if cols == 1 else textwrap.fill(xlabel, 34))
+            elif sharex:  # shared axes: tick labels on the outer panels only
+                ax.tick_params(labelbottom=False)
+        more = f" ({part_no} of {len(parts)})" if len(parts) > 1 else ""
+        fig.suptitle(title + more, fontsize=10)
+        if ylabel:
+            fig.supylabel(ylabel, fontsize=9)
+        _figure_legend(fig, legend_title, legend_order)
+        figs.append(fig)
+    return figs
 
 
-def _yerr(df, col):
-    lo, hi = df[f"{col}_ci_low"], df[f"{col}_ci_high"]
+def _below_is_empty(ax, n, cols) -> bool:
+    spec = ax.get_subplotspec()
+    below = (spec.rowspan.start + 1) * cols + spec.colspan.start
+    return below >= n
+
+
+def _figure_legend(fig, title=None, order=None):
+    """One legend for the figure below the panels: every labelled artist once, strategies first."""
+    seen: dict[str, object] = {}
+    for ax in fig.axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(lab, h)
+    if not seen:
+        return None
+    labels = list(seen)
+    if order:
+        labels.sort(key=lambda lab: order.index(lab) if lab in order else len(order))
+    n = len(labels)
+    leg = fig.legend([seen[lab] for lab in labels], labels, loc="outside lower center", ncols=min(n, 3 if n > 4 else n),
+                     title=title, frameon=False)  # fmt: skip
+    leg.set_gid("legend")
+    for i, t in enumerate(leg.get_texts()):
+        t.set_gid(f"legend-entry-{i}")
+    return leg
+
+
+def _short(col: str, value) -> str:
+    names = {"world_size": "p", "strategy": "", "batch_size": "batch", "dataset_size": "n"}
+    name = names.get(col, col)
+    return f"{name}={value}" if name else str(value)
+
+
+def _yerr(df, col, lo=None, hi=None):
+    lo = df[lo or f"{col}_ci_low"] if (lo or f"{col}_ci_low") in df else df[col] * np.nan
+    hi = df[hi or f"{col}_ci_high"] if (hi or f"{col}_ci_high") in df else df[col] * np.nan
     # Cells without an interval get no bar (NaN), never a zero-width fake one.
     return np.vstack([df[col] - lo, hi - df[col]])
 
@@ -132,63 +289,112 @@ def _workers_axis(ax, ps):
     ticks = sorted({int(p) for p in ps})
     ax.set_xticks(ticks, [str(t) for t in ticks])
     ax.minorticks_off()
-    ax.set_xlabel("workers p")
 
 
-def fig_speedup(d: Data):
-    sp = d.speed
-    groups = _scaling_series(sp, d.series_axes) if not sp.empty else []
-    if not groups:
+# -- against workers: speedup, efficiency, Karp-Flatt, rank skew -----------------------------
+
+DODGE = 0.07  # log2 units between neighbouring strategies at one p
+
+
+def _tag(d: Data, df: pd.DataFrame) -> pd.DataFrame:
+    """`df` (rows of speed/cells) with its scaling group's label, strategy and panel key."""
+    df = df.copy()
+    cols = d.series_axes
+    df["_group"] = [A.label(r, cols) for _, r in df.iterrows()] if len(df) else []
+    df["_strategy"] = df["strategy"].astype(str) if "strategy" in df else "all runs"
+    return df
+
+
+def _vs_workers(d: Data, kind: str, df: pd.DataFrame, ycol: str, ylabel: str, note: str, *, ideal=None,
+                fits=False, logy=False, ymin0=False, lo=None, hi=None):  # fmt: skip
+    """Panels per combination of the panel axes, strategies as coloured series, p on x.
+    With one world size beyond 1, strategies are dodged side by side (points with whiskers) at it."""
+    df = df[df[ycol].notna()]
+    if df.empty:
         return []
-    fig, ax = plt.subplots()
-    preds = d.fits[(d.fits["kind"] == "prediction") & d.fits["law"].isin(["amdahl", "gustafson"])] if not d.fits.empty else d.fits
-    all_p = [*sp["world_size"], *(preds["p"] if not preds.empty else [])]
-    for (name, g), color in zip(groups, _colors(len(groups))):
-        g = g.sort_values("world_size")
-        ax.errorbar(g["world_size"], g["speedup"], yerr=_yerr(g, "speedup"), marker="o", color=color, label=text(name), capsize=3)
-        ax.fill_between(g["world_size"], g["speedup"], g["world_size"], color=color, alpha=0.08)
-        fit = _fit_rows(d.fits, name)
-        law = fit["law"].iloc[0] if not fit.empty else None
-        if law:
-            q = np.geomspace(1, max(all_p), 50)
-            ax.plot(q, _fitted_speedup(fit, law, q, g), "--", color=color, lw=1)
-            pr = fit[fit["kind"] == "prediction"]
-            ax.errorbar(pr["p"], pr["estimate"], yerr=np.vstack([pr["estimate"] - pr["ci_low"], pr["ci_high"] - pr["estimate"]]),
-                        fmt="o", mfc="none", color=color, capsize=3)  # fmt: skip
-    ideal = np.array(sorted({1, *map(float, all_p)}))
-    ax.plot(ideal, ideal, ":", color="gray", label="ideal S = p")
-    ax.plot([], [], "--", color="gray", lw=1, label="fit (Amdahl / Gustafson)")
-    ax.plot([], [], "o", mfc="none", color="gray", label="prediction (fit, 2× and 4× max p)")
-    _workers_axis(ax, ideal)
-    ax.set_yscale("log", base=2)
-    ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.set_xlim(0.9, max(ideal) * 1.1)
-    ax.set_ylabel("speedup S(p)" if (sp["measure"] == "speedup").all() else "(scaled) speedup S(p)")
-    ax.set_title(f"{TITLES['speedup']} (shaded: efficiency loss; {level_note(sp, 'speedup')})", fontsize=9)
-    _legend_outside(ax)
-    return [(None, fig)]
+    pcols = [c for c in d.panel_axes if c in df]
+    ps = sorted({int(p) for p in df["world_size"]})
+    categorical = len([p for p in ps if p > 1]) <= 1
+    if categorical:  # one world size beyond the baseline: only it is drawn (S(1) = 1 by definition)
+        df = df[df["world_size"] == max(ps)]
+    preds = d.fits[(d.fits["kind"] == "prediction") & d.fits["law"].isin(["amdahl", "gustafson"])] if fits and not d.fits.empty else None
+    all_p = sorted({*ps, *(int(p) for p in preds["p"])}) if preds is not None and not preds.empty and not categorical else ps
+    strategies = strategy_order(df["_strategy"].unique())
+    refs = []
+    if ideal:
+        refs.append(ideal)
+    if fits and not categorical and not d.fits.empty and _fit_rows(d.fits, None).shape[0]:
+        refs += ["fit (Amdahl / Gustafson)", "prediction (fit, 2× and 4× max p)"]
+    out = []
+    for chunk in _chunks(strategies, min(MAX_SERIES, MAX_LEGEND - len(refs))):
+        sub = df[df["_strategy"].isin(chunk)]
+        panels = [(_key_label(pcols, key), g) for key, g in _panels(sub, pcols)]
+
+        def draw(ax, g, chunk=chunk):
+            for i, s in enumerate(chunk):
+                rows = g[g["_strategy"] == s]
+                if rows.empty:
+                    continue
+                st = strategy_style(s)
+                for grp, r in rows.groupby("_group", sort=True):
+                    r = r.sort_values("world_size")
+                    off = (i - (len(chunk) - 1) / 2) * DODGE
+                    x = (np.full(len(r), float(i)) if categorical else r["world_size"].to_numpy(float) * 2**off)
+                    ax.errorbar(x, r[ycol], yerr=_yerr(r, ycol, lo, hi), color=st["color"], marker=st["marker"], ms=5,
+                                capsize=3, ls="none" if categorical else "-", lw=1.2, label=strategy_label(s))  # fmt: skip
+                    if fits and not categorical:
+                        _draw_fit(ax, d.fits, grp, r, all_p, st["color"], off)
+            if categorical:
+                p = max(ps)
+                ax.set_xticks(range(len(chunk)), [text(s, 14) for s in chunk], rotation=90)
+                ax.set_xlim(-0.7, len(chunk) - 0.3)
+                ax.grid(False, axis="x")
+                if ideal:
+                    y = p if kind == "speedup" else 1.0
+                    ax.axhline(y, ls=":", color="gray", label=ideal)
+            else:
+                _workers_axis(ax, all_p)
+                ax.set_xlim(0.8, max(all_p) * 1.25)
+                if ideal:
+                    q = np.array(all_p, float)
+                    ax.plot(q, q if kind == "speedup" else np.ones_like(q), ":", color="gray", label=ideal)
+                if fits and len(refs) > 1:
+                    ax.plot([], [], "--", color="gray", lw=1, label=refs[1])
+                    ax.plot([], [], "o", mfc="none", color="gray", label=refs[2])
+            if logy:
+                ax.set_yscale("log", base=2)
+                ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+                ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+            if ymin0:
+                ax.set_ylim(bottom=0)
+
+        at = f" at p = {max(ps)}" if categorical else ""
+        xlabel = "strategy (colour: see legend)" if categorical else "workers p (log scale)"
+        order = [strategy_label(s) for s in chunk] + refs
+        out += _grid(f"{TITLES[kind]}{at} ({note})", panels, draw, xlabel=xlabel, ylabel=ylabel,
+                     sharey=True, legend_order=order)  # fmt: skip
+    return out
 
 
-def _scaling_series(sp: pd.DataFrame, cols: list[str]):
-    """Lines for speedup-type plots: those measured at some p > 1 (p = 1 alone is the baseline)."""
-    return [(n, g) for n, g in _series(sp, cols) if g["world_size"].max() > 1]
-
-
-def _legend_outside(ax):
-    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
-
-
-def _short(col: str, value) -> str:
-    names = {"world_size": "p", "strategy": "", "batch_size": "batch", "dataset_size": "n"}
-    name = names.get(col, col)
-    return f"{name}={value}" if name else str(value)
-
-
-def _fit_rows(fits: pd.DataFrame, name: str) -> pd.DataFrame:
+def _fit_rows(fits: pd.DataFrame, name: str | None) -> pd.DataFrame:
     if fits.empty:
         return fits
     # Series labels and fits.csv group labels are both analysis.label over the same axes.
-    return fits[(fits["group"] == name) & fits["law"].isin(["amdahl", "gustafson"]) & fits["estimate"].notna()]
+    ok = fits["law"].isin(["amdahl", "gustafson"]) & fits["estimate"].notna()
+    return fits[ok] if name is None else fits[(fits["group"] == name) & ok]
+
+
+def _draw_fit(ax, fits, name, g, all_p, color, off):
+    fit = _fit_rows(fits, name)
+    if fit.empty:
+        return
+    law = fit["law"].iloc[0]
+    q = np.geomspace(1, max(all_p), 50)
+    ax.plot(q, _fitted_speedup(fit, law, q, g), "--", color=color, lw=1)
+    pr = fit[fit["kind"] == "prediction"]
+    if not pr.empty:
+        ax.errorbar(pr["p"] * 2**off, pr["estimate"], yerr=np.vstack([pr["estimate"] - pr["ci_low"], pr["ci_high"] - pr["estimate"]]),
+                    fmt="o", mfc="none", color=color, capsize=3)  # fmt: skip
 
 
 def _fitted_speedup(fit, law, q, g):
@@ -198,28 +404,70 @@ def _fitted_speedup(fit, law, q, g):
     return g["baseline_time_s"].median() / A.amdahl_time(q, par["t1_s"], par["f"])
 
 
-def fig_efficiency(d: Data):
+def _scaling(d: Data) -> pd.DataFrame:
+    """Speedup rows of scaling groups measured at some p > 1 (p = 1 alone is the baseline)."""
     sp = d.speed
-    groups = _scaling_series(sp, d.series_axes) if not sp.empty else []
-    if not groups:
-        return []
-    fig, ax = plt.subplots()
-    for (name, g), color in zip(groups, _colors(len(groups))):
-        g = g.sort_values("world_size")
-        ax.errorbar(g["world_size"], g["efficiency"], yerr=_yerr(g, "efficiency"), marker="o", color=color, label=text(name), capsize=3)
-    ax.axhline(1.0, ls=":", color="gray", label="ideal E = 1")
-    _workers_axis(ax, sp["world_size"])
-    ax.set_ylim(0, max(1.1, float(np.nanmax(sp["efficiency"])) * 1.1))
-    ax.set_ylabel("efficiency E(p) = S(p)/p")
-    ax.set_title(f"{TITLES['efficiency']} ({level_note(sp, 'speedup')})", fontsize=9)
-    _legend_outside(ax)
-    return [(None, fig)]
+    if sp.empty:
+        return sp
+    sp = _tag(d, sp)
+    has_p = sp.groupby("_group")["world_size"].transform("max") > 1
+    return sp[has_p]
 
+
+def fig_speedup(d: Data):
+    sp = _scaling(d)
+    if sp.empty:
+        return []
+    ylabel = "speedup S(p) = T(1)/T(p)" if (sp["measure"] == "speedup").all() else "(scaled) speedup S(p)"
+    return _vs_workers(d, "speedup", sp, "speedup", ylabel, level_note(sp, "speedup"), ideal="ideal S = p",
+                       fits=True, logy=sp["world_size"].nunique() > 2)  # fmt: skip
+
+
+def fig_efficiency(d: Data):
+    sp = _scaling(d)
+    if sp.empty:
+        return []
+    return _vs_workers(d, "efficiency", sp, "efficiency", "efficiency E(p) = S(p)/p", level_note(sp, "speedup"),
+                       ideal="ideal E = 1", ymin0=True)  # fmt: skip
+
+
+def fig_karp_flatt(d: Data):
+    kf = d.fits[(d.fits["law"] == "karp_flatt") & d.fits["estimate"].notna()] if not d.fits.empty else d.fits
+    if kf.empty:
+        return []
+    # Each fits.csv group back to its strategy and panel through the speedup rows it was fitted on.
+    sp = _tag(d, d.speed) if not d.speed.empty else pd.DataFrame(columns=["_group", "_strategy"])
+    keys = sp.drop_duplicates("_group").set_index("_group")
+    cols = ["_strategy", *[c for c in d.panel_axes if c in keys]]
+    rows = []
+    for _, r in kf.iterrows():
+        k = keys.loc[r["group"]] if r["group"] in keys.index else None
+        extra = {c: (k[c] if k is not None else r["group"]) for c in cols}
+        rows.append(dict(r, **extra, _group=r["group"], world_size=r["p"]))
+    df = pd.DataFrame(rows)
+    return _vs_workers(d, "karp_flatt", df, "estimate", "serial fraction e(p) = (1/S − 1/p)/(1 − 1/p)",
+                       "rising: overhead grows with p", lo="ci_low", hi="ci_high")  # fmt: skip
+
+
+def fig_rank_skew(d: Data):
+    c = d.cells
+    if "rank_skew" not in c:
+        return []
+    c = c[(c["world_size"] > 1) & c["rank_skew"].notna()]
+    if c.empty:
+        return []
+    c = _tag(d, c)
+    return _vs_workers(d, "rank_skew", c, "rank_skew", "rank skew: (max − min)/max step time",
+                       f"median; {level_note(c, 'rank_skew')}", ymin0=True)  # fmt: skip
+
+
+# -- phases -------------------------------------------------------------------------------
 
 PHASES = [("phase_data_s", "data"), ("phase_forward_s", "forward"), ("phase_backward_s", "backward"),
           ("phase_optimizer_s", "optimizer"), ("phase_exposed_comm_s", "exposed comm")]  # fmt: skip
 # Step time outside the pacing rank's named phases: drawn when runs carry it (older runs do not).
 OTHER_PHASE = ("phase_other_s", "other")
+PHASE_COLORS = ["#8c8c8c", "#4c72b0", "#55a868", "#ccb974", "#c44e52", "#dd8452"]  # data ... other
 
 
 def fig_phases(d: Data):
@@ -229,25 +477,43 @@ def fig_phases(d: Data):
         return []
     phases = PHASES + ([OTHER_PHASE] if OTHER_PHASE[0] in ok and ok[OTHER_PHASE[0]].notna().any() else [])
     per_step = ok[[c for c, _ in phases] + ["phase_comm_s"]].div(ok["timed_steps"], axis=0)
-    cols = [c for c in A.varying(d.runs, A.axes(d.runs))] or ["world_size"]
+    varying = A.varying(d.runs, A.axes(d.runs))
+    cols = ["strategy", *[c for c in varying if c != "strategy"]]
     med = pd.concat([ok[cols], per_step], axis=1).groupby(cols, dropna=False, sort=True).median().reset_index()
-    labels = [text(" ".join(_short(c, r[c]) for c in cols)) for _, r in med.iterrows()]
-    rows = np.arange(len(med))  # positions, not categories: two rows whose shortened labels agree stay apart
-    fig, ax = plt.subplots(figsize=(6.4, 1.2 + 0.28 * len(med)))
-    left = np.zeros(len(med))
-    for (col, name), color in zip(phases, _colors(10)):
-        v = med[col].fillna(0).to_numpy()
-        ax.barh(rows, v, left=left, color=color, label=name)
-        left += v
-    hidden = (med["phase_comm_s"] - med["phase_exposed_comm_s"]).clip(lower=0).fillna(0).to_numpy()
-    if hidden.any():
-        ax.barh(rows, hidden, left=left, color="none", edgecolor="gray", hatch="///", label="overlapped comm (hidden)")
-    ax.set_yticks(rows, labels)
-    ax.invert_yaxis()
-    ax.set_xlabel("seconds per timed step (median over repeats; pacing rank)")
-    ax.set_title(TITLES["phases"], fontsize=9)
-    _legend_outside(ax)
-    return [(None, fig)]
+    med["strategy"] = med["strategy"].astype(str)
+    pcols = [c for c in varying if c != "strategy"]
+    panels = []
+    for key, g in _panels(med, pcols):
+        order = strategy_order(g["strategy"])
+        for part in _chunks(order, MAX_SERIES):
+            rows = g.set_index("strategy").loc[part].reset_index()
+            panels.append((_key_label(pcols, key), rows))
+    hidden_any = ((med["phase_comm_s"] - med["phase_exposed_comm_s"]).clip(lower=0).fillna(0) > 0).any()
+
+    def draw(ax, g):
+        pos = np.arange(len(g))  # positions, not categories: two rows whose shortened labels agree stay apart
+        left = np.zeros(len(g))
+        for (col, name), color in zip(phases, PHASE_COLORS):
+            v = g[col].fillna(0).to_numpy()
+            ax.barh(pos, v, left=left, color=color, label=name, height=0.7)
+            left += v
+        hidden = (g["phase_comm_s"] - g["phase_exposed_comm_s"]).clip(lower=0).fillna(0).to_numpy()
+        if hidden_any:
+            ax.barh(pos, hidden, left=left, color="none", edgecolor="gray", hatch="///", height=0.7,
+                    label="overlapped comm (hidden)")  # fmt: skip
+        ax.set_yticks(pos, [text(s, 18) for s in g["strategy"]])
+        for tick, s in zip(ax.get_yticklabels(), g["strategy"]):
+            tick.set_color(strategy_style(s)["color"])  # the strategy's colour, as in every other figure
+        ax.set_ylim(len(g) - 0.5, -0.5)
+        ax.grid(False, axis="y")
+
+    n_rows = max(len(g) for _, g in panels)
+    return _grid(f"{TITLES['phases']} (median over repeats; pacing rank)", panels, draw,
+                 xlabel="seconds per timed step", ylabel="strategy (label colour: as in every figure)", sharex=True,
+                 panel_size=(3.0, 0.45 + 0.3 * n_rows), ncols=None if len(panels) > 2 else len(panels))  # fmt: skip
+
+
+# -- against batch size or dataset size -----------------------------------------------------
 
 
 def _numeric(s: pd.Series) -> pd.Series:
@@ -255,47 +521,68 @@ def _numeric(s: pd.Series) -> pd.Series:
 
 
 AXIS_LABELS = {
-    "batch_size": "batch size (global: strong scaling; per rank: weak)",
+    "batch_size": "batch size [samples] (global: strong scaling; per rank: weak)",
     "dataset_size": "dataset size [training samples]",
 }
 
 
-def _vs_axis(d: Data, axis: str, metrics: list[tuple[str, str]], logx=True):
-    """Cells' medians of `metrics` against a numeric axis, one line per other combination."""
+def _vs_axis(d: Data, kind: str, axis: str, metrics: list[tuple[str, str]], logx=True):
+    """Cells' medians of `metrics` against a numeric axis: strategies as series, one panel per metric and
+    combination of the other axes (world size included)."""
     c = d.cells
     if axis not in c or _numeric(c[axis]).nunique() < 2:
-        return None
+        return []
     c = c.assign(**{axis: _numeric(c[axis])}).dropna(subset=[axis])
     metrics = [(m, y) for m, y in metrics if m in c and c[m].notna().any()]
     if not metrics:
-        return None
-    others = [a for a in A.varying(d.runs, A.axes(d.runs)) if a != axis]
-    fig, axs = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 3.8), squeeze=False)
-    series = list(_series(c, others))
-    for ax, (m, ylabel) in zip(axs[0], metrics):
-        for (name, g), color in zip(series, _colors(len(series))):
-            g = g.dropna(subset=[m]).sort_values(axis)
-            if g.empty:
-                continue
-            yerr = _yerr(g, m) if f"{m}_ci_low" in g else None
-            ax.errorbar(g[axis], g[m], yerr=yerr, marker="o", color=color, label=text(name), capsize=3)
-        if logx:
-            ax.set_xscale("log", base=2)
-        ax.set_xlabel(AXIS_LABELS.get(axis, axis.replace("_", " ")))
-        ax.set_ylabel(ylabel)
-        ax.set_title(level_note(c, m) if f"{m}_ci_level" in c else "no intervals", fontsize=8)
-    _legend_outside(axs[0][-1])
-    return fig
+        return []
+    c = c.assign(_strategy=c["strategy"].astype(str))
+    pcols = [a for a in A.varying(d.runs, A.axes(d.runs)) if a not in (axis, "strategy") and a in c]
+    strategies = strategy_order(c["_strategy"].unique())
+    out = []
+    for chunk in _chunks(strategies, MAX_SERIES):
+        sub = c[c["_strategy"].isin(chunk)]
+        panels = []
+        for key, g in _panels(sub, pcols):
+            for m, ylabel in metrics:
+                if g[m].notna().any():
+                    where = _key_label(pcols, key)
+                    panels.append((f"{ylabel}\n{where}" if len(metrics) > 1 else where, (g, m, ylabel)))
+
+        def draw(ax, payload, chunk=chunk):
+            g, m, ylabel = payload
+            for i, s in enumerate(chunk):
+                r = g[(g["_strategy"] == s)].dropna(subset=[m]).sort_values(axis)
+                if r.empty:
+                    continue
+                st = strategy_style(s)
+                off = (i - (len(chunk) - 1) / 2) * DODGE
+                yerr = _yerr(r, m) if f"{m}_ci_low" in r else None
+                ax.errorbar(r[axis] * 2**off, r[m], yerr=yerr, marker=st["marker"], color=st["color"], ms=5,
+                            capsize=3, lw=1.2, label=strategy_label(s))  # fmt: skip
+            if logx:
+                ax.set_xscale("log", base=2)
+                ticks = sorted(g[axis].unique())
+                ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+                ax.minorticks_off()
+            if len(metrics) > 1:
+                ax.set_ylabel(ylabel)
+
+        notes = "; ".join(dict.fromkeys(level_note(c, m) for m, _ in metrics))
+        out += _grid(f"{TITLES[kind]} ({notes})", panels, draw, xlabel=AXIS_LABELS.get(axis, axis.replace("_", " ")),
+                     ylabel=metrics[0][1] if len(metrics) == 1 else None,
+                     ncols=len(metrics) if len(metrics) > 1 else None,
+                     legend_order=[strategy_label(s) for s in chunk])  # fmt: skip
+    return out
 
 
 def fig_throughput_vs_batch(d: Data):
-    fig = _vs_axis(d, "batch_size", [("samples_per_s", "samples/s")])
-    return [(None, fig)] if fig else []
+    return _vs_axis(d, "throughput_vs_batch", "batch_size", [("samples_per_s", "throughput [samples/s]")])
 
 
 def fig_memory_vs_batch(d: Data):
-    fig = _vs_axis(d, "batch_size", [("peak_rss_mb", "peak RSS [MB] (max over ranks)"), ("cuda_max_allocated_mb", "peak CUDA allocated [MB]")])
-    return [(None, fig)] if fig else []
+    return _vs_axis(d, "memory_vs_batch", "batch_size",
+                    [("peak_rss_mb", "peak RSS [MB] (max over ranks)"), ("cuda_max_allocated_mb", "peak CUDA allocated [MB]")])  # fmt: skip
 
 
 def fig_dataset_size(d: Data):
@@ -308,12 +595,14 @@ def fig_dataset_size(d: Data):
     # Efficiency is the speedup over p: its interval has the speedup's level.
     sp = sp.assign(efficiency_ci_level=sp["speedup_ci_level"]) if "speedup_ci_level" in sp else sp
     cells = c.merge(sp[[k for k in [*cols, "efficiency_ci_level"] if k in sp]], how="left", on=A.axes(d.runs)) if not sp.empty else c
-    fig = _vs_axis(Data(d.runs, cells, sp, d.fits), "dataset_size",
-                   [("epoch_time_s", "epoch time [s]"), ("speedup", "speedup"), ("efficiency", "efficiency")])  # fmt: skip
-    return [(None, fig)] if fig else []
+    return _vs_axis(Data(d.runs, cells, sp, d.fits), "dataset_size", "dataset_size",
+                    [("epoch_time_s", "epoch time [s]"), ("speedup", "speedup S(p)"), ("efficiency", "efficiency E(p)")])  # fmt: skip
 
 
-def _per_strategy_steps(d: Data, ycol: str, reduce: str, ylabel: str):
+# -- per step, one figure per strategy -------------------------------------------------------
+
+
+def _per_strategy_steps(d: Data, kind: str, ycol: str, reduce: str, ylabel: str):
     st = d.steps
     if st is None or st.empty or ycol not in st:
         return []
@@ -324,122 +613,129 @@ def _per_strategy_steps(d: Data, ycol: str, reduce: str, ylabel: str):
     keep = runs.sort_values(["_r", "run_dir"]).drop_duplicates(cell)["run_dir"]
     first = st[st["run_dir"].isin(keep)]
     reference = first[first["strategy"] == A.BASELINE_STRATEGY] if ycol == "loss" else first.iloc[:0]
+    ref_label = text(f"{A.BASELINE_STRATEGY} (reference)")
+    pcols = [c for c in cell if c not in ("strategy", "world_size") and first[c].astype(str).nunique() > 1]
     for strategy, s in first.groupby("strategy", sort=True):
-        per_step = s.groupby(["run_dir", "step"], sort=True).agg(
-            y=(ycol, reduce), timed=("timed", "min"), world_size=("world_size", "first")
-        ).reset_index()
-        if per_step["y"].notna().sum() == 0:
+        if s[ycol].notna().sum() == 0:
             continue
-        fig, ax = plt.subplots()
-        if strategy != A.BASELINE_STRATEGY and not reference.empty:
-            # The single-worker loss curve: exact strategies should follow it, approximate ones may drift.
-            ref = reference.groupby(["run_dir", "step"], sort=True)[ycol].mean().reset_index()
-            for i, (_, g) in enumerate(ref.groupby("run_dir")):
-                ax.plot(g["step"], g[ycol], "--", color="gray", lw=1, label=text(f"{A.BASELINE_STRATEGY} (reference)") if i == 0 else None)
-        runs = sorted(per_step["run_dir"].unique(), key=lambda r: (per_step.loc[per_step.run_dir == r, "world_size"].iloc[0], r))
-        for run, color in zip(runs, _colors(len(runs))):
-            g = per_step[per_step["run_dir"] == run]
-            meta = s[s["run_dir"] == run].iloc[0]
-            extra = [f"{c}={meta[c]}" for c in ("batch_size", "dataset_size", "model") if c in s and s[c].nunique() > 1]
-            ax.plot(g["step"], g["y"], color=color, lw=1, label=text(", ".join([f"p={meta['world_size']}", *extra])))
-            untimed = g[g["timed"] == 0]
-            ax.plot(untimed["step"], untimed["y"], "x", color=color, ms=4)
-        ax.set_xlabel("step (x: warm-up, not timed)")
-        ax.set_ylabel(ylabel)
-        ax.set_title(f"{TITLES['loss' if ycol == 'loss' else 'step_time']}: {text(strategy)}", fontsize=9)
-        _legend_outside(ax)
-        out.append((str(strategy), fig))
+        meta = s.drop_duplicates("run_dir").set_index("run_dir")
+        per_step = s.groupby(["run_dir", "step"], sort=True).agg(y=(ycol, reduce), timed=("timed", "min")).reset_index()
+        ps = sorted(meta["world_size"].unique())
+        colors = dict(zip(ps, _ordered(len(ps))))
+        panels = []
+        for key, g in _panels(meta.reset_index(), pcols):
+            run_ids = list(g.sort_values(["world_size", "run_dir"])["run_dir"])
+            for part in _chunks(run_ids, MAX_SERIES - 1):
+                panels.append((_key_label(pcols, key), (part, key)))
+        show_ref = strategy != A.BASELINE_STRATEGY and not reference.empty
+
+        def draw(ax, payload, s=s, meta=meta, per_step=per_step, colors=colors, show_ref=show_ref):
+            part, key = payload
+            if show_ref:
+                ref = reference
+                for c, v in zip(pcols, key):
+                    ref = ref[ref[c].astype(str) == str(v)]
+                ref = ref.groupby(["run_dir", "step"], sort=True)[ycol].mean().reset_index()
+                for _, g in ref.groupby("run_dir"):
+                    # The single-worker curve: exact strategies should follow it, approximate ones may drift.
+                    ax.plot(g["step"], g[ycol], "--", color="gray", lw=1, label=ref_label)
+            for run in part:
+                g = per_step[per_step["run_dir"] == run]
+                p = meta.loc[run, "world_size"]
+                ax.plot(g["step"], g["y"], color=colors[p], lw=1.2, label=f"p={p}")
+                untimed = g[g["timed"] == 0]
+                ax.plot(untimed["step"], untimed["y"], "x", color=colors[p], ms=4)
+            ax.plot([], [], "x", color="gray", ms=4, label="warm-up step (not timed)")
+
+        order = [f"p={p}" for p in ps] + [ref_label, "warm-up step (not timed)"]
+        for fig in _grid(f"{TITLES[kind]}: {text(strategy)}", panels, draw, xlabel="step", ylabel=ylabel,
+                         legend_order=order):  # fmt: skip
+            out.append((str(strategy), fig))
     return out
 
 
 def fig_loss(d: Data):
-    return _per_strategy_steps(d, "loss", "mean", "training loss (mean over ranks)")
+    return _per_strategy_steps(d, "loss", "loss", "mean", "training loss (mean over ranks)")
 
 
 def fig_step_time(d: Data):
-    return _per_strategy_steps(d, "total_s", "max", "step time [s] (slowest rank)")
-
-
-def fig_karp_flatt(d: Data):
-    kf = d.fits[(d.fits["law"] == "karp_flatt") & d.fits["estimate"].notna()] if not d.fits.empty else d.fits
-    if kf.empty:
-        return []
-    fig, ax = plt.subplots()
-    groups = sorted(kf["group"].unique())
-    for grp, color in zip(groups, _colors(len(groups))):
-        g = kf[kf["group"] == grp].sort_values("p")
-        err = np.vstack([g["estimate"] - g["ci_low"], g["ci_high"] - g["estimate"]])
-        ax.errorbar(g["p"], g["estimate"], yerr=err, marker="o", color=color, label=text(grp), capsize=3)
-    _workers_axis(ax, kf["p"])
-    ax.set_ylabel("e(p) = (1/S − 1/p) / (1 − 1/p)")
-    ax.set_title(TITLES["karp_flatt"] + " (rising: overhead grows with p)", fontsize=9)
-    _legend_outside(ax)
-    return [(None, fig)]
-
-
-def fig_rank_skew(d: Data):
-    c = d.cells
-    if "rank_skew" not in c:
-        return []
-    c = c[(c["world_size"] > 1) & c["rank_skew"].notna()]
-    if c.empty:
-        return []
-    fig, ax = plt.subplots()
-    series = list(_series(c, d.series_axes))
-    for (name, g), color in zip(series, _colors(len(series))):
-        g = g.sort_values("world_size")
-        ax.errorbar(g["world_size"], g["rank_skew"], yerr=_yerr(g, "rank_skew"), marker="o", color=color, label=text(name), capsize=3)
-    _workers_axis(ax, c["world_size"])
-    ax.set_ylabel("rank skew: median (max − min)/max of rank step times")
-    ax.set_title(f"{TITLES['rank_skew']} (median; {level_note(c, 'rank_skew')})", fontsize=9)
-    _legend_outside(ax)
-    return [(None, fig)]
+    return _per_strategy_steps(d, "step_time", "total_s", "max", "step time [s] (slowest rank)")
 
 
 def fig_comm_sweep(d: Data):
     cm = d.comm
     if cm is None or cm.empty:
         return []
-    fig, ax = plt.subplots()
-    series = list(_series(cm, ["collective", "device", "world_size"]))
-    for (name, g), color in zip(series, _colors(len(series))):
-        g = g.sort_values("bytes")
-        ax.plot(g["bytes"], g["busbw_gbps"], marker=".", color=color, label=text(name))
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("message size [bytes]")
-    ax.set_ylabel("bus bandwidth [GB/s] (nccl-tests definition)")
-    ax.set_title(TITLES["comm_sweep"], fontsize=9)
-    _legend_outside(ax)
-    return [(None, fig)]
+    cm = cm.assign(collective=cm["collective"].astype(str), device=cm["device"].astype(str))
+    ps = sorted(cm["world_size"].unique())
+    colors = dict(zip(ps, _ordered(len(ps))))
+    panels = []
+    for key, g in _panels(cm, ["collective", "device"]):
+        for part in _chunks(sorted(g["world_size"].unique()), MAX_SERIES):
+            panels.append((_key_label(["collective", "device"], key), g[g["world_size"].isin(part)]))
+
+    def draw(ax, g):
+        for p, r in g.groupby("world_size", sort=True):
+            r = r.sort_values("bytes")
+            ax.plot(r["bytes"], r["busbw_gbps"], marker=".", color=colors[p], label=f"p={p}")
+        ax.set_xscale("log", base=2)
+
+    figs = _grid(TITLES["comm_sweep"], panels, draw, xlabel="message size [bytes] (log scale)",
+                 ylabel="bus bandwidth [GB/s] (nccl-tests definition)", legend_order=[f"p={p}" for p in ps])  # fmt: skip
+    return [(None, f) for f in figs]
+
+
+def _one(draw):
+    """A drawing function that returns figures, as (None, figure) pairs."""
+    return lambda d: [(None, f) for f in draw(d)]
 
 
 KINDS = {
-    "speedup": fig_speedup,
-    "efficiency": fig_efficiency,
-    "karp_flatt": fig_karp_flatt,
-    "phases": fig_phases,
-    "throughput_vs_batch": fig_throughput_vs_batch,
-    "memory_vs_batch": fig_memory_vs_batch,
-    "dataset_size": fig_dataset_size,
-    "rank_skew": fig_rank_skew,
+    "speedup": _one(fig_speedup),
+    "efficiency": _one(fig_efficiency),
+    "karp_flatt": _one(fig_karp_flatt),
+    "phases": _one(fig_phases),
+    "throughput_vs_batch": _one(fig_throughput_vs_batch),
+    "memory_vs_batch": _one(fig_memory_vs_batch),
+    "dataset_size": _one(fig_dataset_size),
+    "rank_skew": _one(fig_rank_skew),
     "loss": fig_loss,
     "step_time": fig_step_time,
     "comm_sweep": fig_comm_sweep,
 }
 
 
+def draw_all(d: Data):
+    """(kind, stem, title, figure) for every figure the data allow; parts after the first of a split
+    figure get _2, _3, ... after the stem."""
+    for kind, draw in KINDS.items():
+        figs = draw(d)
+        count: dict = {}
+        totals: dict = {}
+        for strategy, _ in figs:
+            totals[strategy] = totals.get(strategy, 0) + 1
+        for strategy, fig in figs:
+            count[strategy] = count.get(strategy, 0) + 1
+            n = count[strategy]
+            if strategy is None:
+                stem = kind + (f"_{n}" if n > 1 else "")
+            else:  # the part inside the hashed name, so no other strategy's file can have this name
+                stem = f"{kind}__{_safe(strategy if n == 1 else f'{strategy} ({n})')}"
+            title = TITLES[kind] + (f": {strategy}" if strategy else "")
+            title += f" ({n} of {totals[strategy]})" if totals[strategy] > 1 else ""
+            yield kind, strategy, stem, title, fig
+
+
 def make_figures(d: Data, out: pathlib.Path) -> list[Figure]:
     """Draw every figure the data allow into out/figures; returns what was written."""
     folder = safe_io.real_dir(pathlib.Path(out) / "figures")
     written = []
-    for kind, draw in KINDS.items():
-        for strategy, fig in draw(d):
-            stem = kind if strategy is None else f"{kind}__{_safe(strategy)}"
+    with plt.rc_context(RC):
+        for kind, strategy, stem, title, fig in draw_all(d):
             for ext in ("svg", "pdf"):
                 with safe_io.atomic_write(folder / f"{stem}.{ext}", "wb") as handle:
                     fig.savefig(handle, format=ext, metadata=METADATA[ext], bbox_inches="tight")
             plt.close(fig)
-            title = TITLES[kind] + (f": {strategy}" if strategy else "")
             written.append(Figure(kind, strategy, title, f"figures/{stem}.svg", f"figures/{stem}.pdf"))
     return written
 

@@ -1,0 +1,137 @@
+"""The figures as a reader sees them: small multiples with few series per panel, one legend per figure
+of at most ten entries, one colour per strategy in every figure, titles and labelled axes, no text
+under 8 pt and no overlapping labels (checked on the drawn matplotlib figures)."""
+
+from __future__ import annotations
+
+import itertools
+
+import matplotlib.colors
+import matplotlib.text
+import pytest
+from report_synth import make_comm, make_runs, make_steps
+
+from ddpbench import analysis as A
+from ddpbench import plots
+
+MANY = ("single", "ddp", "allreduce", "ddp_fp16", "powersgd", "local_sgd", "zero", "ring_allreduce", "gather_scatter",
+        "bucketed_allreduce", "pipeline")  # fmt: skip
+
+
+def _data(runs):
+    cells = A.cell_stats(runs, A.MAX_REL_CI)
+    speed = A.speedup_table(runs, A.BASELINE_STRATEGY, A.MAX_REL_CI)
+    fits = A.fits_table(runs, speed, make_comm(), A.BASELINE_STRATEGY, 50)
+    steps = make_steps(runs[(runs["repeat"] == 0) & (runs["status"] == "ok")], n_steps=5)
+    return plots.Data(runs, cells, speed, fits, steps, make_comm())
+
+
+@pytest.fixture(scope="module")
+def many():
+    """Eleven strategies, p = 1, 2, 4, batch 32 and 64, two dataset sizes: far more series than one panel holds."""
+    runs = make_runs(strategies=MANY, world_sizes=(1, 2, 4), batch_sizes=(32, 64), dataset_sizes=(2048, 4096), repeats=2)
+    with plots.matplotlib.rc_context(plots.RC):
+        figs = list(plots.draw_all(_data(runs)))
+        for *_, fig in figs:
+            fig.canvas.draw()
+        yield figs
+    for *_, fig in figs:
+        plots.plt.close(fig)
+
+
+@pytest.fixture(scope="module")
+def main_job():
+    """The default main job's shape: six strategies at p = 1 and 2, two batch sizes."""
+    runs = make_runs(strategies=MANY[:6], world_sizes=(1, 2), batch_sizes=(32, 64), repeats=3)
+    figs = list(plots.draw_all(_data(runs)))
+    yield figs
+    for *_, fig in figs:
+        plots.plt.close(fig)
+
+
+def _texts(fig):
+    """Every drawn text: tick labels only of ticks inside the view (matplotlib skips the others)."""
+    ticks, drawn = set(), []
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            lo, hi = sorted(axis.get_view_interval())
+            for tick in axis.get_major_ticks() + axis.get_minor_ticks():
+                ticks |= {id(tick.label1), id(tick.label2)}
+                inside = lo - 1e-9 * abs(hi - lo) <= tick.get_loc() <= hi + 1e-9 * abs(hi - lo)
+                drawn += [t for t in (tick.label1, tick.label2) if inside and t.get_visible() and tick.get_visible()]
+    rest = [t for t in fig.findobj(matplotlib.text.Text) if id(t) not in ticks and t.get_visible()]
+    return [t for t in drawn + rest if t.get_text().strip()]
+
+
+def test_every_kind_is_drawn_and_split_parts_are_named(many):
+    kinds = {k for k, *_ in many}
+    assert kinds == set(plots.KINDS)
+    stems = [stem for _, _, stem, _, _ in many]
+    assert len(stems) == len(set(stems))
+    assert "speedup" in stems and "speedup_2" in stems  # the first part keeps the stable name
+
+
+def test_legends_have_at_most_ten_entries_and_panels_eight_series(many):
+    for kind, _, stem, _, fig in many:
+        assert len(fig.legends) == 1, stem  # one shared legend, outside the panels
+        assert len(fig.legends[0].get_texts()) <= plots.MAX_LEGEND, stem
+        assert not any(ax.get_legend() for ax in fig.axes), stem
+        for ax in fig.axes:
+            series = {lab for lab in ax.get_legend_handles_labels()[1] if lab.startswith(("strategy=", "p="))}
+            assert len(series) <= plots.MAX_SERIES, (stem, ax.get_title())
+        assert len(fig.axes) <= plots.MAX_PANELS, stem
+
+
+def test_titles_and_axis_labels_everywhere(many):
+    for kind, _, stem, _, fig in many:
+        assert fig.get_suptitle().startswith(plots.TITLES[kind]), stem
+        for ax in fig.axes:
+            assert ax.get_title(), stem
+            assert ax.get_ylabel() or fig.get_supylabel(), stem
+        assert any(ax.get_xlabel() for ax in fig.axes), stem
+
+
+def test_no_text_below_eight_points(many):
+    for *_, stem, _, fig in many:
+        small = [(t.get_text(), t.get_fontsize()) for t in _texts(fig) if t.get_fontsize() < plots.MIN_FONT_PT]
+        assert not small, (stem, small[:5])
+
+
+def test_no_labels_overlap(many):
+    for *_, stem, _, fig in many:
+        r = fig.canvas.get_renderer()
+        boxes = [(t.get_text(), t.get_window_extent(r)) for t in _texts(fig)]
+        for (a, ba), (b, bb) in itertools.combinations(boxes, 2):
+            w = min(ba.x1, bb.x1) - max(ba.x0, bb.x0)
+            h = min(ba.y1, bb.y1) - max(ba.y0, bb.y0)
+            assert w <= 1 or h <= 1, (stem, a, b)
+
+
+def test_one_colour_per_strategy_in_every_figure(many):
+    colours: dict[str, set] = {}
+    for *_, fig in many:
+        leg = fig.legends[0]
+        for handle, t in zip(leg.legend_handles, leg.get_texts()):
+            if t.get_text().startswith("strategy="):
+                line = handle[0] if isinstance(handle, tuple) or hasattr(handle, "lines") else handle
+                line = line.lines[0] if hasattr(line, "lines") else line
+                colours.setdefault(t.get_text(), set()).add(matplotlib.colors.to_hex(line.get_color()))
+    assert len(colours) >= 10
+    assert all(len(c) == 1 for c in colours.values()), colours
+    assert len({next(iter(c)) for c in colours.values()}) == len(colours)  # and no two strategies share one
+
+
+def test_one_world_size_is_drawn_dodged_not_stacked(main_job):
+    (fig,) = [f for k, *_, f in main_job if k == "speedup"]
+    assert "at p = 2" in fig.get_suptitle()
+    for ax in fig.axes:
+        xs = [x for line in ax.get_lines() for x in line.get_xdata() if line.get_marker() not in (None, "None", "")]
+        assert len(set(xs)) >= 5  # one position per strategy
+    phases = [f for k, *_, f in main_job if k == "phases"]
+    assert len(phases) == 1 and len(phases[0].axes) == 4  # one panel per batch size and p
+
+
+def test_strategy_style_is_fixed_and_odd_names_get_one():
+    assert plots.strategy_style("ddp") == plots.strategy_style("ddp")
+    assert plots.strategy_style("single")["color"] == "black"
+    assert plots.strategy_style("no such strategy $x$")["color"] == plots.strategy_style("no such strategy $x$")["color"]
