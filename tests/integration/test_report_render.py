@@ -5,6 +5,11 @@ Chromium is driven over the DevTools protocol on a pipe (--remote-debugging-pipe
 in, fd 4 out, NUL-terminated JSON), so no Python dependency and no port are needed.
 Skipped with the reason when chromium or latexmk is not installed (Debian: chromium;
 texlive-latex-recommended latexmk). Set DDPBENCH_TEST_ARTIFACTS=DIR to keep the screenshot.
+
+Checked as a reader would, on a grid with many series (nine strategies, p = 1, 2, 4, two batch
+sizes): every figure's legend has at most ten entries, no text is drawn smaller than 8 px in
+Chromium at the size the page shows it, the report's size is printed, and no page of the PDF
+(rendered to images with pdftoppm) is blank.
 """
 
 from __future__ import annotations
@@ -14,23 +19,27 @@ import fcntl
 import json
 import os
 import pathlib
+import re
 import select
 import shutil
 import subprocess
 import time
 
+import numpy as np
 import pytest
 from report_synth import make_comm, make_runs, make_steps
 
 from ddpbench import report
 
+MANY = ("single", "ddp", "allreduce", "ddp_fp16", "powersgd", "local_sgd", "zero", "ring_allreduce", "gather_scatter")
+MIN_TEXT_PX = 8
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
 
 
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("render")
-    runs = make_runs(batch_sizes=(32, 64))
+    runs = make_runs(strategies=MANY, world_sizes=(1, 2, 4), batch_sizes=(32, 64), repeats=2)
     runs.to_csv(tmp / "runs.csv", index=False)
     make_steps(runs[runs["repeat"] == 0], n_steps=6).to_csv(tmp / "steps.csv", index=False)
     make_comm().to_csv(tmp / "comm.csv", index=False)
@@ -127,6 +136,15 @@ def test_html_loads_in_headless_chromium_and_figures_render(rendered, tmp_path):
             "expression": "Array.from(document.querySelectorAll('figure svg'))"
                           ".map(s => { const r = s.getBoundingClientRect(); return [r.width, r.height]; })",
             "returnByValue": True}, session)["result"]["value"]  # fmt: skip
+        # Per figure: its legend's entries (plots gives them ids ...legend-entry-N) and its smallest text in
+        # CSS px as drawn: the font size times the scale from the text's user units to the screen.
+        reader = browser.send("Runtime.evaluate", {
+            "expression": "Array.from(document.querySelectorAll('figure svg')).map(s => ["
+                          "s.closest('figure').id,"
+                          "s.querySelectorAll('[id*=\"legend-entry-\"]').length,"
+                          "Math.min(...Array.from(s.querySelectorAll('text')).map(t => {"
+                          "  const m = t.getScreenCTM(); return parseFloat(getComputedStyle(t).fontSize) * Math.hypot(m.a, m.b); }))])",
+            "returnByValue": True}, session)["result"]["value"]  # fmt: skip
         height = browser.send("Page.getLayoutMetrics", session=session)["cssContentSize"]["height"]
         browser.send("Emulation.setDeviceMetricsOverride",
                      {"width": 1280, "height": int(min(height, 16000)), "deviceScaleFactor": 1, "mobile": False},
@@ -155,6 +173,13 @@ def test_html_loads_in_headless_chromium_and_figures_render(rendered, tmp_path):
     assert len(sizes) == n_figures > 5
     assert all(w > 100 and h > 100 for w, h in sizes), sizes
 
+    print(f"report.html: {html.stat().st_size / 1e6:.2f} MB, {n_figures} figures, "
+          f"smallest text {min(px for *_, px in reader):.1f} px, largest legend {max(n for _, n, _ in reader)} entries")
+    assert len(reader) == n_figures
+    for fig_id, legend_entries, smallest_px in reader:
+        assert 0 < legend_entries <= 10, (fig_id, legend_entries)
+        assert smallest_px >= MIN_TEXT_PX, (fig_id, smallest_px)
+
 
 @pytest.mark.skipif(not shutil.which("latexmk"), reason="latexmk is not installed (Debian: texlive-latex-recommended latexmk)")
 def test_pdf_compiles(rendered):
@@ -162,3 +187,21 @@ def test_pdf_compiles(rendered):
     assert pdf.exists() and pdf.read_bytes()[:5] == b"%PDF-"
     assert pdf.stat().st_size > 20_000
     assert "No PDF was made" not in (rendered / "report.html").read_text()
+
+
+@pytest.mark.skipif(not (shutil.which("latexmk") and shutil.which("pdftoppm")), reason="latexmk or pdftoppm is not installed (Debian: poppler-utils)")
+def test_pdf_has_no_blank_page(rendered, tmp_path):
+    pdf = rendered / "report.pdf"
+    print(f"report.pdf: {pdf.stat().st_size / 1e6:.2f} MB")
+    subprocess.run(["pdftoppm", "-gray", "-r", "30", str(pdf), str(tmp_path / "page")], check=True, timeout=120)
+    pages = sorted(tmp_path.glob("page*.pgm"))
+    assert pages
+    for page in pages:
+        raw = page.read_bytes()
+        # Binary PGM: "P5", width, height, maxval, one whitespace, then the pixels.
+        head = re.match(rb"P5\s+(\d+)\s+(\d+)\s+255\s", raw)
+        assert head, page
+        width, height = int(head[1]), int(head[2])
+        pixels = np.frombuffer(raw[head.end() : head.end() + width * height], dtype=np.uint8)
+        assert pixels.size == width * height, page
+        assert (pixels < 200).mean() > 0.001, f"{page.name} is blank"
