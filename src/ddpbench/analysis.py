@@ -145,13 +145,12 @@ def nondeterministic_runs(ok: pd.DataFrame) -> int:
     if len(ok) < 2 or not outcomes or "device" not in ok:
         return 0
     cpu = ok[ok["device"].astype(str) == "cpu"]
+    if len(cpu) < 2:
+        return 0
     same = [c for c in ("seed", "total_steps", "env_threads_per_rank") if c in cpu]
     keys = [cpu[c].astype(str) for c in same] + [run_version(cpu)]
-    count = 0
-    for _, g in cpu.groupby(keys, dropna=False, sort=False) if len(cpu) else ():
-        if len(g) > 1 and any(g[c].astype(str).nunique() > 1 for c in outcomes):
-            count += len(g)
-    return count
+    groups = (g for _, g in cpu.groupby(keys, dropna=False, sort=False))
+    return sum(len(g) for g in groups if len(g) > 1 and any(g[c].astype(str).nunique() > 1 for c in outcomes))
 
 
 def axes(runs: pd.DataFrame) -> list[str]:

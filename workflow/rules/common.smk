@@ -495,4 +495,7 @@ def get_final_output():
     ]
 
 
-check_stale_runs()
+# Once per workflow, not again in every job a cluster executor starts (each re-reads the
+# Snakefile; reading every summary there would cost a grid's worth of I/O per job).
+if workflow.is_main_process:
+    check_stale_runs()
