@@ -15,17 +15,15 @@ archive is untrusted input.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import io
 import json
-import os
 import sys
 import tarfile
 import time
 from pathlib import Path
 from typing import Iterator
 
-from ddpbench import sysinfo
+from ddpbench import safe_io, sysinfo
 
 RUN_FILES = ("summary.json", "steps_rank*.csv", "train.log", "error_rank*.txt")
 STUDY_FILES = ("config.yaml", "invocations.log", "aggregate/runs.csv", "aggregate/steps.csv")
@@ -50,14 +48,6 @@ def _plain(path: Path) -> bool:
     return path.is_file() and not path.is_symlink()
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def write_archive(results: Path, out: Path) -> dict:
     """Write the archive atomically; returns its manifest."""
     results = Path(results)
@@ -74,11 +64,9 @@ def write_archive(results: Path, out: Path) -> dict:
         "code_fingerprint": sysinfo.code_fingerprint(),
         "git_commit": sysinfo.git_commit(),
         "lock_hash": sysinfo.lock_hash(),
-        "files": {str(f): _sha256(results / f) for f in files},
+        "files": {str(f): safe_io.sha256_file(results / f) for f in files},
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
-    with tarfile.open(tmp, "w:gz") as tar:
+    with safe_io.atomic_write(out, "wb") as handle, tarfile.open(fileobj=handle, mode="w:gz") as tar:
         for f in files:
             tar.add(results / f, arcname=f"{prefix}/{f}", recursive=False)
         if lock and lock.is_file():
@@ -87,7 +75,6 @@ def write_archive(results: Path, out: Path) -> dict:
         info = tarfile.TarInfo(MANIFEST)
         info.size, info.mtime = len(data), int(time.time())
         tar.addfile(info, io.BytesIO(data))
-    os.replace(tmp, out)
     return manifest
 
 
@@ -109,7 +96,7 @@ def extract(archive: Path, into: Path) -> Path:
         raise SystemExit(f"error: {archive}: results folder {prefix} leaves the archive; refused")
     results = into / prefix
     for name, digest in manifest["files"].items():
-        if _sha256(results / name) != digest:
+        if safe_io.sha256_file(results / name) != digest:
             raise SystemExit(f"error: {archive}: {name} does not match its manifest checksum")
     return results
 

@@ -23,10 +23,11 @@ survives push/pull/save/load unchanged.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import pathlib
 import re
+
+from ddpbench import safe_io
 
 ENV_NAME = "DDPBENCH_CONTAINER_IMAGE"
 ENV_DIGEST = "DDPBENCH_CONTAINER_DIGEST"
@@ -74,11 +75,7 @@ def sif_sha256(sif: str | os.PathLike) -> str | None:
             return _normalise(digest)
     except OSError:
         pass
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            h.update(chunk)
-    digest = f"sha256:{h.hexdigest()}"
+    digest = f"sha256:{safe_io.sha256_file(path)}"
     try:
         tmp = cache.with_name(cache.name + f".{os.getpid()}.tmp")
         tmp.write_text(f"{key} {digest}\n")

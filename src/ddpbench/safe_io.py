@@ -17,6 +17,7 @@ on stderr.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import pathlib
 import secrets
@@ -57,6 +58,15 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", *, newline: str | Non
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """The hex sha256 of a file's contents, read in blocks (archives, images, the lock)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:

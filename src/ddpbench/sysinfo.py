@@ -18,6 +18,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from ddpbench import safe_io
 from ddpbench.container import image_identity
 
 #: Environment variables recorded in env.env_vars: the ones that select threads and
@@ -223,7 +224,7 @@ def lock_path() -> Path | None:
 
 
 def _file_hash(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    return safe_io.sha256_file(path)[:16]
 
 
 def lock_hash(path: Path | None = None) -> str | None:
