@@ -78,6 +78,32 @@ def trial_step(model: nn.Module, shape: tuple[int, ...], batch: int, device: tor
     del net, opt, x, y
 
 
+def _trial_need(model: nn.Module, shape: tuple[int, ...], batch: int, device: torch.device) -> int | None:
+    """Bytes one trial step at `batch` needs beyond what is held already; None when CUDA
+    runs out of memory. The out-of-memory error's traceback holds the trial's tensors:
+    memory is released only after the handler has let it go."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+        out_of_memory = False
+        try:
+            trial_step(model, shape, batch, device)
+            torch.cuda.synchronize(device)
+        except torch.cuda.OutOfMemoryError:
+            out_of_memory = True
+        if out_of_memory:
+            gc.collect()
+            torch.cuda.empty_cache()
+            return None
+        return torch.cuda.max_memory_allocated(device) - before
+    before = _rss()
+    _reset_peak()
+    trial_step(model, shape, batch, device)
+    return max(0, _peak_since_reset() - before)
+
+
 def search(
     model: nn.Module, shape: tuple[int, ...], device: torch.device, memory_budget_gb: float, limit: int, local_ranks: int
 ) -> dict[str, Any]:
@@ -96,24 +122,8 @@ def search(
             if needs[b1] + slope * (batch - b1) > budget:
                 break  # predicted not to fit: not tried
         tried.append(batch)
-        try:
-            gc.collect()
-            if cuda:
-                torch.cuda.empty_cache()
-                torch.cuda.reset_peak_memory_stats(device)
-                before = torch.cuda.memory_allocated(device)
-            else:
-                before = _rss()
-                _reset_peak()
-            trial_step(model, shape, batch, device)
-            if cuda:
-                torch.cuda.synchronize(device)
-                need = torch.cuda.max_memory_allocated(device) - before
-            else:
-                need = max(0, _peak_since_reset() - before)
-        except torch.cuda.OutOfMemoryError:
-            gc.collect()
-            torch.cuda.empty_cache()
+        need = _trial_need(model, shape, batch, device)
+        if need is None:  # out of memory
             break
         if budget and need > budget:
             break

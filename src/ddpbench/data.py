@@ -24,7 +24,7 @@ from typing import Any, Iterator, Sequence
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
-SYNTHETIC_SHAPES = {"cifar10": ((3, 32, 32), 10), "mnist": ((1, 28, 28), 10)}
+SYNTHETIC_SHAPES = {"cifar10": ((3, 32, 32), 10), "mnist": ((1, 28, 28), 10), "imagenette": ((3, 0, 0), 10)}
 _NORMALIZE = {
     "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
     "mnist": ((0.1307,), (0.3081,)),
@@ -72,10 +72,16 @@ def synthetic(shape: tuple[int, int, int], classes: int, n: int, seed: int) -> T
     return TensorData(x, y)
 
 
+def synthetic_shape(name: str, image_size: int) -> tuple[tuple[int, int, int], int]:
+    """(C, H, W) and classes of a synthetic dataset; imagenette's side is image_size."""
+    (c, h, w), classes = SYNTHETIC_SHAPES[name]
+    return ((c, image_size, image_size) if h == 0 else (c, h, w)), classes
+
+
 def load(params: Any) -> Data:
     """The cell's training subset (dataset_size samples) and test set (test_size samples)."""
     if params.dataset == "synthetic":
-        shape, classes = SYNTHETIC_SHAPES[params.synthetic_shape]
+        shape, classes = synthetic_shape(params.synthetic_shape, params.image_size)
         both = synthetic(shape, classes, params.dataset_size + params.test_size, params.seed)
         n = params.dataset_size
         train = TensorData(both.x[:n], both.y[:n])

@@ -248,8 +248,7 @@ def write_failure(
     process's: started when the launcher did, ended now, with the launcher's command."""
     from ddpbench import metrics
 
-    backend = "nccl" if params.device == "cuda" else "gloo"
-    env = sysinfo.environment(backend, threads_per_rank or params.threads_per_rank or None, command=command)
+    env = sysinfo.environment(params.process_group_backend, threads_per_rank or params.threads_per_rank or None, command=command)
     summary = metrics.make_summary(status, reason, params.as_dict(), world, nodes, env)
     metrics.write_json(out / "summary.json", summary)
 

@@ -65,15 +65,23 @@ def vgg11(shape, classes):
     return model
 
 
-def resnet18(shape, classes):
+def _resnet(arch: str, shape, classes):
     c, h, w = shape
-    model = _torchvision_models().resnet18(num_classes=classes)
+    model = getattr(_torchvision_models(), arch)(num_classes=classes)
     if min(h, w) < SMALL:
         model.conv1 = nn.Conv2d(c, 64, 3, stride=1, padding=1, bias=False)
         model.maxpool = nn.Identity()
     else:
         model.conv1 = nn.Conv2d(c, 64, 7, stride=2, padding=3, bias=False)
     return model
+
+
+def resnet18(shape, classes):
+    return _resnet("resnet18", shape, classes)
+
+
+def resnet50(shape, classes):
+    return _resnet("resnet50", shape, classes)
 
 
 def densenet121(shape, classes):
@@ -87,7 +95,7 @@ def densenet121(shape, classes):
     return model
 
 
-_BUILDERS = {"mlp": mlp, "simple_cnn": simple_cnn, "vgg11": vgg11, "resnet18": resnet18, "densenet121": densenet121}
+_BUILDERS = {"mlp": mlp, "simple_cnn": simple_cnn, "vgg11": vgg11, "resnet18": resnet18, "resnet50": resnet50, "densenet121": densenet121}
 
 
 def count_parameters(model: nn.Module) -> int:

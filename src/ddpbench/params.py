@@ -23,9 +23,10 @@ from typing import Any, Iterable, Mapping
 
 DEVICES = ("cpu", "cuda")
 SCALINGS = ("strong", "weak")
-MODELS = ("mlp", "simple_cnn", "vgg11", "resnet18", "densenet121")
+MODELS = ("mlp", "simple_cnn", "vgg11", "resnet18", "resnet50", "densenet121")
 DATASETS = ("synthetic", "cifar10", "mnist", "imagenette")
-SYNTHETIC_SHAPES = ("cifar10", "mnist")
+SYNTHETIC_SHAPES = ("cifar10", "mnist", "imagenette")
+BACKENDS = ("auto", "gloo", "nccl")
 
 
 # A free-text value (a path): printable, bounded. Commands always quote it; this keeps
@@ -100,6 +101,9 @@ class CellParams:
     """Every parameter of one grid cell, with its default and its allowed values."""
 
     device: str = _p("cpu", "cpu (gloo) or cuda (NCCL)", choices=DEVICES)
+    backend: str = _p(
+        "auto", "process-group backend: auto is gloo on cpu, nccl on cuda; gloo on cuda lets ranks share a GPU", choices=BACKENDS
+    )
     strategy: str = _p("ddp", "gradient-sync strategy (module in ddpbench.strategies)", choices=strategy_names)
     batch_size: int | str = _p(
         64, "global batch (scaling=strong) or per-rank batch (scaling=weak); 'auto' searches", minimum=1, maximum=2**20, auto=True
@@ -107,7 +111,9 @@ class CellParams:
     scaling: str = _p("strong", "strong: global batch fixed; weak: per-rank batch fixed", choices=SCALINGS)
     model: str = _p("mlp", "network to train", choices=MODELS)
     dataset: str = _p("synthetic", "training data", choices=DATASETS)
-    synthetic_shape: str = _p("cifar10", "shape and classes of the synthetic data", choices=SYNTHETIC_SHAPES)
+    synthetic_shape: str = _p(
+        "cifar10", "shape and classes of the synthetic data (imagenette: 3 x image_size px, 10 classes)", choices=SYNTHETIC_SHAPES
+    )
     data_root: str = _p("data", "folder holding real datasets (prepared beforehand, never downloaded by a rank)")
     image_size: int = _p(160, "side of the square images for imagenette", minimum=8, maximum=4096)
     dataset_size: int = _p(4096, "training samples used (a subset of the dataset)", minimum=1, maximum=10**9)
@@ -134,6 +140,12 @@ class CellParams:
         for f in dataclasses.fields(self):
             object.__setattr__(self, f.name, _check(f, getattr(self, f.name)))
         check_auto_batch_scaling(self.batch_size, self.scaling)
+        check_backend(self.backend, self.device)
+
+    @property
+    def process_group_backend(self) -> str:
+        """The torch.distributed backend this cell uses."""
+        return backend_for(self.backend, self.device)
 
     # -- conversions -------------------------------------------------------------------
     @classmethod
@@ -260,6 +272,18 @@ def check_auto_batch_scaling(batch_size: Any, scaling: Any) -> None:
     """batch_size 'auto' fixes the per-rank batch, which only weak scaling may label."""
     if batch_size == "auto" and scaling == "strong":
         raise ParamError("scaling", scaling, AUTO_NEEDS_WEAK)
+
+
+def backend_for(backend: str, device: str) -> str:
+    if backend == "auto":
+        return "nccl" if device == "cuda" else "gloo"
+    return backend
+
+
+def check_backend(backend: Any, device: Any) -> None:
+    """NCCL moves CUDA tensors only."""
+    if backend == "nccl" and device != "cuda":
+        raise ParamError("backend", backend, "auto or gloo with device cpu (NCCL needs CUDA)")
 
 
 def check_values(name: str, values: Iterable[Any]) -> None:

@@ -81,7 +81,7 @@ def run(params: CellParams, out: Path, dump_params: Path | None = None) -> int:
     ranks = Ranks.from_env()
     out.mkdir(parents=True, exist_ok=True)
     cuda = params.device == "cuda"
-    backend = "nccl" if cuda else "gloo"
+    backend = params.process_group_backend
     threads = configure_threads(params, ranks)
 
     def finish(status: str, reason: str) -> None:
@@ -94,7 +94,7 @@ def run(params: CellParams, out: Path, dump_params: Path | None = None) -> int:
     if reason:
         finish("skipped", reason)
         return 0
-    device = torch.device("cuda", ranks.local_rank) if cuda else torch.device("cpu")
+    device = cuda_device(params, ranks) if cuda else torch.device("cpu")
     try:
         if cuda:
             torch.cuda.set_device(device)
@@ -102,7 +102,7 @@ def run(params: CellParams, out: Path, dump_params: Path | None = None) -> int:
             dist.init_process_group(
                 backend,
                 timeout=datetime.timedelta(seconds=params.timeout_s),
-                device_id=device if cuda else None,
+                device_id=device if backend == "nccl" else None,
             )
         summary = execute(params, out, ranks, device, dump_params=dump_params, threads=threads, t_start=t_start)
         if summary is not None:
@@ -132,18 +132,31 @@ def configure_threads(params: CellParams, ranks: Ranks) -> int:
     return threads
 
 
+def cuda_device(params: CellParams, ranks: Ranks) -> torch.device:
+    """One GPU per local rank; with gloo, ranks beyond the GPU count share them round-robin."""
+    return torch.device("cuda", ranks.local_rank % max(1, torch.cuda.device_count()))
+
+
 def skip_reason(params: CellParams, ranks: Ranks) -> str | None:
     """Why this cell cannot run here (status skipped), or None."""
-    reason = strategies.get(params.strategy).unsupported(ranks.world)
+    strategy = strategies.get(params.strategy)
+    reason = strategy.unsupported(ranks.world)
     if reason:
         return reason
     if params.device == "cuda":
         if not torch.cuda.is_available():
             return f"device cuda requested but CUDA is not available here (torch {torch.__version__})"
+        if params.process_group_backend == "gloo":
+            if strategy.point_to_point and ranks.world > 1:
+                return (
+                    f"strategy {strategy.name} sends point to point, which gloo does not do for CUDA "
+                    "tensors (backend nccl, one GPU per rank, does)"
+                )
+            return None  # gloo stages CUDA tensors through the host: ranks may share a GPU
         if torch.cuda.device_count() < ranks.local_world:
             return (
                 f"device cuda with {ranks.local_world} processes on this node needs as many GPUs; "
-                f"{torch.cuda.device_count()} visible"
+                f"{torch.cuda.device_count()} visible (NCCL refuses two ranks on one GPU; backend gloo lets them share it)"
             )
     return None
 

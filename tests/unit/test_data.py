@@ -122,3 +122,10 @@ def test_imagenette_reader_on_tiny_jpegs(tmp_path):
     x, y = d.train[0]
     assert x.shape == (3, 48, 48) and int(y) in (0, 1)
     assert {int(d.train[i][1]) for i in range(6)} == {0, 1}  # a seeded subset, not the first class only
+
+
+def test_synthetic_imagenette_takes_its_side_from_image_size():
+    from ddpbench import data
+
+    assert data.synthetic_shape("imagenette", 96) == ((3, 96, 96), 10)
+    assert data.synthetic_shape("cifar10", 96) == ((3, 32, 32), 10)

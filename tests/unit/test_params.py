@@ -61,3 +61,12 @@ def test_auto_batch_with_strong_scaling_is_refused_naming_scaling():
     with pytest.raises(ParamError, match="'scaling'"):
         CellParams.from_mapping({"batch_size": "auto"})  # strong is the default
     assert CellParams(batch_size=64, scaling="strong").scaling == "strong"
+
+
+def test_backend_nccl_needs_cuda_and_auto_picks_per_device():
+    with pytest.raises(ParamError, match="'backend'") as err:
+        CellParams(backend="nccl", device="cpu")
+    assert "NCCL needs CUDA" in str(err.value)
+    assert CellParams(device="cpu").process_group_backend == "gloo"
+    assert CellParams(device="cuda").process_group_backend == "nccl"
+    assert CellParams(device="cuda", backend="gloo").process_group_backend == "gloo"

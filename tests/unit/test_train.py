@@ -37,6 +37,25 @@ def test_cuda_without_gpus_is_skipped(tmp_path, monkeypatch):
     assert s["params"]["device"] == "cuda" and s["env"]["host"]
 
 
+@pytest.mark.parametrize("name", ["gather_scatter", "ring_allreduce", "pipeline", "allreduce"])
+def test_gloo_on_cuda_skips_point_to_point_strategies_and_lets_ranks_share_a_gpu(monkeypatch, name):
+    """gloo aborts on send/recv of CUDA tensors (seen on an H100, docs/gpu.md); its
+    collectives stage them through the host, so two ranks may share one GPU. NCCL refuses that."""
+    from ddpbench import strategies
+
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    monkeypatch.setattr("torch.cuda.device_count", lambda: 1)
+    ranks = train.Ranks(rank=0, world=2, local_rank=0, local_world=2, launched=True)
+    reason = train.skip_reason(CellParams(device="cuda", backend="gloo", strategy=name), ranks)
+    if strategies.get(name).point_to_point:
+        assert "point to point" in reason and "nccl" in reason
+    else:
+        assert reason is None
+    nccl = train.skip_reason(CellParams(device="cuda", strategy=name), ranks)
+    assert "needs as many GPUs" in nccl and "backend gloo" in nccl
+    assert train.cuda_device(CellParams(device="cuda", backend="gloo"), train.Ranks(1, 2, 1, 2, True)).index == 0
+
+
 def test_multi_rank_strategy_at_world_one_is_skipped(tmp_path):
     s = run(tmp_path, strategy="ddp")
     assert s["status"] == "skipped" and "world size" in s["reason"]

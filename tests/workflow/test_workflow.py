@@ -161,10 +161,13 @@ def parse_in_process(workdir):
         # auto fixes the per-rank batch: with strong scaling it would be weak scaling labelled speedup
         (lambda c: c["grid"].update(batch_size=[16, "auto"]), "'grid.batch_size + params.scaling'"),
         (lambda c: c["grid"].update(batch_size=["auto"], scaling=["weak", "strong"]), "'grid.batch_size + grid.scaling'"),
+        (lambda c: c["params"].update(backend="nccl"), "'params.backend'"),
+        (lambda c: c["grid"].update(backend=["gloo", "nccl"]), "'grid.backend + grid.device'"),
     ],
     ids=[
         "unknown-key", "wrong-type", "empty-axis", "bad-enum", "bad-timing", "bad-filter", "all-excluded",
-        "bad-baseline", "bad-stability", "auto-strong", "auto-strong-axis",
+        "bad-baseline", "bad-stability", "auto-strong", "auto-strong-axis", "nccl-on-cpu",
+        "nccl-on-cpu-axis",
     ],
 )  # fmt: skip
 def test_bad_config_fails_naming_the_key(tmp_path, change, key):

@@ -37,6 +37,7 @@ from ddpbench.params import (  # noqa: E402
     CellParams,
     ParamError,
     check_auto_batch_scaling,
+    check_backend,
     check_values,
     effective_params,
     unread_settings,
@@ -276,19 +277,27 @@ def key_of(name):
     return f"{'timing' if name in TIMING_KEYS else 'params'}.{name}"
 
 
-def check_auto_batch_scaling_of_cells(cells):
-    """batch_size 'auto' fixes the per-rank batch: refused with strong scaling (the
-    global batch would grow with world size yet be labelled speedup)."""
+def check_cell_combinations(cells):
+    """Values valid alone but not together: batch_size 'auto' fixes the per-rank batch,
+    refused with strong scaling (the global batch would grow with world size yet be
+    labelled speedup); backend nccl needs device cuda."""
     for cell in cells.to_dict(orient="records"):
-        batch = cell.get("batch_size", FIXED_PARAMS["batch_size"])
-        scaling = cell.get("scaling", FIXED_PARAMS["scaling"])
+        value = {
+            k: cell.get(k, FIXED_PARAMS[k])
+            for k in ("batch_size", "scaling", "backend", "device")
+        }
         try:
-            check_auto_batch_scaling(batch, scaling)
+            check_auto_batch_scaling(value["batch_size"], value["scaling"])
         except ParamError as err:
             where = f"{key_of('batch_size')} + {key_of('scaling')}"
             raise config_error(
                 where, f"{err} (exclude these cells or set scaling: weak)"
             ) from None
+        try:
+            check_backend(value["backend"], value["device"])
+        except ParamError as err:
+            where = f"{key_of('backend')} + {key_of('device')}"
+            raise config_error(where, f"{err} (exclude these cells)") from None
 
 
 def warn_oversubscribed_cells(cells):
@@ -327,7 +336,7 @@ FIXED_PARAMS = fixed_cell_params(config, AXES)
 check_grid_size(AXES, config["repeats"], config["max_runs"])
 BASE_PARAMS = base_cell_params(config)
 CELLS = effective_cells(expand_grid(AXES, config["exclude"]), BASE_PARAMS)
-check_auto_batch_scaling_of_cells(CELLS)
+check_cell_combinations(CELLS)
 warn_oversubscribed_cells(CELLS)
 RESULTS = config["results"].rstrip("/")
 REPEATS = list(range(config["repeats"]))

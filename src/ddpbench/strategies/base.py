@@ -60,6 +60,8 @@ class Strategy:
     #: How the busiest rank's bytes per step grow with p (metrics.COMM_VOLUME): the cost
     #: model extrapolates measured bytes with it.
     comm_volume: str = "allreduce"
+    #: Sends with send/recv (gloo moves only collectives' CUDA tensors, not these).
+    point_to_point: bool = False
 
     def unsupported(self, world: int) -> str | None:
         """Why this strategy cannot run at `world` ranks (None: it can)."""
@@ -126,13 +128,13 @@ class Strategy:
 
 def timed_blocking(call: Callable[[], Any], ctx: Context, phase: str) -> Callable[[], Any]:
     """`call` wrapped so that its time counts as blocking communication inside `phase`
-    (stamped around it; read after the step's one wait for the device)."""
+    (stamped around it; read once the device has reached the step's end)."""
 
     def timed():
         a = ctx.clock.stamp()
         result = call()
         b = ctx.clock.stamp()
-        ctx.meter.defer(lambda clock: ctx.meter.blocking(clock.elapsed(a, b), phase))
+        ctx.meter.defer(lambda clock, meter: meter.blocking(clock.elapsed(a, b), phase))
         return result
 
     return timed

@@ -114,6 +114,7 @@ class Pipelined(nn.Module):
 class Pipeline(Strategy):
     name = "pipeline"
     comm_volume = "point_to_point"
+    point_to_point = True  # torch.distributed.pipelining sends activations with isend/irecv
     exact = False  # the same update as single, but summed per micro-batch: reported, not asserted
 
     def wrap(self, model, ctx):

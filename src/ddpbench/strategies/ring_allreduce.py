@@ -9,6 +9,7 @@ SETTINGS = ("bucket_mb",)  # the strategy-specific cell parameters it reads
 
 class RingAllReduce(BucketedSum):
     name = "ring_allreduce"
+    point_to_point = True
 
     def reduce_sum_(self, flat, ctx):
         ring_allreduce_(flat)
