@@ -54,7 +54,7 @@ class Clock:
     On CPU a stamp is `time.perf_counter()`. On CUDA a stamp is an event recorded on the
     current stream, with no synchronisation: kernels keep overlapping with the host, so
     the loop measures the throughput users get. `wait(stamp)` blocks until the device has
-    reached a stamp (the step timer does this once per step, at its end); `elapsed(a, b)`
+    reached a stamp (once per step, a step late: train.StepRecorder); `elapsed(a, b)`
     is the time between two reached stamps in seconds. `now()` synchronises and reads the
     host clock: for code outside the timed phases (and the pipeline's per-micro-batch
     accounting, which synchronises on CUDA: a known cost of that strategy's timing).
@@ -87,13 +87,48 @@ class Clock:
         return a.elapsed_time(b) / 1000.0 if self.cuda else b - a
 
 
+class StepMarks:
+    """The stamps of one closed step, turned into durations by `resolve` once the device
+    has reached the last of them: `phases`, `total` (first to last stamp) and `wall_end`
+    (the host clock when the wait returned). `first`/`last` are the step's first and last
+    stamps (the loop measures the time between consecutive steps' last stamps)."""
+
+    def __init__(self, marks: list[tuple[str | None, Any, dict[str, float] | None]], wall_start: float):
+        self.marks, self.wall_start = marks, wall_start
+        self.phases = dict.fromkeys(PHASES, 0.0)
+        self.total = 0.0
+        self.wall_end = 0.0
+
+    @property
+    def first(self) -> Any:
+        return self.marks[0][1]
+
+    @property
+    def last(self) -> Any:
+        return self.marks[-1][1]
+
+    def resolve(self, clock: "Clock") -> "StepMarks":
+        clock.wait(self.last)
+        self.wall_end = time.perf_counter()
+        for (_, a, _), (phase, b, parts) in zip(self.marks, self.marks[1:]):
+            lap = clock.elapsed(a, b)
+            for name, seconds in (parts or {}).items():
+                self.phases[name] += seconds
+                lap -= seconds
+            self.phases[phase] += lap
+        self.total = clock.elapsed(self.first, self.last)
+        return self
+
+
 class StepTimer:
     """Phase durations of one step, measured as laps: `lap(phase)` charges the time since
     the previous lap to `phase` (phases may recur, e.g. comm before and after the step).
 
-    Laps only record stamps; `end()` waits for the device once and turns them into
-    durations (`phases`, `total`), and reads the host clock (`wall_start`, `wall_end`:
-    the timed wall time that throughput divides by)."""
+    Laps only record stamps. `close()` hands the step's stamps over without waiting (the
+    training loop resolves them a step later, so the host prepares the next step while the
+    device finishes this one, as an uninstrumented loop does); `end()` closes and resolves
+    at once, waiting for the device, and sets `phases`, `total` and the host clock's
+    `wall_start`/`wall_end`."""
 
     def __init__(self, clock: Clock, enabled: bool = True):
         self.clock, self.enabled = clock, enabled
@@ -119,19 +154,15 @@ class StepTimer:
         if self.enabled:
             self._marks.append((rest, self.clock.stamp(), dict(parts)))
 
+    def close(self) -> StepMarks:
+        marks, self._marks = self._marks, []
+        return StepMarks(marks, self.wall_start)
+
     def end(self) -> None:
         if not self.enabled:
             return
-        marks, clock = self._marks, self.clock
-        clock.wait(marks[-1][1])
-        self.wall_end = time.perf_counter()
-        for (_, a, _), (phase, b, parts) in zip(marks, marks[1:]):
-            lap = clock.elapsed(a, b)
-            for name, seconds in (parts or {}).items():
-                self.phases[name] += seconds
-                lap -= seconds
-            self.phases[phase] += lap
-        self.total = clock.elapsed(marks[0][1], marks[-1][1])
+        done = self.close().resolve(self.clock)
+        self.phases, self.total, self.wall_end = done.phases, done.total, done.wall_end
 
 
 class CommMeter:
@@ -147,17 +178,26 @@ class CommMeter:
         self.calls = 0
         self.bytes = 0
         self.hidden: dict[str, list[float]] = {}
-        self._deferred: list[Callable[[Clock], None]] = []
+        self._deferred: list[Callable[[Clock, CommMeter], None]] = []
 
-    def defer(self, account: Callable[[Clock], None]) -> None:
+    def defer(self, account: Callable[[Clock, "CommMeter"], None]) -> None:
         """Account for stamps once the step's end has been waited for (`resolve`): reading
-        a CUDA event's time earlier would synchronise in the middle of the step."""
+        a CUDA event's time earlier would synchronise in the middle of the step.
+        `account(clock, meter)` charges the meter it is given: the step's own, taken over
+        by `take` before the loop resolves it."""
         self._deferred.append(account)
 
     def resolve(self, clock: Clock) -> None:
         for account in self._deferred:
-            account(clock)
+            account(clock, self)
         self._deferred = []
+
+    def take(self) -> "CommMeter":
+        """This step's communication (resolved later), leaving the meter empty for the next."""
+        taken = CommMeter()
+        taken.calls, taken.bytes, taken.hidden, taken._deferred = self.calls, self.bytes, self.hidden, self._deferred
+        self.reset()
+        return taken
 
     def add(self, calls: int = 1, nbytes: int = 0) -> None:
         self.calls += calls

@@ -353,6 +353,69 @@ def _agreed_max(values: list[float], device: torch.device) -> list[float]:
     return t.tolist()
 
 
+class StepRecorder:
+    """Turns closed steps into records a step late (`LAG`): the host waits for the device
+    to finish step n only at the end of step n + 1, so it loads and launches the next
+    step while the device computes, as an uninstrumented loop does (a wait at the end of
+    every step would add the host's work between steps to each step on CUDA).
+
+    The timed wall (what throughput divides by) is the sum, over timed steps, of the time
+    from the previous step's last stamp to this step's last stamp, on the clock the steps
+    are stamped with (CUDA events: the device's timeline); after a pause (`restart`) a
+    step counts from its own first stamp. Losses stay tensors until `settle(0)`, where
+    they are read in one transfer (reading one per step would wait for the device)."""
+
+    LAG = 1
+
+    def __init__(self, clock: metrics.Clock, rank: int):
+        self.clock, self.rank = clock, rank
+        self.records: list[dict[str, Any]] = []
+        self.timed_wall_s = 0.0
+        self._pending: collections.deque = collections.deque()
+        self._losses: list[tuple[dict[str, Any], torch.Tensor]] = []
+        self._prev_last: Any = None
+
+    def push(self, marks: metrics.StepMarks, comm: metrics.CommMeter, step, epoch, timed, loss, samples) -> None:
+        self._pending.append((marks, comm, step, epoch, timed, loss, samples))
+        self.settle(self.LAG)
+
+    def restart(self) -> None:
+        """The next step follows a pause that is not part of the timed wall."""
+        self._prev_last = None
+
+    def settle(self, keep: int = 0) -> None:
+        while len(self._pending) > keep:
+            marks, comm, step, epoch, timed, loss, samples = self._pending.popleft()
+            marks.resolve(self.clock)
+            comm.resolve(self.clock)
+            if timed:
+                since = marks.first if self._prev_last is None else self._prev_last
+                self.timed_wall_s += self.clock.elapsed(since, marks.last)
+            self._prev_last = marks.last
+            record = _record(step, epoch, self.rank, timed, marks, comm, 0.0, samples)
+            self.records.append(record)
+            self._losses.append((record, loss))
+        if keep == 0 and self._losses:
+            for (record, _), value in zip(self._losses, _floats([loss for _, loss in self._losses])):
+                record["loss"] = value
+            self._losses = []
+
+
+def _floats(values: list[Any]) -> list[float]:
+    """Scalars (numbers or one-element tensors) as floats, in one transfer per device."""
+    out: list[float | None] = [None] * len(values)
+    by_device: dict[Any, list[int]] = {}
+    for i, v in enumerate(values):
+        if torch.is_tensor(v):
+            by_device.setdefault(v.device, []).append(i)
+        else:
+            out[i] = float(v)
+    for idx in by_device.values():
+        for i, v in zip(idx, torch.stack([values[i].detach().reshape(()).double() for i in idx]).tolist()):
+            out[i] = v
+    return out  # type: ignore[return-value]
+
+
 def train_loop(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -366,35 +429,36 @@ def train_loop(
     first_timed: int | None = None,
 ) -> LoopResult:
     """Steps first_step .. total_steps-1 (epochs follow from the sampler's length); when
-    instrumented, steps from `first_timed` on are timed, and at the end of the plan the
-    ranks agree (one collective, outside the timed wall) on how many more steps the
-    timing minimum `min_timed_s` needs (again at the end of those, a few times at most).
+    instrumented, steps from `first_timed` on are timed (records resolved a step late,
+    `StepRecorder`), and at the end of the plan the ranks agree (one collective, outside
+    the timed wall) on how many more steps the timing minimum `min_timed_s` needs (again
+    at the end of those, a few times at most).
 
     With ctx.instrument False this is the bare loop: no device synchronisation, no
     timers, no records (benchmarks/instrumentation_overhead.py compares the two).
     """
     result = LoopResult()
     timer = metrics.StepTimer(ctx.clock, ctx.instrument)
+    recorder = StepRecorder(ctx.clock, ctx.rank)
     meter, device, instrument = ctx.meter, ctx.device, ctx.instrument
     first_timed = 1 + ctx.params.warmup_steps if first_timed is None else first_timed
     inject = _injection(ctx.rank)
-    timed_start, paused, checks = None, 0.0, 0 if instrument else MAX_TIMING_CHECKS
+    timing, checks = False, 0 if instrument else MAX_TIMING_CHECKS
     loop_start = time.perf_counter()
     model.train()
     step, epoch, batches = first_step, None, None
     while True:
         if step >= total_steps:
-            if checks >= MAX_TIMING_CHECKS or timed_start is None:
+            if checks >= MAX_TIMING_CHECKS or not timing:
                 break
-            # End of the plan: enough timed seconds? (Untimed: the pause is excluded.)
-            pause = time.perf_counter()
-            timed_s = timer.wall_end - timed_start - paused
-            timed_s, elapsed = _agreed_max([timed_s, pause - loop_start], device)
+            # End of the plan: enough timed seconds? (A pause: not in the timed wall.)
+            recorder.settle(0)
+            timed_s, elapsed = _agreed_max([recorder.timed_wall_s, time.perf_counter() - loop_start], device)
             total_steps += more_steps(ctx.params, step - first_timed, timed_s, elapsed, step)
             checks += 1
             if step >= total_steps:
                 break
-            paused += time.perf_counter() - pause  # inside the timed wall only if a step follows
+            recorder.restart()
         if step // len(sampler) != epoch:  # a new epoch: the sampler reshuffles
             epoch = step // len(sampler)
             sampler.set_epoch(epoch)
@@ -402,11 +466,10 @@ def train_loop(
         if inject and inject[0] != "slow" and inject[1] == step:
             _inject(inject[0], ctx.rank, step)
         timed = instrument and step >= first_timed
-        if timed and timed_start is None:
+        if timed and not timing:
+            timing = True
             result.cpu["start"] = sysinfo.cpu_snapshot()
         timer.begin()
-        if timed and timed_start is None:
-            timed_start = timer.wall_start
         x, y = next(batches)
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         timer.lap("data")
@@ -424,19 +487,20 @@ def train_loop(
         timer.lap("comm")
         result.last.append((loss, correct, samples))
         if instrument:
-            timer.end()  # the step's one wait for the device
-            meter.resolve(ctx.clock)
-            result.records.append(_record(step, epoch, ctx.rank, timed, timer, meter, float(loss), samples))
-            meter.reset()
+            recorder.push(timer.close(), meter.take(), step, epoch, timed, loss, samples)
         step += 1
+    recorder.settle(0)
     result.steps = step
-    if timed_start is not None:
-        result.timed_wall_s = timer.wall_end - timed_start - paused
+    result.records = recorder.records
+    if timing:
+        result.timed_wall_s = recorder.timed_wall_s
         result.cpu["end"] = sysinfo.cpu_snapshot()
     return result
 
 
 def _record(step, epoch, rank, timed, timer, meter, loss, samples) -> dict[str, Any]:
+    """One step's row of steps_rank{R}.csv from its resolved stamps (`timer`: a StepTimer
+    after end() or StepMarks) and its communication (`meter`)."""
     ph = dict(timer.phases)
     # Communication timed inside another phase (DDP's buckets in backward, ZeRO's
     # broadcast in the optimizer step) moves its exposed part out of that phase, so a

@@ -233,7 +233,7 @@ def test_cuda_timing_uses_events_and_one_wait_per_step(fake_cuda):
             timer.lap(phase)
         a = clock.stamp()  # a collective of 0.125 s inside the 0.25 s optimizer step
         FakeEvent.device_t += 0.125
-        meter.defer(lambda c, a=a, b=clock.stamp(): meter.blocking(c.elapsed(a, b), "optimizer"))
+        meter.defer(lambda c, m, a=a, b=clock.stamp(): m.blocking(c.elapsed(a, b), "optimizer"))
         FakeEvent.device_t += 0.125
         timer.lap("optimizer")
         timer.end()
@@ -273,21 +273,56 @@ def test_comm_meter_accumulates_per_phase_and_resets():
 
 def test_comm_meter_resolves_deferred_accounts_in_order_once():
     m, clock, seen = metrics.CommMeter(), object(), []
-    m.defer(lambda c: seen.append(("first", c)))
-    m.defer(lambda c: seen.append(("second", c)))
+    m.defer(lambda c, meter: seen.append(("first", c, meter)))
+    m.defer(lambda c, meter: seen.append(("second", c, meter)))
     assert seen == []  # nothing before resolve
     m.resolve(clock)
-    assert seen == [("first", clock), ("second", clock)]
+    assert seen == [("first", clock, m), ("second", clock, m)]
     m.resolve(clock)  # resolved accounts are cleared
     assert len(seen) == 2
 
 
 def test_comm_meter_reset_drops_deferred_accounts():
     m, seen = metrics.CommMeter(), []
-    m.defer(seen.append)
+    m.defer(lambda c, meter: seen.append(c))
     m.reset()
     m.resolve("clock")
     assert seen == []
+
+
+def test_comm_meter_take_hands_over_the_step_and_its_accounts_charge_the_taken_meter():
+    """The loop resolves a step after the next has begun: its deferred accounts must land
+    in that step's meter, not in the live one the next step is filling."""
+    live = metrics.CommMeter()
+    live.add(2, 100)
+    live.defer(lambda c, meter: meter.blocking(0.5, "optimizer"))
+    step = live.take()
+    live.add(1, 7)  # the next step
+    step.resolve(None)
+    assert (step.calls, step.bytes, step.hidden) == (2, 100, {"optimizer": [0.5, 0.5]})
+    assert (live.calls, live.bytes, live.hidden) == (1, 7, {})
+
+
+def test_closed_steps_resolve_later_with_one_wait_each(fake_cuda):
+    """close() takes no wait: the host may start the next step before the device has
+    finished this one; resolve() waits on the step's last event and yields its phases."""
+    clock = metrics.Clock("cuda")
+    timer = metrics.StepTimer(clock)
+    closed = []
+    for step in range(2):
+        FakeEvent.device_t = 10.0 * step
+        timer.begin()
+        FakeEvent.device_t += 0.5
+        timer.lap("data")
+        FakeEvent.device_t += 1.5
+        timer.lap("backward")
+        closed.append(timer.close())
+    assert FakeEvent.waited == [] and fake_cuda == []
+    done = [c.resolve(clock) for c in closed]
+    assert [d.total for d in done] == [2.0, 2.0]
+    assert done[1].phases["data"] == 0.5 and done[1].phases["backward"] == 1.5
+    assert clock.elapsed(done[0].last, done[1].last) == 10.0  # the time between steps' ends
+    assert [e.t for e in FakeEvent.waited] == [2.0, 12.0]
 
 
 # -- small helpers --------------------------------------------------------------------------------
