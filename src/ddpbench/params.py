@@ -286,6 +286,169 @@ def check_backend(backend: Any, device: Any) -> None:
         raise ParamError("backend", backend, "auto or gloo with device cpu (NCCL needs CUDA)")
 
 
+# -- cells the harness would refuse before training, known from the config alone --------
+# Training samples of each real dataset's train split (torchvision's readers): data.load
+# refuses a larger dataset_size.
+REAL_TRAIN_SAMPLES = {"cifar10": 50_000, "mnist": 60_000, "imagenette": 9_469}
+# The models that are an nn.Sequential, with their number of layers: the pipeline strategy
+# cuts only those, into world_size consecutive non-empty stages (tests check these
+# against models.build).
+SEQUENTIAL_LAYERS = {"mlp": 6, "simple_cnn": 10}
+PIPELINE = "pipeline"  # reads the whole global batch and splits it into micro_batches
+
+
+class CellConflict(ParamError):
+    """Values valid alone that no run can train with together; `names` are the cell
+    parameters (or world_size) involved, the message names the cell's values."""
+
+    def __init__(self, names: Iterable[str], message: str):
+        self.names = tuple(names)
+        self.name, self.value, self.allowed = self.names[0], None, message
+        ValueError.__init__(self, message)
+
+
+@dataclass(frozen=True)
+class StrategyTraits:
+    """What the plan needs of a strategy, read from its source without importing it
+    (base.Strategy's class attributes and whether it overrides data_shard)."""
+
+    min_world: int
+    max_world: int | None
+    point_to_point: bool
+    shards_per_rank: bool  # base data_shard: each rank reads its own slice of the global batch
+
+    def unsupported(self, world: int) -> bool:
+        """base.Strategy.unsupported: the harness records such a cell as skipped."""
+        return world < self.min_world or (self.max_world is not None and world > self.max_world)
+
+
+@functools.cache
+def _strategy_classes() -> dict[str, tuple[list[str], dict[str, Any], set[str]]]:
+    """Every class of the strategy package: name -> (base names, literal class
+    attributes, method names)."""
+    from ddpbench import strategies
+
+    classes: dict[str, tuple[list[str], dict[str, Any], set[str]]] = {}
+    for path in sorted(pathlib.Path(strategies.__path__[0]).glob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if not isinstance(node, ast.ClassDef):
+                continue
+            bases = [b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases]
+            attrs: dict[str, Any] = {}
+            methods: set[str] = set()
+            for item in node.body:
+                target = value = None
+                if isinstance(item, ast.Assign) and len(item.targets) == 1:
+                    target, value = item.targets[0], item.value
+                elif isinstance(item, ast.AnnAssign) and item.value is not None:
+                    target, value = item.target, item.value
+                elif isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    methods.add(item.name)
+                if isinstance(target, ast.Name):
+                    try:
+                        attrs[target.id] = ast.literal_eval(value)
+                    except ValueError:
+                        pass
+            classes[node.name] = (bases, attrs, methods)
+    return classes
+
+
+@functools.cache
+def strategy_traits(name: str) -> StrategyTraits:
+    """The traits of strategy `name` (its module's STRATEGY = SomeClass()), resolved along
+    the class's bases as Python would (single inheritance within the package)."""
+    from ddpbench import strategies
+
+    path = pathlib.Path(strategies.__path__[0]) / f"{name}.py"
+    cls = None
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "STRATEGY" for t in node.targets):
+            if isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name):
+                cls = node.value.func.id
+    if cls is None:
+        raise ValueError(f"{path} defines no STRATEGY = SomeStrategy()")
+    classes = _strategy_classes()
+    chain = []
+    while cls in classes and cls not in chain:
+        chain.append(cls)
+        bases = classes[cls][0]
+        cls = bases[0] if bases else None
+    if not chain or chain[-1] != "Strategy":
+        raise ValueError(f"{path}: STRATEGY's class does not derive from base.Strategy within the package")
+
+    def attr(key: str) -> Any:
+        return next(classes[c][1][key] for c in chain if key in classes[c][1])
+
+    data_shard_from = next(c for c in chain if "data_shard" in classes[c][2])
+    return StrategyTraits(attr("min_world"), attr("max_world"), attr("point_to_point"), data_shard_from == "Strategy")
+
+
+def check_cell(values: Mapping[str, Any]) -> None:
+    """Refuse a cell (every CellParams field plus world_size) that the harness would
+    refuse before or at its first step, whatever machine runs it: CellConflict naming the
+    parameters involved and the cell's values. A cell the harness records as skipped by
+    design (a strategy at a world size it does not support; a point-to-point strategy
+    over gloo on CUDA) is left alone: it stays a row of the results.
+
+    Refused: a real dataset_size beyond the dataset's training samples; pipeline with a
+    model that is not an nn.Sequential, or with more stages (world_size) than the model
+    has layers; a global batch (batch_size under strong scaling, batch_size x world_size
+    under weak) larger than dataset_size, or, where each rank reads its own slice of it,
+    smaller than world_size; pipeline with a global batch that micro_batches do not
+    split evenly. batch_size 'auto' is only known at run time: not checked."""
+    world = int(values["world_size"])
+    strategy, model, dataset = values["strategy"], values["model"], values["dataset"]
+    traits = strategy_traits(strategy)
+    if traits.unsupported(world):
+        return
+    gloo_on_cuda = values["device"] == "cuda" and backend_for(values["backend"], values["device"]) == "gloo"
+    if gloo_on_cuda and traits.point_to_point and world > 1:
+        return
+    size = int(values["dataset_size"])
+    if dataset in REAL_TRAIN_SAMPLES and size > REAL_TRAIN_SAMPLES[dataset]:
+        raise CellConflict(
+            ("dataset", "dataset_size"),
+            f"dataset_size {size} exceeds the {REAL_TRAIN_SAMPLES[dataset]} training samples of {dataset}",
+        )
+    if strategy == PIPELINE:
+        if model not in SEQUENTIAL_LAYERS:
+            raise CellConflict(
+                ("strategy", "model"),
+                f"strategy pipeline cuts only an nn.Sequential model into stages ({', '.join(SEQUENTIAL_LAYERS)}), "
+                f"not {model}",
+            )
+        if world > SEQUENTIAL_LAYERS[model]:
+            raise CellConflict(
+                ("strategy", "model", "world_size"),
+                f"strategy pipeline at world_size {world} needs {world} stages; {model} has "
+                f"{SEQUENTIAL_LAYERS[model]} layers",
+            )
+    batch = values["batch_size"]
+    if batch == "auto":
+        return
+    scaling = values["scaling"]
+    global_batch = int(batch) * world if scaling == "weak" else int(batch)
+    cell = f"batch_size={batch}, world_size={world}, scaling={scaling}, dataset_size={size}"
+    how = f"batch_size x world_size = {global_batch}" if scaling == "weak" else f"batch_size = {global_batch}"
+    if global_batch > size:
+        raise CellConflict(
+            ("batch_size", "dataset_size"),
+            f"the cell {cell} has a global batch ({how}) larger than its {size} training samples",
+        )
+    if traits.shards_per_rank and global_batch < world:
+        raise CellConflict(
+            ("batch_size", "world_size"),
+            f"the cell {cell}, strategy={strategy} has a global batch of {global_batch}, smaller than the "
+            f"world size {world}: a rank would get no sample",
+        )
+    if strategy == PIPELINE and global_batch % int(values["micro_batches"]):
+        raise CellConflict(
+            ("batch_size", "micro_batches"),
+            f"the cell {cell}, strategy=pipeline, micro_batches={values['micro_batches']} has a global batch "
+            f"({how}) that does not split into {values['micro_batches']} equal micro-batches",
+        )
+
+
 def check_values(name: str, values: Iterable[Any]) -> None:
     """Validate every value of one config axis against the cell parameter `name`."""
     fields = {f.name: f for f in dataclasses.fields(CellParams)}

@@ -16,6 +16,13 @@ summary.json records
 `--rerun` moves each stale run folder under RESULTS/superseded/<UTC time>/ (nothing measured
 is lost), then runs Snakemake with the same arguments, which redoes exactly those runs and
 the tables and report after them.
+
+    python -m ddpbench.status --unlock-stale [SNAKEMAKE ARGS]  # what scripts/main.sh runs first
+
+`--unlock-stale` clears a lock that a killed Snakemake left behind (.snakemake/locks/ not
+empty while no snakemake process on this machine works in that directory): it says so in
+one line and runs `snakemake --unlock`. If a snakemake process is working there, it stops
+(exit 1) naming its PID instead; with no lock it does nothing.
 """
 
 from __future__ import annotations
@@ -139,15 +146,120 @@ def report(all_states: list[RunState], results: str) -> str:
     return "\n".join(lines)
 
 
+# -- a lock left by a killed Snakemake -----------------------------------------------------
+LOCK_DIR = Path(".snakemake", "locks")  # Snakemake's file persistence: N.input.lock, N.output.lock
+
+
+def snakemake_directory(args: list[str], cwd: str | os.PathLike) -> Path:
+    """The working directory snakemake runs in with these arguments: --directory/-d, else cwd."""
+    where = None
+    for i, arg in enumerate(args):
+        if arg in ("--directory", "-d") and i + 1 < len(args):
+            where = args[i + 1]
+        elif arg.startswith("--directory="):
+            where = arg.split("=", 1)[1]
+        elif arg.startswith("-d") and len(arg) > 2 and not arg.startswith("--"):
+            where = arg[2:]
+    return Path(cwd, where) if where else Path(cwd)
+
+
+def lock_files(workdir: str | os.PathLike) -> list[Path]:
+    """The lock files of the Snakemake working directory `workdir` (empty: not locked)."""
+    locks = Path(workdir, LOCK_DIR)
+    return sorted(p for p in locks.glob("*.lock") if p.is_file()) if locks.is_dir() else []
+
+
+def is_snakemake(argv: list[str]) -> bool:
+    """A command line that runs Snakemake: the snakemake script, possibly through its
+    interpreter (`python .../bin/snakemake`), or `python -m snakemake`."""
+    if not argv:
+        return False
+    if os.path.basename(argv[0]) == "snakemake":
+        return True
+    if not os.path.basename(argv[0]).startswith("python"):
+        return False
+    args = argv[1:]
+    i = 0
+    while i < len(args):  # the interpreter's options, up to the module or script
+        arg = args[i]
+        if arg == "-m":
+            return args[i + 1 : i + 2] == ["snakemake"]
+        if arg.startswith("-m"):
+            return arg[2:] == "snakemake"
+        if arg == "-c" or arg == "-" or not arg.startswith("-"):
+            return os.path.basename(arg) == "snakemake"
+        i += 2 if arg in ("-W", "-X") else 1
+    return False
+
+
+def live_snakemakes(workdir: str | os.PathLike, proc: str | os.PathLike = "/proc") -> list[int]:
+    """PIDs of the snakemake processes on this machine whose working directory (their
+    --directory, else their cwd) is `workdir`. Processes whose cwd cannot be read (another
+    user's) are not counted."""
+    target = os.path.realpath(workdir)
+    found = []
+    for entry in Path(proc).iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            argv = [a.decode(errors="replace") for a in (entry / "cmdline").read_bytes().split(b"\0") if a]
+            if not is_snakemake(argv):
+                continue
+            cwd = os.readlink(entry / "cwd")
+        except OSError:  # gone meanwhile, or not ours
+            continue
+        if os.path.realpath(snakemake_directory(argv[1:], cwd)) == target:
+            found.append(int(entry.name))
+    return sorted(found)
+
+
+def unlock_stale(snakemake_args: list[str], cwd: str | os.PathLike = ".", proc: str | os.PathLike = "/proc") -> int:
+    """Unlock the working directory of `snakemake_args` if a killed run left its lock
+    (see the module docstring); returns 0 when snakemake may start, else non-zero."""
+    workdir = snakemake_directory(snakemake_args, cwd)
+    locks = lock_files(workdir)
+    if not locks:
+        return 0
+    live = live_snakemakes(workdir, proc)
+    if live:
+        pids = ", ".join(map(str, live))
+        print(
+            f"[ddpbench] snakemake is already running in {os.path.realpath(workdir)} (PID {pids}) and holds its "
+            f"lock: wait for it to finish, or stop it (kill {live[0]}), before starting another run",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 1
+    print(
+        f"[ddpbench] stale lock: {workdir / LOCK_DIR} was left by a snakemake that was killed (no snakemake "
+        "process runs in this directory); unlocking with `snakemake --unlock` and going on",
+        flush=True,
+    )
+    cmd = [sys.executable, "-m", "snakemake", "--unlock", *snakemake_args]
+    done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    if done.returncode != 0 or lock_files(workdir):
+        print(f"[ddpbench] could not unlock ({' '.join(cmd)}):\n{done.stdout[-3000:]}{done.stderr[-3000:]}", file=sys.stderr)
+        return done.returncode or 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m ddpbench.status",
         description=__doc__.splitlines()[0],
         epilog="Any other argument goes to snakemake (the plan's dry run, and the rerun).",
+        allow_abbrev=False,  # a snakemake flag such as --unlock must not be taken for ours
     )
     parser.add_argument("--rerun", action="store_true", help="move the stale runs aside and run snakemake")
+    parser.add_argument(
+        "--unlock-stale",
+        action="store_true",
+        help="only unlock the directory if a killed snakemake left its lock (exit 1 if one is running there)",
+    )
     args, snakemake_args = parser.parse_known_args(argv)
     cwd = Path.cwd()
+    if args.unlock_stale:
+        return unlock_stale(snakemake_args, cwd)
     plan = plan_of(snakemake_args, cwd)
     all_states = states(plan)
     print(report(all_states, plan["results"]), flush=True)

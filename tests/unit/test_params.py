@@ -2,7 +2,18 @@ import argparse
 
 import pytest
 
-from ddpbench.params import CellParams, ParamError, check_values, strategy_names
+from ddpbench.params import (
+    MODELS,
+    PIPELINE,
+    SEQUENTIAL_LAYERS,
+    CellConflict,
+    CellParams,
+    ParamError,
+    check_cell,
+    check_values,
+    strategy_names,
+    strategy_traits,
+)
 
 
 def test_defaults_validate_and_roundtrip_through_argv():
@@ -70,3 +81,103 @@ def test_backend_nccl_needs_cuda_and_auto_picks_per_device():
     assert CellParams(device="cpu").process_group_backend == "gloo"
     assert CellParams(device="cuda").process_group_backend == "nccl"
     assert CellParams(device="cuda", backend="gloo").process_group_backend == "gloo"
+
+
+def cell(**changes):
+    """A cell as the plan checks it: every CellParams field plus world_size."""
+    return {**CellParams().as_dict(), "world_size": 2, "strategy": "ddp", **changes}
+
+
+# Every combination the plan refuses (workflow: check_cell_combinations): the cell, the
+# parameters named, a fragment of the reason. Each one the harness would refuse before or
+# at the cell's first step (data.load, ShardedBatchSampler, pipeline's wrap and split).
+REFUSED = {
+    "strong-global-batch-over-dataset": (
+        cell(batch_size=128, dataset_size=16), ("batch_size", "dataset_size"), "larger than its 16 training samples"
+    ),
+    "weak-global-batch-over-dataset": (
+        cell(batch_size=64, scaling="weak", world_size=4, dataset_size=128),
+        ("batch_size", "dataset_size"), "batch_size x world_size = 256",
+    ),
+    "single-batch-over-dataset": (
+        cell(strategy="single", world_size=1, batch_size=65, dataset_size=64), ("batch_size", "dataset_size"), "65"
+    ),
+    "global-batch-below-world-size": (
+        cell(batch_size=2, world_size=4), ("batch_size", "world_size"), "a rank would get no sample"
+    ),
+    "real-dataset-too-small": (
+        cell(dataset="mnist", dataset_size=70_000), ("dataset", "dataset_size"), "60000 training samples of mnist"
+    ),
+    "pipeline-non-sequential-model": (
+        cell(strategy="pipeline", model="resnet18"), ("strategy", "model"), "nn.Sequential"
+    ),
+    "pipeline-more-stages-than-layers": (
+        cell(strategy="pipeline", model="mlp", world_size=8, batch_size=64), ("strategy", "model", "world_size"),
+        "mlp has 6 layers",
+    ),
+    "pipeline-batch-not-split-by-micro-batches": (
+        cell(strategy="pipeline", batch_size=30, micro_batches=4), ("batch_size", "micro_batches"), "4 equal micro-batches"
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("values,names,fragment", REFUSED.values(), ids=REFUSED.keys())
+def test_the_plan_refuses_cells_the_harness_cannot_train(values, names, fragment):
+    with pytest.raises(CellConflict) as err:
+        check_cell(values)
+    assert err.value.names == names and isinstance(err.value, ParamError)
+    assert fragment in str(err.value), str(err.value)
+
+
+def test_refusals_name_the_cells_values():
+    with pytest.raises(CellConflict) as err:
+        check_cell(cell(batch_size=128, dataset_size=16, world_size=2))
+    assert "batch_size=128, world_size=2, scaling=strong, dataset_size=16" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        cell(),
+        cell(batch_size=64, dataset_size=64),  # exactly one step per epoch
+        cell(batch_size="auto", scaling="weak", dataset_size=16),  # auto: known only at run time
+        cell(batch_size=2, world_size=2),  # one sample per rank
+        cell(strategy="pipeline", batch_size=2, world_size=4, micro_batches=2),  # every stage reads the whole batch
+        cell(strategy="pipeline", model="simple_cnn", world_size=10, batch_size=40),
+        cell(dataset="imagenette", dataset_size=9469),
+        # skipped by design (a row of the results, with the reason), whatever the batch:
+        cell(strategy="ddp", world_size=1, batch_size=128, dataset_size=16),
+        cell(strategy="single", world_size=2, batch_size=1, dataset_size=16),
+        cell(strategy="pipeline", device="cuda", backend="gloo", model="resnet18"),
+    ],
+)  # fmt: skip
+def test_cells_that_run_or_are_skipped_by_design_pass(values):
+    check_cell(values)
+
+
+def test_strategy_traits_read_from_source_match_the_strategies():
+    pytest.importorskip("torch")
+    from ddpbench import strategies
+    from ddpbench.strategies.base import Strategy
+
+    for name in strategy_names():
+        s, traits = strategies.get(name), strategy_traits(name)
+        assert (traits.min_world, traits.max_world, traits.point_to_point) == (s.min_world, s.max_world, s.point_to_point)
+        assert traits.shards_per_rank == (type(s).data_shard is Strategy.data_shard), name
+        for world in (1, 2, 3, 64):
+            assert traits.unsupported(world) == bool(s.unsupported(world)), (name, world)
+    assert not strategy_traits(PIPELINE).shards_per_rank
+
+
+def test_sequential_models_and_their_layers_match_the_models():
+    pytest.importorskip("torch")
+    from torch import nn
+
+    from ddpbench import models
+
+    for name in MODELS:
+        model = models.build(name, (3, 32, 32), 10)
+        if isinstance(model, nn.Sequential):
+            assert SEQUENTIAL_LAYERS.get(name) == len(model), name
+        else:
+            assert name not in SEQUENTIAL_LAYERS

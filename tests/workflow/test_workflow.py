@@ -163,11 +163,24 @@ def parse_in_process(workdir):
         (lambda c: c["grid"].update(batch_size=["auto"], scaling=["weak", "strong"]), "'grid.batch_size + grid.scaling'"),
         (lambda c: c["params"].update(backend="nccl"), "'params.backend'"),
         (lambda c: c["grid"].update(backend=["gloo", "nccl"]), "'grid.backend + grid.device'"),
+        # cells the harness would refuse at launch (params.check_cell), naming the keys and the cell
+        (lambda c: c["grid"].update(dataset_size=[8]), "'grid.batch_size + grid.dataset_size': the cell batch_size=16"),
+        (lambda c: (c["grid"].update(dataset_size=[24]), c["params"].update(scaling="weak")),
+         "'grid.batch_size + grid.dataset_size': the cell batch_size=16, world_size=2, scaling=weak, dataset_size=24"),
+        (lambda c: c["grid"].update(batch_size=[1]), "'grid.batch_size + grid.world_size'"),
+        (lambda c: c["grid"].update(dataset=["mnist"], dataset_size=[70000]), "'grid.dataset + grid.dataset_size'"),
+        (lambda c: c["grid"].update(strategy=["single", "pipeline"], model=["resnet18"]), "'grid.strategy + grid.model'"),
+        (lambda c: c["grid"].update(strategy=["single", "pipeline"], world_size=[1, 8]),
+         "'grid.strategy + grid.model + grid.world_size'"),
+        (lambda c: c["grid"].update(strategy=["single", "pipeline"], batch_size=[18]),
+         "'grid.batch_size + params.micro_batches'"),
     ],
     ids=[
         "unknown-key", "wrong-type", "empty-axis", "bad-enum", "bad-timing", "bad-filter", "all-excluded",
         "bad-baseline", "bad-stability", "auto-strong", "auto-strong-axis", "nccl-on-cpu",
-        "nccl-on-cpu-axis",
+        "nccl-on-cpu-axis", "batch-over-dataset", "weak-batch-over-dataset", "batch-below-world",
+        "real-dataset-too-small", "pipeline-non-sequential", "pipeline-stages-over-layers",
+        "pipeline-micro-batches",
     ],
 )  # fmt: skip
 def test_bad_config_fails_naming_the_key(tmp_path, change, key):

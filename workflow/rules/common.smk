@@ -38,6 +38,7 @@ from ddpbench.params import (  # noqa: E402
     ParamError,
     check_auto_batch_scaling,
     check_backend,
+    check_cell,
     check_values,
     effective_params,
     unread_settings,
@@ -280,7 +281,9 @@ def key_of(name):
 def check_cell_combinations(cells):
     """Values valid alone but not together: batch_size 'auto' fixes the per-rank batch,
     refused with strong scaling (the global batch would grow with world size yet be
-    labelled speedup); backend nccl needs device cuda."""
+    labelled speedup); backend nccl needs device cuda; and every cell the harness would
+    refuse before or at its first step (params.check_cell: a global batch larger than
+    dataset_size, ...), so no such cell pays a launch to fail."""
     for cell in cells.to_dict(orient="records"):
         value = {
             k: cell.get(k, FIXED_PARAMS[k])
@@ -297,6 +300,11 @@ def check_cell_combinations(cells):
             check_backend(value["backend"], value["device"])
         except ParamError as err:
             where = f"{key_of('backend')} + {key_of('device')}"
+            raise config_error(where, f"{err} (exclude these cells)") from None
+        try:
+            check_cell({**FIXED_PARAMS, **cell})
+        except ParamError as err:
+            where = " + ".join(key_of(name) for name in err.names)
             raise config_error(where, f"{err} (exclude these cells)") from None
 
 
