@@ -92,7 +92,7 @@ def main() -> None:
         )
         cost = bookkeeping_s(device)
         print(
-            f"bookkeeping alone (timer laps, clock reads, meter, step record; no model): "
+            f"bookkeeping alone (timer laps, clock reads, meter, heartbeat, step record; no model): "
             f"{cost * 1e6:.1f} us/step = {100 * cost / statistics.median(bare):.3f}% of the bare step"
         )
     if ranks.launched:
@@ -102,9 +102,16 @@ def main() -> None:
 def bookkeeping_s(device: torch.device, n: int = 5000) -> float:
     """Per-step cost of the instrumentation itself, free of the noise of training; on CUDA
     it includes the step's one wait for an idle device, a lower bound of the real cost."""
-    timer, meter = metrics.StepTimer(metrics.Clock(device.type)), metrics.CommMeter()
+    import tempfile
+    from pathlib import Path
+
+    from ddpbench.diagnose import Heartbeat
+
+    heartbeat = Heartbeat(Path(tempfile.mkdtemp()) / "heartbeat_rank0")  # the failure diagnosis's progress record
+    timer, meter = metrics.StepTimer(metrics.Clock(device.type), on_lap=heartbeat.lap), metrics.CommMeter()
     start = time.perf_counter()
     for i in range(n):
+        heartbeat.start_step(i)
         timer.begin()
         for phase in ("data", "forward", "backward", "comm", "optimizer", "comm"):
             timer.lap(phase)

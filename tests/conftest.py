@@ -10,5 +10,5 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 def pytest_collection_modifyitems(config, items):
     for item in items:
         part = pathlib.Path(str(item.fspath)).relative_to(ROOT / "tests").parts[0]
-        if part in ("unit", "integration", "workflow", "security"):
+        if part in ("unit", "integration", "workflow", "security", "faults"):
             item.add_marker(getattr(pytest.mark, part))

@@ -5,7 +5,8 @@ per rank and step), the input of the analysis and report.
     find results/runs -name summary.json | python -m ddpbench.aggregate --summaries-from - ...
 
 runs.csv: run_dir, repeat, world_size, nodes, every CellParams field (same name),
-status, reason, every scalar top-level summary metric, extra.<k> as extra_<k>, env.<k>
+status, reason, every scalar top-level summary metric, extra.<k> as extra_<k>, failure.<k>
+(a failed run's diagnosis: kind, rank, step, phase, signal, reason) as failure_<k>, env.<k>
 as env_<k> (env.env_vars.<NAME> as env_var_<NAME>); lists are dropped.
 steps.csv: every rank's step rows with run_dir, repeat, world_size, strategy,
 batch_size, scaling, model, dataset, dataset_size, device prepended.
@@ -103,9 +104,9 @@ def run_row(summary_path: pathlib.Path) -> dict[str, Any]:
     for key, value in summary.items():
         if key in ("params", "world_size", "nodes", "status", "reason", "schema"):
             continue
-        if key == "extra" and isinstance(value, dict):
+        if key in ("extra", "failure") and isinstance(value, dict):
             for k, v in value.items():
-                put(f"extra_{k}", v)
+                put(f"{key}_{k}", v)
         elif key == "env" and isinstance(value, dict):
             for k, v in value.items():
                 if k == "env_vars" and isinstance(v, dict):

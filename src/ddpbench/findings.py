@@ -554,6 +554,12 @@ def _reason(runs: pd.DataFrame, cell, status: str) -> str:
     if runs.empty or "reason" not in runs or "status" not in runs:
         return ""
     m = _match(runs[runs["status"].astype(str) == status], cell, analysis.axes(runs))
+    if "failure_reason" in m:  # the launcher's diagnosis: the cause, in one line
+        diagnosed = m["failure_reason"].dropna().astype(str).str.strip()
+        diagnosed = diagnosed[diagnosed != ""]
+        if not diagnosed.empty:
+            last = diagnosed.iloc[0]
+            return last if len(last) <= 90 else last[:87] + "..."
     reasons = m["reason"].dropna().astype(str).str.strip()
     reasons = reasons[reasons != ""]
     if reasons.empty:

@@ -29,7 +29,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ddpbench import sysinfo
+from ddpbench import diagnose, sysinfo
 from ddpbench.params import CellParams
 
 REASON_CHARS = 2000
@@ -91,9 +91,12 @@ def main(argv: list[str] | None = None) -> int:
     env.update({name: threads for name in sysinfo.THREAD_POOL_VARS})
 
     limit = params.timeout_s + args.grace_s
+    oom_before = diagnose.oom_kills()
     # Nodes of a multi-node cell share DIR: node 0 logs to train.log, the others apart.
     with open(out / ("train.log" if lead else f"train_node{args.node_rank}.log"), "w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, preexec_fn=_die_with_parent
+        )
         try:
             rc, timed_out = proc.wait(timeout=limit), False
         except subprocess.TimeoutExpired:
@@ -105,24 +108,25 @@ def main(argv: list[str] | None = None) -> int:
     if not lead:
         return 0 if rc == 0 else 1
     summary_path = out / "summary.json"
-    if rc != 0 and summary_path.exists():
-        # Rank 0 may have written "failed" about a lost peer; the cause is the rank that
-        # failed first, whose traceback error_tail() puts first.
-        summary = json.loads(summary_path.read_text())
-        if summary["status"] == "failed":
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
+    if rc != 0 or timed_out or summary is None or summary["status"] == "failed":
+        oom_after = diagnose.oom_kills()
+        log_text = (out / "train.log").read_text(errors="replace") if (out / "train.log").exists() else ""
+        failure = diagnose.diagnose(
+            out, args.nproc_per_node * args.nnodes, timed_out=timed_out, limit_s=limit,
+            oom_kills_during=(oom_after - oom_before) if None not in (oom_before, oom_after) else 0, log_text=log_text,
+        )  # fmt: skip
+        status = "timeout" if failure["kind"] in ("hang", "timeout") else "failed"
+        reason = diagnose.summary_reason(failure, f"torchrun exited with code {rc}\n" + error_tail(out))
+        if summary is not None:  # rank 0 wrote "failed" (often about a lost peer): the cause replaces it
             from ddpbench.metrics import write_json
 
-            write_json(summary_path, {**summary, "reason": f"torchrun exited with code {rc}\n" + error_tail(out)})
-    if not summary_path.exists():
-        if timed_out:
-            status = "timeout"
-            reason = f"wall-clock limit of {limit:g} s exceeded (timeout_s {params.timeout_s:g} + grace {args.grace_s:g})"
+            write_json(summary_path, {**summary, "status": status, "reason": reason, "failure": failure})
         else:
-            status, reason = "failed", f"torchrun exited with code {rc}"
-        write_failure(
-            out, params, args.nproc_per_node * args.nnodes, args.nnodes, status, reason + "\n" + error_tail(out),
-            command=args.command,
-        )  # fmt: skip
+            write_failure(
+                out, params, args.nproc_per_node * args.nnodes, args.nnodes, status, reason, command=args.command,
+                failure=failure,
+            )  # fmt: skip
     print(progress_line(out, json.loads(summary_path.read_text())), flush=True)
     return 0
 
@@ -131,7 +135,9 @@ def progress_line(out: Path, summary: dict) -> str:
     rate = summary.get("samples_per_s")
     line = f"[ddpbench] {out}: {summary['status']} {rate:.1f} samples/s" if rate else f"[ddpbench] {out}: {summary['status']} - samples/s"
     if summary["status"] != "ok":
-        line += f" ({summary['reason'].strip().splitlines()[-1] if summary['reason'].strip() else ''})"
+        failure = summary.get("failure")
+        text = failure["reason"] if failure else (summary["reason"].strip().splitlines() or [""])[-1]
+        line += f" ({text})"
     return line
 
 
@@ -139,6 +145,7 @@ def clear_earlier_attempt(out: Path) -> None:
     """A stale summary from an earlier attempt must not pass for this one."""
     for stale in ["summary.json", *(p.name for p in out.glob("steps_rank*.csv")), *(p.name for p in out.glob("error_rank*.txt"))]:
         (out / stale).unlink(missing_ok=True)
+    diagnose.clear(out)
 
 
 def oversubscription(device: str, threads_per_rank: int, ranks_per_node: int, nodes: int, cores: int) -> str | None:
@@ -194,6 +201,17 @@ def across_slurm_nodes(args: argparse.Namespace, params: CellParams, argv: list[
     return 0
 
 
+def _die_with_parent() -> None:
+    """torchrun gets SIGTERM when the launcher dies, even by SIGKILL (which no handler
+    sees), and stops its ranks: a killed launcher leaves no training behind (Linux)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def _terminated(signum, frame):
     raise SystemExit(128 + signum)
 
@@ -243,6 +261,7 @@ def write_failure(
     reason: str,
     threads_per_rank: int | None = None,
     command: str | None = None,
+    failure: dict | None = None,
 ) -> None:
     """The launcher's own summary (no rank wrote one). Its provenance is the launcher
     process's: started when the launcher did, ended now, with the launcher's command."""
@@ -250,6 +269,8 @@ def write_failure(
 
     env = sysinfo.environment(params.process_group_backend, threads_per_rank or params.threads_per_rank or None, command=command)
     summary = metrics.make_summary(status, reason, params.as_dict(), world, nodes, env)
+    if failure is not None:
+        summary["failure"] = failure
     metrics.write_json(out / "summary.json", summary)
 
 

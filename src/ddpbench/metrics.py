@@ -130,8 +130,8 @@ class StepTimer:
     at once, waiting for the device, and sets `phases`, `total` and the host clock's
     `wall_start`/`wall_end`."""
 
-    def __init__(self, clock: Clock, enabled: bool = True):
-        self.clock, self.enabled = clock, enabled
+    def __init__(self, clock: Clock, enabled: bool = True, on_lap: Callable[[], None] | None = None):
+        self.clock, self.enabled, self.on_lap = clock, enabled, on_lap  # on_lap: progress (a heartbeat)
         self.phases = dict.fromkeys(PHASES, 0.0)
         self.total = 0.0
         self.wall_start = self.wall_end = 0.0
@@ -146,6 +146,8 @@ class StepTimer:
     def lap(self, phase: str) -> None:
         if self.enabled:
             self._marks.append((phase, self.clock.stamp(), None))
+        if self.on_lap is not None:
+            self.on_lap()
 
     def lap_split(self, parts: dict[str, float], rest: str) -> None:
         """Close a lap that mixed phases: charge the measured `parts` (seconds) to their
@@ -153,6 +155,8 @@ class StepTimer:
         backward compute measured per micro-batch, the idle rest is communication)."""
         if self.enabled:
             self._marks.append((rest, self.clock.stamp(), dict(parts)))
+        if self.on_lap is not None:
+            self.on_lap()
 
     def close(self) -> StepMarks:
         marks, self._marks = self._marks, []

@@ -237,11 +237,17 @@ def unfitted_summary(fits: pd.DataFrame) -> str:
 
 
 def problems_table(runs: pd.DataFrame, shown: list[str]) -> Table:
+    """Runs that are not ok: a failure's kind (signal, oom, exception, hang, timeout) and its
+    one-line diagnosis (ddpbench.diagnose) where the launcher made one, else the reason."""
     bad = runs[runs["status"] != "ok"]
     cols = [c for c in [*shown, "repeat"] if c in bad]
-    rows = [[str(r[c]) for c in cols] + [r["status"], _reason(r.get("reason")), str(r.get("run_dir", ""))]
-            for _, r in bad.iterrows()]  # fmt: skip
-    return Table(cols + ["status", "reason", "run"], rows)
+    rows = []
+    for _, r in bad.iterrows():
+        diagnosed = r.get("failure_reason")
+        kind = r.get("failure_kind")
+        reason = str(diagnosed)[:300] if isinstance(diagnosed, str) and diagnosed else _reason(r.get("reason"))
+        rows.append([str(r[c]) for c in cols] + [r["status"], kind if isinstance(kind, str) else "", reason, str(r.get("run_dir", ""))])
+    return Table(cols + ["status", "kind", "reason", "run"], rows)
 
 
 def _reason(reason) -> str:

@@ -8,8 +8,12 @@ Usually started through `python -m ddpbench.launch`, which also guarantees a sum
 when a rank is killed or the cell runs out of time. Without torchrun it runs world size 1.
 
 Fault injection for tests: DDPBENCH_INJECT="fail:RANK:STEP" raises in that rank at that
-step, "hang:RANK:STEP" makes it sleep (a stuck rank), "slow:RANK:MS" makes that rank's
-forward MS milliseconds longer in every step (rank imbalance).
+step, "hang:RANK:STEP" makes it sleep (a stuck rank), "kill:RANK:STEP" SIGKILLs it,
+"oom:RANK:STEP" makes an allocation fail under an address-space limit, "grow:RANK:STEP"
+allocates until the kernel's out-of-memory killer stops it (run it in a memory-limited
+cgroup), "slow:RANK:MS" makes that rank's forward MS milliseconds longer in every step
+(rank imbalance). Each rank keeps a heartbeat (ddpbench.diagnose) the launcher reads to
+name the rank, step and phase of a failure.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import csv
 import datetime
 import math
 import os
+import signal
 import sys
 import time
 import traceback
@@ -32,7 +37,7 @@ import torch
 import torch.distributed as dist
 
 from ddpbench import data as datamod
-from ddpbench import autobatch, metrics, models, strategies, sysinfo
+from ddpbench import autobatch, diagnose, metrics, models, strategies, sysinfo
 from ddpbench.metrics import write_json
 from ddpbench.params import CellParams
 from ddpbench.strategies.base import Context, Strategy
@@ -80,6 +85,7 @@ def run(params: CellParams, out: Path, dump_params: Path | None = None) -> int:
     t_start = time.perf_counter()
     ranks = Ranks.from_env()
     out.mkdir(parents=True, exist_ok=True)
+    heartbeat = diagnose.Heartbeat(out / f"heartbeat_rank{ranks.rank}")  # where this rank is, should it fail
     cuda = params.device == "cuda"
     backend = params.process_group_backend
     threads = configure_threads(params, ranks)
@@ -104,7 +110,9 @@ def run(params: CellParams, out: Path, dump_params: Path | None = None) -> int:
                 timeout=datetime.timedelta(seconds=params.timeout_s),
                 device_id=device if backend == "nccl" else None,
             )
-        summary = execute(params, out, ranks, device, dump_params=dump_params, threads=threads, t_start=t_start)
+        summary = execute(
+            params, out, ranks, device, dump_params=dump_params, threads=threads, t_start=t_start, heartbeat=heartbeat
+        )
         if summary is not None:
             write_json(out / "summary.json", summary)
         return 0
@@ -169,6 +177,7 @@ def execute(
     dump_params: Path | None = None,
     threads: int | None = None,
     t_start: float | None = None,
+    heartbeat: diagnose.Heartbeat | None = None,
 ) -> dict[str, Any] | None:
     """Train one cell in an initialised process group; returns rank 0's summary."""
     t_start = time.perf_counter() if t_start is None else t_start
@@ -187,8 +196,9 @@ def execute(
     global_batch, per_rank_batch = datamod.batch_sizes(batch_size, params.scaling, ranks.world)
 
     ctx = Context(
-        params, ranks.rank, ranks.world, device, metrics.CommMeter(), metrics.Clock(device.type), input_shape=data.shape
-    )
+        params, ranks.rank, ranks.world, device, metrics.CommMeter(), metrics.Clock(device.type), input_shape=data.shape,
+        heartbeat=heartbeat,
+    )  # fmt: skip
     # Approximate strategies: rank 0 replays `single` from the same start afterwards (untimed).
     initial = copy.deepcopy(model) if not strategy.exact and ranks.rank == 0 else None
     model = strategy.wrap(model, ctx)
@@ -200,6 +210,8 @@ def execute(
     total_steps = planned_steps(params, len(sampler), first_timed)
 
     run = train_loop(model, optimizer, strategy, ctx, loader, sampler, total_steps, global_batch, first_timed=first_timed)
+    if heartbeat is not None:
+        heartbeat.finishing()
     bare = strategy.bare(model)
     test = evaluate(bare, data, ranks, device, per_rank_batch)
     flat = models.flat_parameters(bare)
@@ -438,7 +450,8 @@ def train_loop(
     timers, no records (benchmarks/instrumentation_overhead.py compares the two).
     """
     result = LoopResult()
-    timer = metrics.StepTimer(ctx.clock, ctx.instrument)
+    heartbeat = ctx.heartbeat
+    timer = metrics.StepTimer(ctx.clock, ctx.instrument, on_lap=heartbeat.lap if heartbeat else None)
     recorder = StepRecorder(ctx.clock, ctx.rank)
     meter, device, instrument = ctx.meter, ctx.device, ctx.instrument
     first_timed = 1 + ctx.params.warmup_steps if first_timed is None else first_timed
@@ -463,6 +476,8 @@ def train_loop(
             epoch = step // len(sampler)
             sampler.set_epoch(epoch)
             batches = iter(loader)
+        if heartbeat is not None:
+            heartbeat.start_step(step)
         if inject and inject[0] != "slow" and inject[1] == step:
             _inject(inject[0], ctx.rank, step)
         timed = instrument and step >= first_timed
@@ -551,6 +566,18 @@ def _injection(rank: int) -> tuple[str, int] | None:
 def _inject(kind: str, rank: int, step: int) -> None:
     if kind == "hang":
         time.sleep(10**6)
+    if kind == "kill":  # what the kernel's out-of-memory killer does
+        os.kill(os.getpid(), signal.SIGKILL)
+    if kind == "oom":  # a real failed allocation, under an address-space limit
+        import resource
+
+        held = int(open("/proc/self/statm").read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        resource.setrlimit(resource.RLIMIT_AS, (held + 2**28, resource.getrlimit(resource.RLIMIT_AS)[1]))
+        torch.empty(2**33, dtype=torch.uint8).fill_(1)
+    if kind == "grow":  # touch memory until the kernel's out-of-memory killer stops this rank
+        hog = []
+        while True:
+            hog.append(torch.ones(2**26, dtype=torch.uint8))
     raise RuntimeError(f"injected failure (DDPBENCH_INJECT) in rank {rank} at step {step}")
 
 

@@ -1,4 +1,4 @@
-"""The launcher end to end: a good cell, a rank that raises, a rank that hangs."""
+"""The launcher end to end: a good cell, bad input, oversubscription (failures: tests/faults)."""
 
 import csv
 import json
@@ -49,24 +49,6 @@ def test_ok_cell_weak_scaling_with_workers(tmp_path):
         assert len(rows) == 6 and tuple(rows[0]) == STEP_COLUMNS
         assert all(int(x["samples"]) == 8 for x in rows)
     assert not list(out.glob("*.tmp*"))
-
-
-def test_a_failing_rank_gives_a_failed_summary(tmp_path):
-    summary, stdout, _ = launch(tmp_path / "run", "--strategy", "allreduce", env={"DDPBENCH_INJECT": "fail:1:3"})
-    assert summary["status"] == "failed"
-    assert "injected failure" in summary["reason"] and "[error_rank1 failed first]" in summary["reason"]
-    assert "failed" in stdout
-
-
-def test_a_hanging_rank_gives_a_timeout(tmp_path):
-    timeout_s = 20
-    summary, _, elapsed = launch(
-        tmp_path / "run", "--strategy", "ring_allreduce", "--timeout-s", str(timeout_s), "--grace-s", "0",
-        env={"DDPBENCH_INJECT": "hang:1:1"},
-    )  # fmt: skip
-    assert summary["status"] == "timeout"
-    assert "wall-clock limit" in summary["reason"]
-    assert elapsed < timeout_s + 120  # killed (and summarised), not left to hang on a busy machine
 
 
 def test_bad_value_exits_2_before_anything_starts(tmp_path):

@@ -92,7 +92,16 @@ def test_nodes_come_from_the_summary_and_default_to_one(tmp_path):
     assert [(r["world_size"], r["nodes"]) for r in rows] == [(4, 2), ("2", 1)]  # path values stay strings
 
 
-def test_only_extra_and_env_dicts_are_flattened(tmp_path):
+def test_a_failure_block_becomes_failure_columns(tmp_path):
+    failure = {"rank": 1, "kind": "signal", "signal": "SIGKILL", "step": 5, "phase": "at step 5 (backward)",
+               "reason": "rank 1 killed by SIGKILL at step 5 (backward)", "secondary": ["rank 0 ..."]}  # fmt: skip
+    row = aggregate.run_row(write_summary(tmp_path, ["repeat~0"], {"status": "failed", "failure": failure}))
+    assert {k: v for k, v in row.items() if k.startswith("failure_")} == {
+        f"failure_{k}": v for k, v in failure.items() if k != "secondary"  # lists are dropped
+    }
+
+
+def test_only_extra_env_and_failure_dicts_are_flattened(tmp_path):
     """A dict under any other key is dropped, and inside env only env_vars is flattened."""
     summary = {
         "status": "ok",

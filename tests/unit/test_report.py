@@ -129,6 +129,23 @@ def test_report_single_repeat_has_no_intervals(tmp_path):
     assert "[" not in table  # medians only, no made-up interval
 
 
+def test_a_diagnosed_failure_shows_its_kind_and_cause_not_the_lost_peer(tmp_path):
+    runs = make_runs(repeats=1, world_sizes=(1, 2), strategies=("single", "ddp"), failures=False)
+    bad = runs["strategy"] == "ddp"
+    runs.loc[bad, "status"] = "failed"
+    runs.loc[bad, "reason"] = "rank 1 killed by SIGKILL at step 212 (backward)\nthen: rank 0 ...\nConnection closed by peer"
+    runs.loc[bad, "failure_kind"] = "signal"
+    runs.loc[bad, "failure_reason"] = "rank 1 killed by SIGKILL at step 212 (backward)"
+    runs.loc[bad, "epoch_time_s"] = np.nan
+    assert report.main(_write(tmp_path, runs)) == 0
+    html = (tmp_path / "out" / "report.html").read_text()
+    problems = _table_rows(html, "problems-table")
+    assert problems and all("signal" in r and "killed by SIGKILL at step 212" in r for r in problems)
+    assert not any("Connection closed" in r for r in problems)
+    findings = html.split('<section id="findings">')[1].split("</section>")[0]
+    assert "killed by SIGKILL at step 212" in findings
+
+
 def test_no_pdf_says_so_plainly(full):
     assert "No PDF was made" in (full / "report.html").read_text()
 

@@ -47,6 +47,7 @@ class Context:
     instrument: bool = True  # False: the bare loop (benchmarks/instrumentation_overhead.py)
     state: dict[str, Any] = field(default_factory=dict)
     input_shape: tuple[int, ...] = ()  # one sample's shape (C, H, W)
+    heartbeat: Any = None  # ddpbench.diagnose.Heartbeat: this rank's progress (None: not recorded)
 
 
 class Strategy:

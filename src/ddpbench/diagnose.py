@@ -1,0 +1,296 @@
+"""Why a cell failed: which rank, what kind of failure, at which step and phase.
+
+When one rank dies, the others usually fail too ("Connection closed by peer", a
+collective that times out), and torchrun's first-observed failure is often one of those.
+The root cause is decided from what every rank leaves in the run folder:
+
+- `heartbeat_rank{R}`: a 24-byte memory-mapped record each rank rewrites at every phase
+  boundary (`Heartbeat`: step, phases done in it, pid, time; about a microsecond, so a
+  SIGKILLed rank's last position survives it);
+- `error_rank{R}.txt`: a rank's Python traceback;
+- torchrun's failure report in train.log: each failed rank's exit code (negative: the
+  signal that killed it);
+- this cgroup's count of kernel out-of-memory kills, before and after the cell;
+- whether the launcher stopped the cell at its wall-clock limit.
+
+Kinds: `signal` (killed by a signal), `oom` (the kernel's OOM killer, or an allocation
+that failed: CUDA out of memory, MemoryError, the CPU allocator), `exception`, `hang`
+(a rank stopped making progress while the others waited for it in a collective) and
+`timeout` (the wall-clock limit, no rank singled out). Communication errors of ranks that
+lost a peer are secondary: they are listed after the cause, never blamed.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import re
+import signal
+import struct
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HEARTBEAT = struct.Struct("<qiid")  # step, phases done in that step, pid, unix time
+SETUP, FINISHING = -1, -2  # steps that are not training steps
+# The phase a rank is in after n laps of a step (train_loop's order of laps).
+LAP_PHASES = ("data", "forward", "backward", "gradient communication", "optimizer", "communication after the step")
+KINDS = ("signal", "oom", "exception", "hang", "timeout")
+
+# A rank that lost its peer says so in one of these ways: secondary, never the cause.
+_SECONDARY = re.compile(
+    r"Connection (closed|reset) by peer|Broken pipe|Timed out waiting|timed out|Timeout|DistNetworkError|"
+    r"DistBackendError|NCCL communicator was aborted|ProcessGroupNCCL.*(abort|watchdog)|"
+    r"gloo::EnforceNotMet|Socket Timeout|failed to recv|Connection refused",
+    re.IGNORECASE,
+)
+_OOM = re.compile(r"OutOfMemoryError|out of memory|MemoryError|can't allocate memory|std::bad_alloc", re.IGNORECASE)
+_TIMED_OUT = re.compile(r"Timed out|timed out|Timeout", re.IGNORECASE)
+# torchrun's report of one failed rank: "rank : 1 (local_rank: 1)" then "exitcode : -9 (pid: N)".
+_TORCHRUN_FAILURE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
+
+
+class Heartbeat:
+    """This rank's progress, memory-mapped so a write costs no system call."""
+
+    def __init__(self, path: Path):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        try:
+            os.ftruncate(fd, HEARTBEAT.size)
+            self._map = mmap.mmap(fd, HEARTBEAT.size)
+        finally:
+            os.close(fd)
+        self._pid = os.getpid()
+        self.step, self.laps = SETUP, 0
+        self._write()
+
+    def _write(self) -> None:
+        HEARTBEAT.pack_into(self._map, 0, self.step, self.laps, self._pid, time.time())
+
+    def start_step(self, step: int) -> None:
+        self.step, self.laps = step, 0
+        self._write()
+
+    def lap(self) -> None:
+        self.laps += 1
+        self._write()
+
+    def finishing(self) -> None:
+        """Training is over: evaluation and the summary follow."""
+        self.start_step(FINISHING)
+
+
+@dataclass(frozen=True)
+class Beat:
+    step: int
+    laps: int
+    pid: int
+    time: float
+
+    @property
+    def where(self) -> str:
+        if self.step == SETUP:
+            return "during setup (before the first step)"
+        if self.step == FINISHING:
+            return "after training (evaluation, summary)"
+        phase = LAP_PHASES[self.laps] if self.laps < len(LAP_PHASES) else "bookkeeping"
+        return f"at step {self.step} ({phase})"
+
+    def progress(self) -> tuple[int, int]:
+        return (10**18 if self.step == FINISHING else self.step, self.laps)
+
+
+def read_heartbeats(out: Path) -> dict[int, Beat]:
+    beats = {}
+    for path in out.glob("heartbeat_rank*"):
+        try:
+            rank = int(path.name.removeprefix("heartbeat_rank"))
+            data = path.read_bytes()
+        except (ValueError, OSError):
+            continue
+        if len(data) == HEARTBEAT.size and not path.is_symlink():
+            beats[rank] = Beat(*HEARTBEAT.unpack(data))
+    return beats
+
+
+def clear(out: Path) -> None:
+    for path in out.glob("heartbeat_rank*"):
+        path.unlink(missing_ok=True)
+
+
+def _memory_cgroups(root: Path) -> list[tuple[Path, int]]:
+    """Candidate folders of this process's memory cgroup, with the cgroup version: inside a
+    container the mount's root is some ancestor of /proc/self/cgroup's path, so each
+    suffix of the path is tried."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        parts = [p for p in path.split("/") if p]
+        suffixes = [Path(*parts[i:]) if parts[i:] else Path() for i in range(len(parts) + 1)]
+        if controllers == "":
+            found += [(root / s, 2) for s in suffixes]
+        elif "memory" in controllers.split(","):
+            found += [(root / "memory" / s, 1) for s in suffixes]
+    return [(d, v) for d, v in found if (d / ("memory.events" if v == 2 else "memory.oom_control")).exists()]
+
+
+def oom_kills(root: Path = Path("/sys/fs/cgroup")) -> int | None:
+    """Kernel OOM kills in this process's memory cgroup so far (v2 memory.events, v1
+    memory.oom_control), None where it cannot be read."""
+    for folder, version in _memory_cgroups(root):
+        try:
+            text = (folder / ("memory.events" if version == 2 else "memory.oom_control")).read_text()
+            for line in text.splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def cgroup_memory(root: Path = Path("/sys/fs/cgroup")) -> dict[str, int | None]:
+    """The memory cgroup's limit and peak usage in bytes (null where unknown or unlimited)."""
+    names = {1: ("memory.limit_in_bytes", "memory.max_usage_in_bytes"), 2: ("memory.max", "memory.peak")}
+    for folder, version in _memory_cgroups(root):
+        values = []
+        for name in names[version]:
+            try:
+                text = (folder / name).read_text().strip()
+                values.append(None if text == "max" or int(text) >= 2**62 else int(text))
+            except (OSError, ValueError):
+                values.append(None)
+        return {"memory_limit_bytes": values[0], "memory_peak_bytes": values[1]}
+    return {"memory_limit_bytes": None, "memory_peak_bytes": None}
+
+
+def torchrun_exit_codes(log_text: str) -> dict[int, int]:
+    """rank -> exit code from torchrun's failure report (a negative code: killed by that signal)."""
+    return {int(r): int(code) for r, code in _TORCHRUN_FAILURE.findall(log_text)}
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def diagnose(
+    out: Path,
+    world: int,
+    timed_out: bool = False,
+    limit_s: float | None = None,
+    oom_kills_during: int = 0,
+    log_text: str = "",
+) -> dict[str, Any]:
+    """The failure block of summary.json: rank, kind, signal, step, phase, reason (one
+    line), secondary (the other ranks' failures, one line each)."""
+    beats = read_heartbeats(out)
+    codes = torchrun_exit_codes(log_text)
+    errors = {}
+    for path in out.glob("error_rank*.txt"):
+        try:
+            errors[int(path.stem.removeprefix("error_rank"))] = path.read_text(errors="replace")
+        except (ValueError, OSError):
+            continue
+
+    def where(rank: int | None) -> str:
+        return beats[rank].where if rank in beats else "(no progress recorded)"
+
+    ranks = sorted(set(range(world)) | set(codes) | set(errors))
+    signalled = {r: -c for r, c in codes.items() if c < 0}
+    primary_errors = {r: t for r, t in errors.items() if not _SECONDARY.search(_last_line(t))}
+    comm_timeouts = [r for r, t in errors.items() if _TIMED_OUT.search(_last_line(t))]
+    killed = {r: s for r, s in signalled.items() if s != signal.SIGTERM}  # torchrun stops the rest with SIGTERM
+
+    rank: int | None = None
+    sig: int | None = None
+    if killed:
+        rank = min(killed, key=lambda r: beats[r].time if r in beats else 0.0)
+        sig = killed[rank]
+        kind = "oom" if sig == signal.SIGKILL and oom_kills_during > 0 else "signal"
+        text = f"rank {rank} killed by {_signal_name(sig)} {where(rank)}"
+        if kind == "oom":
+            text += f"; the kernel's out-of-memory killer fired (oom_kill +{oom_kills_during} in this cgroup"
+            memory = cgroup_memory()
+            if memory["memory_limit_bytes"]:
+                peak = memory["memory_peak_bytes"]
+                text += f", limit {memory['memory_limit_bytes'] / 2**30:.2f} GiB" + (f", peak {peak / 2**30:.2f} GiB" if peak else "")
+            text += ")"
+        elif sig == signal.SIGKILL:
+            text += "; SIGKILL is what the kernel's out-of-memory killer sends (no OOM kill counted in this cgroup)"
+    elif primary_errors:
+        rank = min(primary_errors, key=lambda r: (out / f"error_rank{r}.txt").stat().st_mtime)
+        last = _last_line(primary_errors[rank])
+        kind = "oom" if _OOM.search(last) else "exception"
+        text = f"rank {rank} {'ran out of memory' if kind == 'oom' else 'raised'} {where(rank)}: {last[:300]}"
+    elif timed_out or comm_timeouts:
+        # The ranks waited for one that stopped making progress: it is the one behind.
+        alive = [r for r in ranks if r in beats]
+        stuck = min(alive, key=lambda r: (beats[r].progress(), beats[r].time)) if alive else None
+        others = [beats[r] for r in alive if r != stuck]
+        behind = stuck is not None and others and any(b.progress() > beats[stuck].progress() for b in others)
+        if behind or (stuck is not None and not others and timed_out):
+            rank, kind = stuck, "hang"
+            idle = time.time() - beats[stuck].time
+            text = f"rank {rank} stopped making progress {where(rank)}: no heartbeat for {idle:.0f} s while the others waited"
+        else:
+            kind = "timeout"
+            text = (
+                f"wall-clock limit of {limit_s:g} s exceeded" if timed_out and limit_s is not None
+                else "a collective timed out"
+            ) + "; " + ", ".join(f"rank {r} {where(r)}" for r in alive)
+    elif errors:
+        rank = min(errors, key=lambda r: (out / f"error_rank{r}.txt").stat().st_mtime)
+        kind = "exception"
+        text = f"rank {rank} raised {where(rank)}: {_last_line(errors[rank])[:300]}"
+    else:
+        failed = [r for r, c in codes.items() if c != 0]
+        rank = failed[0] if failed else None
+        kind = "signal" if rank in signalled else "exception"
+        sig = signalled.get(rank)
+        text = (
+            f"rank {rank} exited with code {codes[rank]} {where(rank)}" if rank is not None
+            else "the ranks exited without a summary and without an error report"
+        )
+
+    secondary = []
+    for r in ranks:
+        if r == rank:
+            continue
+        if r in errors:
+            secondary.append(f"rank {r} {where(r)}: {_last_line(errors[r])[:200]}")
+        elif r in signalled:
+            secondary.append(f"rank {r} {where(r)}: stopped by {_signal_name(signalled[r])}")
+    beat = beats.get(rank) if rank is not None else None
+    memory = cgroup_memory() if kind == "oom" else {}
+    return {
+        "rank": rank,
+        "kind": kind,
+        "signal": _signal_name(sig) if sig else None,
+        "step": beat.step if beat and beat.step >= 0 else None,
+        "phase": beat.where if beat else None,
+        "reason": text,
+        "secondary": secondary,
+        **memory,  # oom: the memory cgroup's limit and peak (an allocation failure's size is in the reason)
+    }
+
+
+def summary_reason(failure: dict[str, Any], details: str = "") -> str:
+    """summary.json's reason: the one-line cause first, then the other ranks, then details."""
+    lines = [failure["reason"], *(f"then: {s}" for s in failure["secondary"])]
+    return "\n".join(lines) + (f"\n{details}" if details else "")
+
+
+__all__ = ["Heartbeat", "diagnose", "read_heartbeats", "oom_kills", "torchrun_exit_codes", "summary_reason", "clear"]

@@ -1,0 +1,139 @@
+"""The fault matrix: every way a cell dies is recorded with the right kind, rank and step,
+leaves no process behind, and a rerun measures it again.
+
+Faults are real: a rank that raises, is SIGKILLed, fails an allocation under an
+address-space limit, is stopped by the kernel's out-of-memory killer inside a
+memory-limited cgroup (root with a writable memory cgroup, else skipped), hangs; the
+launcher itself SIGKILLed; two cells at once.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+FLAGS = [
+    "--synthetic-shape", "mnist", "--dataset-size", "64", "--test-size", "16", "--batch-size", "8",
+    "--max-steps", "12", "--warmup-steps", "1", "--min-timed-s", "0", "--threads-per-rank", "1",
+]  # fmt: skip
+
+
+def launch_cmd(out, *flags):
+    return [sys.executable, "-m", "ddpbench.launch", "--nproc-per-node", "2", "--out", str(out), *FLAGS, *flags]
+
+
+def launch(out, *flags, inject=None, timeout=240, preexec_fn=None):
+    env = dict(os.environ, **({"DDPBENCH_INJECT": inject} if inject else {}))
+    proc = subprocess.run(
+        launch_cmd(out, *flags), capture_output=True, text=True, timeout=timeout, env=env, preexec_fn=preexec_fn
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert_no_process_left(out)
+    return json.loads((out / "summary.json").read_text()), proc.stdout
+
+
+def processes_of(out: Path) -> list[int]:
+    """PIDs whose command line names this run folder (launcher, torchrun, ranks)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if str(out) in (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def assert_no_process_left(out: Path, within_s: float = 15.0) -> None:
+    deadline = time.monotonic() + within_s
+    while processes_of(out) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not processes_of(out), f"processes left behind: {processes_of(out)}"
+
+
+@pytest.mark.parametrize(
+    ("inject", "status", "kind", "signal_name", "reason_part"),
+    [
+        ("fail:1:5", "failed", "exception", None, "injected failure"),
+        ("kill:1:5", "failed", "signal", "SIGKILL", "killed by SIGKILL"),
+        ("oom:1:5", "failed", "oom", None, "can't allocate memory"),
+        ("hang:1:5", "timeout", "hang", None, "stopped making progress"),
+    ],
+    ids=["raise", "sigkill", "allocation-fails", "hang"],
+)
+def test_a_failing_rank_is_named_with_its_kind_and_step(tmp_path, inject, status, kind, signal_name, reason_part):
+    out = tmp_path / "run"
+    summary, stdout = launch(out, "--strategy", "allreduce", "--timeout-s", "15", "--grace-s", "20", inject=inject)
+    failure = summary["failure"]
+    assert summary["status"] == status, summary["reason"]
+    assert (failure["kind"], failure["rank"], failure["step"], failure["signal"]) == (kind, 1, 5, signal_name), failure
+    assert reason_part in failure["reason"] and failure["reason"].startswith("rank 1 ")
+    assert summary["reason"].splitlines()[0] == failure["reason"]  # the cause first
+    assert all(s.startswith("rank 0 ") for s in failure["secondary"])  # rank 0 only lost its peer
+    assert failure["reason"] in stdout
+
+
+def test_the_kernel_out_of_memory_killer_is_recognised(tmp_path):
+    """The launcher in a memory cgroup limited to 1.5 GB; rank 1 allocates until the kernel
+    kills it. Recorded as oom (not just a SIGKILL) from the cgroup's oom_kill count."""
+    root = Path("/sys/fs/cgroup/memory")
+    group = root / f"ddpbench-test-{uuid.uuid4().hex[:8]}"
+    try:
+        group.mkdir()
+        (group / "memory.limit_in_bytes").write_text(str(1536 * 2**20))
+    except OSError as err:
+        pytest.skip(f"no writable cgroup v1 memory controller here ({err})")
+
+    def enter():
+        (group / "cgroup.procs").write_text(str(os.getpid()))
+
+    try:
+        summary, _ = launch(tmp_path / "run", "--strategy", "allreduce", inject="grow:1:5", preexec_fn=enter)
+    finally:
+        for _ in range(50):
+            try:
+                group.rmdir()
+                break
+            except OSError:
+                time.sleep(0.2)
+    failure = summary["failure"]
+    assert (failure["kind"], failure["rank"], failure["signal"], failure["step"]) == ("oom", 1, "SIGKILL", 5), failure
+    assert "out-of-memory killer fired" in failure["reason"] and "limit 1.50 GiB" in failure["reason"]
+    assert failure["memory_limit_bytes"] == 1536 * 2**20 and failure["memory_peak_bytes"] > 2**30
+
+
+def test_a_killed_launcher_takes_its_ranks_with_it_and_a_rerun_measures_the_cell(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.Popen(launch_cmd(out, "--strategy", "allreduce"), env=dict(os.environ, DDPBENCH_INJECT="hang:1:3"))
+    deadline = time.monotonic() + 120
+    while not (out / "heartbeat_rank1").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert_no_process_left(out, within_s=30)
+    assert not (out / "summary.json").exists()  # nothing claims the cell ran
+    summary, _ = launch(out, "--strategy", "allreduce")
+    assert summary["status"] == "ok" and "failure" not in summary
+    assert not list(out.glob("error_rank*"))
+
+
+def test_two_cells_at_once_do_not_collide(tmp_path):
+    """Without the timing slot two launches run side by side: free ports, own folders."""
+    outs = [tmp_path / "a", tmp_path / "b"]
+    procs = [subprocess.Popen(launch_cmd(o, "--strategy", "ddp"), stdout=subprocess.PIPE, text=True) for o in outs]
+    for p in procs:
+        p.communicate(timeout=240)
+        assert p.returncode == 0
+    for o in outs:
+        summary = json.loads((o / "summary.json").read_text())
+        assert summary["status"] == "ok", summary["reason"]
+        assert "failure" not in summary
+        assert_no_process_left(o)
