@@ -7,9 +7,11 @@ Validates the cell flags first (exit 2 naming the bad parameter, nothing started
 `torchrun --standalone` (a free port per cell, so concurrent cells never collide) or a
 c10d rendezvous across nodes, enforces the wall-clock limit timeout_s + grace, and
 guarantees DIR/summary.json (on node 0): if the ranks did not write one (a crash, a kill,
-the limit), it writes status failed or timeout with the tail of the error. Exits 0
-whenever a summary exists, so a failed cell never stops the workflow; the training
-processes' output is in DIR/train.log.
+the limit), it writes status failed or timeout; on any failure the summary's `failure`
+block names the rank, kind, step and phase (ddpbench.diagnose). Exits 0 whenever a
+summary exists, so a failed cell never stops the workflow; the training processes'
+output is in DIR/train.log. The workflow execs it with `--log FILE --stop-with-parent`:
+its output goes to FILE, its result line to stdout, and the cell stops if Snakemake dies.
 
 A CPU cell whose ranks per node x threads per rank exceed the usable cores is recorded as
 skipped (status skipped, the reason naming the counts) before any rank starts, unless
@@ -51,23 +53,53 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run a CPU cell whose ranks per node x threads per rank exceed the usable cores (else: skipped)",
     )
+    parser.add_argument("--log", type=Path, help="write the launcher's output here; only its result line goes to stdout")
+    parser.add_argument(
+        "--stop-with-parent",
+        action="store_true",
+        help="stop the cell and its ranks when the launcher's parent dies (the workflow execs the launcher, "
+        "so a killed Snakemake leaves no cell running)",
+    )
     args, params = CellParams.parse_args(parser, argv)
     # Provenance: the ranks record this command line (sysinfo.LAUNCH_COMMAND_ENV), and so
     # does every summary the launcher writes itself.
     args.command = shlex.join(["python", "-m", "ddpbench.launch", *map(str, sys.argv[1:] if argv is None else argv)])
     if args.nproc_per_node < 1 or args.nnodes < 1:
         parser.exit(2, "error: --nproc-per-node and --nnodes must be >= 1\n")
+    if args.nnodes > 1 and not args.rdzv_endpoint:
+        from ddpbench import slurm
+
+        if not slurm.in_allocation():
+            parser.exit(2, "error: --nnodes > 1 needs --rdzv-endpoint HOST:PORT (or a SLURM allocation)\n")
+    args.argv = argv
+    if args.stop_with_parent:
+        signal.signal(signal.SIGTERM, _terminated)
+        _die_with_parent()
+    if not args.log:
+        return launch(args, params)
+    terminal = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    sys.stdout.flush(), sys.stderr.flush()
+    fd = os.open(args.log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, sys.stdout.fileno()), os.dup2(fd, sys.stderr.fileno())
+    os.close(fd)
+    try:
+        return launch(args, params)
+    finally:
+        sys.stdout.flush(), sys.stderr.flush()
+        lines = [line for line in args.log.read_text(errors="replace").splitlines() if line.startswith("[ddpbench] ")]
+        terminal.write("\n".join(lines) + "\n" if lines else f"[ddpbench] {args.out}: no progress line, see {args.log}\n")
+        terminal.close()
+
+
+def launch(args: argparse.Namespace, params: CellParams) -> int:
+    """Run the validated cell (main's work once the flags are parsed)."""
     if not args.allow_oversubscribe:
         cores = sysinfo.usable_cores()
         reason = oversubscription(params.device, params.threads_per_rank, args.nproc_per_node, args.nnodes, cores)
         if reason:
             return skip(args, params, reason, sysinfo.rank_threads(params.threads_per_rank, args.nproc_per_node, cores))
     if args.nnodes > 1 and not args.rdzv_endpoint:
-        from ddpbench import slurm
-
-        if not slurm.in_allocation():
-            parser.exit(2, "error: --nnodes > 1 needs --rdzv-endpoint HOST:PORT (or a SLURM allocation)\n")
-        return across_slurm_nodes(args, params, argv)
+        return across_slurm_nodes(args, params, args.argv)
 
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)

@@ -90,7 +90,7 @@ def run_across_nodes(argv: Sequence[str], nnodes: int, nproc_per_node: int, thre
         raise RuntimeError(f"--nnodes {nnodes} but the SLURM allocation has {len(hosts)} node(s): {hosts}")
     endpoint = f"{node_addr(hosts[0])}:{free_port()}"
     cpus = nproc_per_node * max(1, threads_per_rank)
-    cmd = srun_command(nnodes, cpus, launch_argv_without(argv, ("--nnodes", "--node-rank", "--rdzv-endpoint")), endpoint)
+    cmd = srun_command(nnodes, cpus, launch_argv_without(argv, ("--nnodes", "--node-rank", "--rdzv-endpoint", "--log")), endpoint)
     print(f"[ddpbench] {nnodes} nodes {','.join(hosts[:nnodes])}, rendezvous {endpoint}", flush=True)
     return subprocess.run(cmd).returncode
 

@@ -39,15 +39,18 @@ def launch(out, *flags, inject=None, timeout=240, preexec_fn=None):
 
 
 def processes_of(out: Path) -> list[int]:
-    """PIDs whose command line names this run folder (launcher, torchrun, ranks)."""
+    """PIDs whose command line names `out` or that run inside it (launcher, torchrun,
+    ranks; a workflow's jobs run in its directory with relative paths)."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and int(entry.name) != os.getpid():
             try:
-                if str(out) in (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
-                    found.append(int(entry.name))
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                cwd = os.readlink(entry / "cwd")
             except OSError:
                 continue
+            if str(out) in cmdline or cwd == str(out) or cwd.startswith(f"{out}/"):
+                found.append(int(entry.name))
     return found
 
 

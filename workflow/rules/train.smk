@@ -34,12 +34,11 @@ rule train:
         flags=launcher_flags,
         oversubscribe=oversubscribe_flag,
     shell:
-        # The launcher clears an earlier attempt's files itself; its progress line goes
-        # to the terminal as well as the log (the ranks' output is in run_dir/train.log).
-        "python -m ddpbench.launch {params.topology} --out {params.run_dir:q}"
-        " {params.oversubscribe} {params.flags} > {log:q} 2>&1; "
-        "grep -h '^\\[ddpbench\\] ' {log:q}"
-        " || printf '[ddpbench] %s: no progress line, see %s\\n' {params.run_dir:q} {log:q}"
+        # The launcher clears an earlier attempt's files itself; it writes its output to
+        # the log and its result line to the terminal (the ranks' output: run_dir/train.log).
+        # exec: the launcher is Snakemake's own child, so a killed Snakemake stops the cell.
+        "exec python -m ddpbench.launch {params.topology} --out {params.run_dir:q}"
+        " {params.oversubscribe} {params.flags} --log {log:q} --stop-with-parent"
 
 
 rule prepare_data:
