@@ -174,9 +174,15 @@ def torchrun_exit_codes(log_text: str) -> dict[int, int]:
     return {int(r): int(code) for r, code in _TORCHRUN_FAILURE.findall(log_text)}
 
 
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b")
+
+
 def _last_line(text: str) -> str:
+    """A traceback's exception line: the last line naming an exception (a callback's
+    error is followed by an "At:" location), else the last line."""
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else ""
+    named = [line for line in lines if _EXCEPTION_LINE.match(line)]
+    return named[-1] if named else (lines[-1] if lines else "")
 
 
 def _signal_name(number: int) -> str:
