@@ -73,7 +73,7 @@ def test_every_path_and_value_in_the_commands_is_quoted(workdir):
     assert proc.returncode == 0, proc.output[-3000:]
     for command in shell_commands(proc):
         if "ddpbench.launch" in command:
-            assert "--out 'results/tiny/runs/" in command and "> 'results/tiny/logs/train/" in command, command
+            assert "--out 'results/tiny/runs/" in command and "--log 'results/tiny/logs/train/" in command, command
 
 
 def test_a_huge_grid_is_refused_before_it_is_expanded(workdir):
