@@ -141,7 +141,9 @@ def launch(args: argparse.Namespace, params: CellParams) -> int:
         return 0 if rc == 0 else 1
     summary_path = out / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
-    if rc != 0 or timed_out or summary is None or summary["status"] == "failed":
+    # An ok (or skipped) summary stands even if a rank then failed in teardown: what it
+    # measured is complete. Without one, or with rank 0's "failed", the cause is diagnosed.
+    if summary is None or summary["status"] == "failed":
         oom_after = diagnose.oom_kills()
         log_text = (out / "train.log").read_text(errors="replace") if (out / "train.log").exists() else ""
         failure = diagnose.diagnose(
