@@ -37,7 +37,7 @@ import torch
 import torch.distributed as dist
 
 from ddpbench import data as datamod
-from ddpbench import autobatch, diagnose, metrics, models, strategies, sysinfo
+from ddpbench import autobatch, diagnose, metrics, models, safe_io, strategies, sysinfo
 from ddpbench.metrics import write_json
 from ddpbench.params import CellParams
 from ddpbench.strategies.base import Context, Strategy
@@ -616,12 +616,11 @@ def gather_to_rank0(payload: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def write_steps(path: Path, records: list[dict[str, Any]]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", newline="") as f:
+    """Atomically, like every output (safe_io): a failed write (a full disk) leaves no temporary."""
+    with safe_io.atomic_write(path, newline="") as f:
         writer = csv.DictWriter(f, fieldnames=metrics.STEP_COLUMNS)
         writer.writeheader()
         writer.writerows(records)
-    os.replace(tmp, path)
 
 
 if __name__ == "__main__":
