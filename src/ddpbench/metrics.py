@@ -93,8 +93,8 @@ class StepMarks:
     (the host clock when the wait returned). `first`/`last` are the step's first and last
     stamps (the loop measures the time between consecutive steps' last stamps)."""
 
-    def __init__(self, marks: list[tuple[str | None, Any, dict[str, float] | None]], wall_start: float):
-        self.marks, self.wall_start = marks, wall_start
+    def __init__(self, marks: list[tuple[str | None, Any, dict[str, float] | None]]):
+        self.marks = marks
         self.phases = dict.fromkeys(PHASES, 0.0)
         self.total = 0.0
         self.wall_end = 0.0
@@ -160,7 +160,7 @@ class StepTimer:
 
     def close(self) -> StepMarks:
         marks, self._marks = self._marks, []
-        return StepMarks(marks, self.wall_start)
+        return StepMarks(marks)
 
     def end(self) -> None:
         if not self.enabled:
