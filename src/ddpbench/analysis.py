@@ -11,6 +11,7 @@ Gustafson, Karp–Flatt and the communication cost model with each strategy's vo
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -195,6 +196,9 @@ TESTED_COVERAGE = {"cells": 4000, "log_t": {3: 0.953, 5: 0.952, 10: 0.9505}, "we
 
 
 def _clean(values) -> np.ndarray:
+    if isinstance(values, (pd.Series, np.ndarray)) and values.dtype.kind in "fiu":
+        x = np.asarray(values, dtype=float)  # already numeric: what to_numeric and dropna would give
+        return x[~np.isnan(x)]
     return np.asarray(pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").dropna(), dtype=float)
 
 
@@ -202,7 +206,13 @@ def t_halfwidth(y: np.ndarray, level: float = LEVEL) -> np.ndarray:
     """Half-width of the Student-t interval of the mean of `y` along its last axis (2+ values).
     Vectorised so the coverage test runs this very code over thousands of simulated cells."""
     n = y.shape[-1]
-    return stats.t.ppf(0.5 + level / 2, n - 1) * y.std(axis=-1, ddof=1) / np.sqrt(n)
+    return _t_ppf(0.5 + level / 2, n - 1) * y.std(axis=-1, ddof=1) / np.sqrt(n)
+
+
+@functools.lru_cache(maxsize=1024)
+def _t_ppf(q: float, dof: int) -> float:
+    """stats.t.ppf, remembered: thousands of cells share a handful of repeat counts."""
+    return stats.t.ppf(q, dof)
 
 
 def welch_halfwidth(ya: np.ndarray, yb: np.ndarray, level: float = LEVEL) -> np.ndarray:
@@ -247,6 +257,7 @@ def welch_log_ratio(a, b, level: float = LEVEL) -> Interval:
     return Interval(float(np.exp(d)), float(np.exp(d - half)), float(np.exp(d + half)), level)
 
 
+@functools.lru_cache(maxsize=1024)
 def order_stat_rank(n: int, level: float = LEVEL) -> tuple[int, float]:
     """(k, exact level) of the median interval [x_(k), x_(n−k+1)]: the largest k whose
     distribution-free coverage 1 − 2·BinomCDF(k−1; n, 1/2) reaches `level`, else k = 1 (min..max)."""
@@ -416,6 +427,7 @@ def speedup_table(
                   (relaxed, _runs_by(single, relaxed), baseline_strategy),
                   (own_cols, _runs_by(p1, own_cols), "own p=1")]  # fmt: skip
 
+    memo = _SideMemo(ok, max_rel_ci)
     rows = []
     for key, g in ok.groupby(cols, dropna=False, sort=True):
         row = dict(zip(cols, key))
@@ -444,8 +456,8 @@ def speedup_table(
             efficiency=s.estimate / p,
             efficiency_ci_low=s.low / p,
             efficiency_ci_high=s.high / p,
-            **_pair_stability({"cell": g, "baseline": base_runs}, max_rel_ci),
-            versions_differ=versions_differ(g, base_runs),
+            **_pair_stability({"cell": g, "baseline": base_runs}, max_rel_ci, memo),
+            versions_differ=memo.versions_differ(g, base_runs),
         )
         rows.append(row)
     return pd.DataFrame(rows, columns=[*cols, *SPEEDUP_COLUMNS])
@@ -457,11 +469,31 @@ def versions_differ(a: pd.DataFrame, b: pd.DataFrame) -> bool:
     return set(run_version(a)) != set(run_version(b))
 
 
-def _pair_stability(sides: dict[str, pd.DataFrame], max_rel_ci: float) -> dict:
+class _SideMemo:
+    """stability() and run versions of the sides of ratios, each side computed once: in a large
+    grid one baseline serves many cells and one cell appears in a comparison with every other
+    strategy. Sides are row subsets of `runs`, known by their index."""
+
+    def __init__(self, runs: pd.DataFrame, max_rel_ci: float):
+        self.max_rel_ci = max_rel_ci
+        self.version = run_version(runs)
+        self.stable: dict[tuple, tuple[bool, str, float]] = {}
+
+    def stability(self, df: pd.DataFrame) -> tuple[bool, str, float]:
+        key = tuple(df.index)
+        if key not in self.stable:
+            self.stable[key] = stability(df, self.max_rel_ci)
+        return self.stable[key]
+
+    def versions_differ(self, a: pd.DataFrame, b: pd.DataFrame) -> bool:
+        return set(self.version[a.index]) != set(self.version[b.index])
+
+
+def _pair_stability(sides: dict[str, pd.DataFrame], max_rel_ci: float, memo: _SideMemo | None = None) -> dict:
     """unstable / unstable_cause of a ratio: either side unstable makes it so; causes name their side."""
     parts = []
     for side, df in sides.items():
-        unstable, cause, _ = stability(df, max_rel_ci)
+        unstable, cause, _ = memo.stability(df) if memo else stability(df, max_rel_ci)
         if unstable:
             parts.append(f"{side}: {cause}")
     return dict(unstable=bool(parts), unstable_cause="; ".join(parts))
@@ -503,6 +535,7 @@ def comparisons_table(runs: pd.DataFrame, max_rel_ci: float = MAX_REL_CI) -> pd.
     if "strategy" not in runs or "samples_per_s" not in runs or ok.empty:
         return pd.DataFrame(columns=[*setting, *COMPARISON_COLUMNS])
     ok = ok[ok["samples_per_s"].notna()]
+    memo = _SideMemo(ok, max_rel_ci)
     rows = []
     for key, g in ok.groupby(setting, dropna=False, sort=True) if setting else [((), ok)]:
         by = {name: d for name, d in g.groupby("strategy", sort=True)}
@@ -510,11 +543,11 @@ def comparisons_table(runs: pd.DataFrame, max_rel_ci: float = MAX_REL_CI) -> pd.
         for i, a in enumerate(names):
             for b in names[i + 1 :]:
                 iv = welch_log_ratio(by[a]["samples_per_s"], by[b]["samples_per_s"])
-                pair = _pair_stability({a: by[a], b: by[b]}, max_rel_ci)
+                pair = _pair_stability({a: by[a], b: by[b]}, max_rel_ci, memo)
                 rows.append(dict(zip(setting, key if isinstance(key, tuple) else (key,)), strategy_a=a, strategy_b=b,
                                  n_a=len(by[a]), n_b=len(by[b]), ratio=iv.estimate, ratio_ci_low=iv.low,
                                  ratio_ci_high=iv.high, ratio_ci_level=iv.level, verdict=verdict(iv), **pair,
-                                 versions_differ=versions_differ(by[a], by[b])))  # fmt: skip
+                                 versions_differ=memo.versions_differ(by[a], by[b])))  # fmt: skip
     return pd.DataFrame(rows, columns=[*setting, *COMPARISON_COLUMNS])
 
 
@@ -658,17 +691,29 @@ def effective_message_bytes(multi: pd.DataFrame, law: str) -> float:
     return float((multi["comm_bytes_per_step"] / volume_factor(law, multi["world_size"].to_numpy(float))).median())
 
 
+COST_ARRAYS = ["world_size", "comm_calls_per_step", "comm_bytes_per_step", "phase_comm_s", "timed_steps",
+               "step_time_mean_s"]  # fmt: skip
+
+
 def _cost_core(g: pd.DataFrame, ab: tuple[float, float] | None, law: str = DEFAULT_VOLUME_LAW):
     """One least-squares pass of the cost model: (α, B, T_comp, T_sync, predict) or a reason."""
-    p = g["world_size"].to_numpy(float)
-    multi = g[p > 1]
-    if multi.empty or not (multi["comm_bytes_per_step"] > 0).any():
+    return _cost_arrays(g[COST_ARRAYS].to_numpy(float).T, ab, law)
+
+
+def _cost_arrays(cols: np.ndarray, ab: tuple[float, float] | None, law: str = DEFAULT_VOLUME_LAW):
+    """_cost_core on the columns COST_ARRAYS as rows of one float array: the same arithmetic in
+    the same order on plain arrays (the bootstrap calls it hundreds of times per group)."""
+    p, calls_all, sent_all, comm_all, steps_all, t = cols
+    multi = p > 1
+    if not multi.any() or not (sent_all[multi] > 0).any():
         return "no measured communication"
-    if not np.all(volume_factor(law, multi["world_size"].to_numpy(float)) > 0):
+    pm = p[multi]
+    factor = volume_factor(law, pm)
+    if not np.all(factor > 0):
         return f"communication measured but the strategy's volume law is {law!r}"
-    calls = float(multi["comm_calls_per_step"].median())
-    m_eff = effective_message_bytes(multi, law)
-    ab = ab or fit_latency_bandwidth(multi["comm_calls_per_step"], multi["comm_bytes_per_step"], _per_step(multi, "phase_comm_s"))
+    calls = float(np.median(calls_all[multi]))
+    m_eff = float(np.median(sent_all[multi] / factor))
+    ab = ab or fit_latency_bandwidth(calls_all[multi], sent_all[multi], comm_all[multi] / steps_all[multi])
     if ab is None:
         return "too few points with communication to fit latency and bandwidth"
     alpha, bw = ab
@@ -677,7 +722,6 @@ def _cost_core(g: pd.DataFrame, ab: tuple[float, float] | None, law: str = DEFAU
         q = np.asarray(q, float)
         return np.where(q > 1, alpha * calls + volume_factor(law, q) * m_eff / bw, 0.0)
 
-    t = g["step_time_mean_s"].to_numpy(float)
     (t_comp, t_sync), *_ = np.linalg.lstsq(np.column_stack([1 / p, np.ones_like(p)]), t - t_comm(p), rcond=None)
     return alpha, bw, t_comp, t_sync, lambda q: t_comp / np.asarray(q, float) + t_comm(q) + t_sync
 
@@ -715,16 +759,9 @@ def fit_cost_model(g: pd.DataFrame, sweep: pd.DataFrame | None = None, predict_a
     point = [alpha, bw / 1e9, t_comp, t_sync, *(predict(q) for q in predict_at)]
     intervals = [(np.nan, np.nan)] * len(point)
     if sizes.min() >= 2:
-        rng = np.random.default_rng(seed)
-        groups = [np.flatnonzero(g["world_size"].to_numpy() == q) for q in sizes.index]
-        draws = []
-        for _ in range(n_boot):
-            idx = np.concatenate([rng.choice(ix, size=len(ix)) for ix in groups])
-            c = _cost_core(g.iloc[idx], ab, law)
-            if not isinstance(c, str):
-                draws.append([c[0], c[1] / 1e9, c[2], c[3], *(c[4](q) for q in predict_at)])
+        draws = _cost_bootstrap(g, sizes, ab, law, predict_at, n_boot, seed)
         if len(draws) >= n_boot // 2:
-            intervals = [_percentiles(np.asarray(col, float)) for col in zip(*draws)]
+            intervals = [_percentiles(np.asarray(col, float)) for col in draws.T]
     if ab is not None:
         intervals[:2] = [(np.nan, np.nan)] * 2  # taken from the sweep, not resampled here
     names = ["alpha_s", "bandwidth_gbps", "t_comp_s", "t_sync_s"]
@@ -740,6 +777,58 @@ def fit_cost_model(g: pd.DataFrame, sweep: pd.DataFrame | None = None, predict_a
     )
     fit.predictions = {q: Interval(float(v), *ci) for q, v, ci in zip(predict_at, point[4:], intervals[4:])}
     return fit
+
+
+def _cost_bootstrap(g: pd.DataFrame, sizes: pd.Series, ab, law: str, predict_at, n_boot: int, seed: int) -> np.ndarray:
+    """The cost model refitted on `n_boot` resamples of each world size's repeats: one row per
+    resample that could be fitted, columns α, B [GB/s], T_comp, T_sync and the predictions.
+
+    The same numbers as drawing each resample with rng.choice per world size and refitting it
+    with _cost_core (one integers() call with per-element bounds yields the same stream: a unit
+    test pins it), but on arrays for all resamples at once: a resample keeps every world size's
+    count, so the design matrix, the columns with p > 1 and the volume factors are shared, and
+    only nnls (α and B from the runs' own communication) stays one call per resample."""
+    rng = np.random.default_rng(seed)
+    wsz = g["world_size"].to_numpy()
+    groups = [np.flatnonzero(wsz == q) for q in sizes.index]
+    base = np.concatenate(groups)
+    lengths = np.array([len(ix) for ix in groups])
+    starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
+    picks = rng.integers(0, np.tile(np.repeat(lengths, lengths), n_boot)).reshape(n_boot, len(base))
+    idx = base[starts + picks]
+    p, calls_all, sent_all, comm_all, steps_all, t = g[COST_ARRAYS].to_numpy(float).T[:, idx]
+    p_row = p[0]  # every resample has the same world sizes in the same columns
+    multi = p_row > 1
+    factor = volume_factor(law, p_row[multi])
+    ok = (sent_all[:, multi] > 0).any(axis=1)
+    calls = np.median(calls_all[:, multi], axis=1)
+    m_eff = np.median(sent_all[:, multi] / factor, axis=1)
+    if ab is not None:
+        alpha, bw = np.full(n_boot, ab[0]), np.full(n_boot, ab[1])
+    else:
+        # fit_latency_bandwidth per resample, its arithmetic on the stacked resamples
+        alpha, bw = np.full(n_boot, np.nan), np.full(n_boot, np.nan)
+        secs = comm_all[:, multi] / steps_all[:, multi]
+        a = np.stack([calls_all[:, multi], sent_all[:, multi]], axis=2)
+        keep = (secs > 0) & np.isfinite(a).all(axis=2)
+        ok &= keep.sum(axis=1) >= 2
+        for b in np.flatnonzero(ok):
+            k = keep[b]
+            tb = secs[b, k]
+            (alpha[b], inv_b), _ = optimize.nnls(a[b, k] / tb[:, None], np.ones_like(tb))
+            bw[b] = 1 / inv_b if inv_b > 0 else np.inf
+    alpha, bw, calls, m_eff, t = alpha[ok], bw[ok], calls[ok], m_eff[ok], t[ok]
+
+    def t_comm(q):
+        q = np.asarray(q, float)
+        return np.where(q > 1, alpha[:, None] * calls[:, None] + volume_factor(law, q) * m_eff[:, None] / bw[:, None], 0.0)
+
+    design = np.column_stack([1 / p_row, np.ones_like(p_row)])
+    rhs = t - t_comm(p_row)
+    coef = np.array([np.linalg.lstsq(design, y, rcond=None)[0] for y in rhs]).reshape(-1, 2)
+    t_comp, t_sync = coef[:, 0], coef[:, 1]
+    preds = [t_comp / float(q) + t_comm(np.array([q]))[:, 0] + t_sync for q in predict_at]
+    return np.column_stack([alpha, bw / 1e9, t_comp, t_sync, *preds])
 
 
 FIT_COLUMNS = ["group", "law", "parameter", "p", "kind", "estimate", "ci_low", "ci_high", "n_points", "r2", "note"]
@@ -766,12 +855,13 @@ def fits_table(
     gcols = group_axes(runs)
     shown = varying(runs, gcols)
     ok = runs[(runs["status"] == "ok") & runs[TIME].notna()]
+    as_text = {c: ok[c].astype(str).to_numpy() for c in gcols}  # once, not per group
     for key, sg in speed.groupby(gcols, dropna=False, sort=True):
         info = dict(zip(gcols, key))
         if info.get("strategy") == baseline_strategy and sg["world_size"].max() == 1:
             continue  # the baseline itself: nothing scales
         grp = label(info, shown)
-        mask = np.logical_and.reduce([ok[c].astype(str) == str(v) for c, v in info.items()]) if gcols else np.ones(len(ok), bool)
+        mask = np.logical_and.reduce([as_text[c] == str(v) for c, v in info.items()]) if gcols else np.ones(len(ok), bool)
         g = ok[mask]
         p_max = int(sg["world_size"].max())
         t_base = float(sg["baseline_time_s"].median())

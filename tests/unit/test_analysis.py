@@ -898,3 +898,24 @@ def test_fits_table_without_speedups_keeps_only_the_sweep_rows():
     assert empty.empty and list(empty.columns) == A.FIT_COLUMNS
     sweep_only = A.fits_table(runs, A.speedup_table(runs).iloc[:0], make_comm())
     assert sweep_only["law"].tolist() == ["comm_sweep", "comm_sweep"]
+
+
+def test_cost_bootstrap_on_arrays_equals_resampling_each_world_size_and_refitting():
+    """_cost_bootstrap draws every resample with one integers() call and refits them on arrays; the
+    draws must be exactly those of rng.choice per world size and _cost_core on each resample."""
+    rng = np.random.default_rng(7)
+    df = _cost_rows(lambda p: 2 * (p - 1) / p, sizes=(1, 2, 4, 8))
+    df = pd.concat([df] * 3, ignore_index=True)
+    df["step_time_mean_s"] *= 1 + 0.02 * rng.standard_normal(len(df))
+    df["phase_comm_s"] *= 1 + 0.05 * rng.standard_normal(len(df))
+    df = df.iloc[:-1]  # unequal repeats per world size
+    sizes = df["world_size"].value_counts()
+    got = A._cost_bootstrap(df, sizes, None, "allreduce", (16, 32), 60, 3)
+    r = np.random.default_rng(3)
+    groups = [np.flatnonzero(df["world_size"].to_numpy() == q) for q in sizes.index]
+    want = []
+    for _ in range(60):
+        c = A._cost_core(df.iloc[np.concatenate([r.choice(ix, size=len(ix)) for ix in groups])], None, "allreduce")
+        want.append([c[0], c[1] / 1e9, c[2], c[3], c[4](16), c[4](32)])
+    assert got.shape == (60, 6)
+    np.testing.assert_array_equal(got, np.asarray(want, float))
