@@ -7,6 +7,7 @@ known answer; a few cells fail, time out or are skipped with reasons.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import numpy as np
 import pandas as pd
@@ -30,19 +31,25 @@ def make_runs(
     noise=0.03,
     failures=True,
     seed=0,
+    models=None,
+    others_at_1=True,
 ) -> pd.DataFrame:
+    """Runs of every strategy x world size x batch size x dataset size (x model, when `models` names
+    several: a model axis; the time of model i is (1 + 0.5 i) times model 0's) x repeat. `single`
+    runs only at p = 1; other strategies too unless `others_at_1` is False (a cluster-size grid
+    whose only p = 1 runs are the baseline's)."""
     rng = np.random.default_rng(seed)
     # Field defaults, not CellParams(): the strategy registry need not be populated here.
     defaults = {f.name: f.default for f in dataclasses.fields(CellParams)}
     rows = []
     for strategy in strategies:
         for p in world_sizes:
-            if strategy == "single" and p != 1:
+            if strategy == "single" and p != 1 or strategy != "single" and p == 1 and not others_at_1:
                 continue
             for b in batch_sizes:
-                for n in dataset_sizes:
+                for n, (mi, model) in itertools.product(dataset_sizes, enumerate(models or [None])):
                     for r in range(repeats):
-                        t1 = 2.0 * n / 4096 * (1 + 0.1 * (b != 64))
+                        t1 = 2.0 * n / 4096 * (1 + 0.1 * (b != 64)) * (1 + 0.5 * mi)
                         work = 1.0 if scaling == "strong" else 1.0  # epoch: fixed amount of work
                         epoch = t1 * work * (f + (1 - f) / p) * (1 + noise * rng.standard_normal())
                         gbatch = b if scaling == "strong" else b * p
@@ -51,8 +58,10 @@ def make_runs(
                         comm = 0.0 if p == 1 else step * 0.3 * (1 - 1 / p)
                         exposed = comm * (0.5 if strategy == "ddp" else 1.0)
                         row = dict(defaults, strategy=strategy, batch_size=b, dataset_size=n, scaling=scaling, seed=r)
+                        if model is not None:
+                            row["model"] = model
                         row.update(
-                            run_dir=f"results/runs/{strategy}-p{p}-b{b}-n{n}/r{r}",
+                            run_dir=f"results/runs/{strategy}-p{p}-b{b}-n{n}{'' if model is None else '-' + model}/r{r}",
                             repeat=r, world_size=p, nodes=1, status="ok", reason="",
                             global_batch=gbatch, per_rank_batch=gbatch // p, total_steps=steps, timed_steps=steps - 3,
                             step_time_median_s=step, step_time_mean_s=step * 1.02, step_time_p95_s=step * 1.2,
