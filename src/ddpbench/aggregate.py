@@ -11,9 +11,13 @@ as env_<k> (env.env_vars.<NAME> as env_var_<NAME>); lists are dropped.
 steps.csv: every rank's step rows with run_dir, repeat, world_size, strategy,
 batch_size, scaling, model, dataset, dataset_size, device prepended.
 
-A run whose summary.json cannot be read becomes a row with status "failed" and the
-reason, its parameters taken from the name~value folders of its path, so nothing that
-was scheduled silently disappears from the tables. Both files are written atomically.
+A damaged run (a summary.json that cannot be read, or one that says ok while ranks' step
+files are missing) becomes a row with status "failed", failure_kind "damaged" and a reason
+naming the file, its parameters taken from the name~value folders of its path, so nothing
+that was scheduled silently disappears from the tables. The next workflow run moves its
+summary aside while planning (`heal`), so Snakemake measures it again instead of keeping
+the hole. Both files are written atomically; a write that fails for lack of space names
+the file and the free space.
 
 A run folder is untrusted input (safe_io): a run's identity columns (LEADING_RUN_COLUMNS)
 come from its path and the summary's own fields for them, never from another summary key
@@ -32,7 +36,7 @@ import re
 import sys
 from typing import Any, Iterable, Iterator
 
-from ddpbench import safe_io
+from ddpbench import safe_io, storage
 from ddpbench.metrics import STEP_COLUMNS  # one definition: the harness writes these
 from ddpbench.params import CellParams
 
@@ -63,15 +67,56 @@ def path_values(run_dir: pathlib.Path) -> dict[str, str]:
 
 
 def load_summary(path: pathlib.Path) -> dict[str, Any]:
+    """The run's summary, or a failed one naming what is damaged (see `damage`)."""
+    summary, what = _read_summary(path)
+    if what is None:
+        return summary
+    failed = {"status": "failed", "failure": {"kind": "damaged", "reason": what},
+              "reason": f"damaged run {path.parent}: {what}; the next workflow run moves it aside "
+                        f"(summary.json{DAMAGED_SUFFIX}) and measures it again"}  # fmt: skip
+    if summary is not None:  # readable: its own parameters still name the run
+        failed.update(params=summary.get("params"), world_size=summary.get("world_size"), nodes=summary.get("nodes"))
+    return failed
+
+
+def damage(path: pathlib.Path) -> str | None:
+    """What is wrong with a finished run's files, or None: a summary.json that cannot be
+    read (cut short by a full disk or a crash), or one that says ok while ranks' step
+    files are missing."""
+    return _read_summary(path)[1]
+
+
+def _read_summary(path: pathlib.Path) -> tuple[dict[str, Any] | None, str | None]:
     if path.exists() and not safe_io.inside(path, path.parent):
-        return {"status": "failed", "reason": "unreadable summary.json: not a regular file inside its run folder"}
+        return None, "unreadable summary.json: not a regular file inside its run folder"
     try:
         summary = json.loads(path.read_text())
         if not isinstance(summary, dict):
             raise ValueError("not a JSON object")
-        return summary
     except (OSError, ValueError) as err:
-        return {"status": "failed", "reason": f"unreadable summary.json: {err}"}
+        return None, f"unreadable summary.json: {err}"
+    expected = summary.get("world_size")
+    if summary.get("status") == "ok" and isinstance(expected, int):
+        found = len(_step_files(path.parent))
+        if found < expected:
+            return summary, f"summary.json says ok but {expected - found} of {expected} ranks' step files are missing"
+    return summary, None
+
+
+DAMAGED_SUFFIX = ".damaged"
+
+
+def heal(path: pathlib.Path) -> bool:
+    """Move a damaged run's summary aside (summary.json.damaged, kept for inspection), so the
+    workflow sees the run as not done and measures it again. The workflow calls this while
+    planning, before Snakemake decides what to run; False if it could not be moved."""
+    try:
+        os.replace(path, path.with_name(path.name + DAMAGED_SUFFIX))
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return True
 
 
 def run_row(summary_path: pathlib.Path) -> dict[str, Any]:
@@ -184,12 +229,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--summaries-from", metavar="FILE", help="read summary paths from FILE ('-': stdin), one a line")
     parser.add_argument("--runs", required=True, help="runs.csv to write")
     parser.add_argument("--steps", required=True, help="steps.csv to write")
+    parser.add_argument("--log", type=pathlib.Path, help="write the output here; only the result line goes to stdout")
     args = parser.parse_args(argv)
-    summaries = list(args.summaries)
-    if args.summaries_from:
-        summaries += list(_read_list(args.summaries_from))
-    runs, steps = aggregate(summaries, args.runs, args.steps)
-    print(f"[ddpbench] aggregate: {runs} runs -> {args.runs}, {steps} step rows -> {args.steps}")
+    with storage.output_to(args.log) as output:
+        summaries = list(args.summaries)
+        if args.summaries_from:
+            summaries += list(_read_list(args.summaries_from))
+        try:
+            runs, steps = aggregate(summaries, args.runs, args.steps)
+        except OSError as err:
+            if not storage.is_storage_error(err):
+                raise
+            return storage.fail(output, err, what="aggregate")
+        output.say(f"[ddpbench] aggregate: {runs} runs -> {args.runs}, {steps} step rows -> {args.steps}")
     return 0
 
 

@@ -4,16 +4,19 @@ When one rank dies, the others usually fail too ("Connection closed by peer", a
 collective that times out), and torchrun's first-observed failure is often one of those.
 The root cause is decided from what every rank leaves in the run folder:
 
-- `heartbeat_rank{R}`: a 24-byte memory-mapped record each rank rewrites at every phase
+- `heartbeat_rank{R}`: a small memory-mapped record each rank rewrites at every phase
   boundary (`Heartbeat`: step, phases done in it, pid, time; about a microsecond, so a
-  SIGKILLed rank's last position survives it);
+  SIGKILLed rank's last position survives it). It also keeps a write that failed for lack
+  of space or permission (errno and path): its page was allocated when the rank started,
+  so this last word survives the full disk that stopped every other file;
 - `error_rank{R}.txt`: a rank's Python traceback;
 - torchrun's failure report in train.log: each failed rank's exit code (negative: the
   signal that killed it);
 - this cgroup's count of kernel out-of-memory kills, before and after the cell;
 - whether the launcher stopped the cell at its wall-clock limit.
 
-Kinds: `signal` (killed by a signal), `oom` (the kernel's OOM killer, or an allocation
+Kinds: `storage` (a rank, or the launcher's probe of the run folder, could not write: a
+full disk, a quota, a read-only folder), `signal` (killed by a signal), `oom` (the kernel's OOM killer, or an allocation
 that failed: CUDA out of memory, MemoryError, the CPU allocator), `exception`, `hang`
 (a rank stopped making progress while the others waited for it in a collective) and
 `timeout` (the wall-clock limit, no rank singled out). Communication errors of ranks that
@@ -32,11 +35,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-HEARTBEAT = struct.Struct("<qiid")  # step, phases done in that step, pid, unix time
+from ddpbench import storage
+
+# step, phases done in that step, pid, unix time, errno of a failed write (0: none), its path
+HEARTBEAT = struct.Struct("<qiidi228s")
 SETUP, FINISHING = -1, -2  # steps that are not training steps
 # The phase a rank is in after n laps of a step (train_loop's order of laps).
 LAP_PHASES = ("data", "forward", "backward", "gradient communication", "optimizer", "communication after the step")
-KINDS = ("signal", "oom", "exception", "hang", "timeout")
+KINDS = ("storage", "signal", "oom", "exception", "hang", "timeout")
 
 # A rank that lost its peer says so in one of these ways: secondary, never the cause.
 _SECONDARY = re.compile(
@@ -55,18 +61,32 @@ class Heartbeat:
     """This rank's progress, memory-mapped so a write costs no system call."""
 
     def __init__(self, path: Path):
+        self._pid = os.getpid()
+        self.step, self.laps = SETUP, 0
+        self._errno, self._path = 0, b""
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o644)
         try:
-            os.ftruncate(fd, HEARTBEAT.size)
+            # Written, not truncated to size: on a full disk this raises ENOSPC here
+            # instead of a SIGBUS at the first store into an unbacked page.
+            os.write(fd, self._record())
             self._map = mmap.mmap(fd, HEARTBEAT.size)
         finally:
             os.close(fd)
-        self._pid = os.getpid()
-        self.step, self.laps = SETUP, 0
-        self._write()
+
+    def _fields(self) -> tuple:
+        return self.step, self.laps, self._pid, time.time(), self._errno, self._path
+
+    def _record(self) -> bytes:
+        return HEARTBEAT.pack(*self._fields())
 
     def _write(self) -> None:
-        HEARTBEAT.pack_into(self._map, 0, self.step, self.laps, self._pid, time.time())
+        HEARTBEAT.pack_into(self._map, 0, *self._fields())
+
+    def storage_failed(self, err: OSError) -> None:
+        """Keep a write that failed for lack of space or permission (the rank's last word)."""
+        self._errno = err.errno or 0
+        self._path = os.fsencode(str(err.filename or ""))[: HEARTBEAT.size - 28]
+        self._write()
 
     def start_step(self, step: int) -> None:
         self.step, self.laps = step, 0
@@ -87,6 +107,15 @@ class Beat:
     laps: int
     pid: int
     time: float
+    errno: int = 0
+    path: bytes = b""
+
+    @property
+    def storage_error(self) -> OSError | None:
+        """The write this rank could not do, or None."""
+        if not self.errno:
+            return None
+        return OSError(self.errno, os.strerror(self.errno), os.fsdecode(self.path.rstrip(b"\0")) or None)
 
     @property
     def where(self) -> str:
@@ -199,9 +228,11 @@ def diagnose(
     limit_s: float | None = None,
     oom_kills_during: int = 0,
     log_text: str = "",
+    storage_problem: str | None = None,
 ) -> dict[str, Any]:
     """The failure block of summary.json: rank, kind, signal, step, phase, reason (one
-    line), secondary (the other ranks' failures, one line each)."""
+    line), secondary (the other ranks' failures, one line each). `storage_problem`: the
+    launcher's probe of the run folder after the ranks ended (None: it could write)."""
     beats = read_heartbeats(out)
     codes = torchrun_exit_codes(log_text)
     errors = {}
@@ -222,7 +253,12 @@ def diagnose(
 
     rank: int | None = None
     sig: int | None = None
-    if killed:
+    wrote = {r: b.storage_error for r, b in beats.items() if b.storage_error is not None}
+    if wrote:  # a full disk stops every rank that writes; the first one is the cause
+        rank = min(wrote, key=lambda r: beats[r].time)
+        kind = "storage"
+        text = f"rank {rank} could not write its files {where(rank)}: {storage.explain(wrote[rank])}"
+    elif killed:
         rank = min(killed, key=lambda r: beats[r].time if r in beats else 0.0)
         sig = killed[rank]
         kind = "oom" if sig == signal.SIGKILL and oom_kills_during > 0 else "signal"
@@ -236,6 +272,9 @@ def diagnose(
             text += ")"
         elif sig == signal.SIGKILL:
             text += "; SIGKILL is what the kernel's out-of-memory killer sends (no OOM kill counted in this cgroup)"
+    elif storage_problem:  # no rank could say why (not even in its heartbeat): the folder can
+        kind = "storage"  # not be written, which explains missing summaries and error files
+        text = f"the run folder cannot be written: {storage_problem}"
     elif primary_errors:
         rank = min(primary_errors, key=lambda r: (out / f"error_rank{r}.txt").stat().st_mtime)
         last = _last_line(primary_errors[rank])
@@ -275,7 +314,9 @@ def diagnose(
     for r in ranks:
         if r == rank:
             continue
-        if r in errors:
+        if r in wrote:
+            secondary.append(f"rank {r} {where(r)}: could not write {wrote[r].filename}: {wrote[r].strerror}")
+        elif r in errors:
             secondary.append(f"rank {r} {where(r)}: {_last_line(errors[r])[:200]}")
         elif r in signalled:
             secondary.append(f"rank {r} {where(r)}: stopped by {_signal_name(signalled[r])}")

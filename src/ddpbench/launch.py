@@ -31,7 +31,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ddpbench import diagnose, sysinfo
+from ddpbench import diagnose, safe_io, storage, sysinfo
 from ddpbench.params import CellParams
 
 REASON_CHARS = 2000
@@ -75,20 +75,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.stop_with_parent:
         signal.signal(signal.SIGTERM, _terminated)
         _die_with_parent()
-    if not args.log:
-        return launch(args, params)
-    terminal = os.fdopen(os.dup(sys.stdout.fileno()), "w")
-    sys.stdout.flush(), sys.stderr.flush()
-    fd = os.open(args.log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.dup2(fd, sys.stdout.fileno()), os.dup2(fd, sys.stderr.fileno())
-    os.close(fd)
-    try:
-        return launch(args, params)
-    finally:
-        sys.stdout.flush(), sys.stderr.flush()
-        lines = [line for line in args.log.read_text(errors="replace").splitlines() if line.startswith("[ddpbench] ")]
-        terminal.write("\n".join(lines) + "\n" if lines else f"[ddpbench] {args.out}: no progress line, see {args.log}\n")
-        terminal.close()
+    with storage.output_to(args.log) as output:
+        args.output = output
+        try:
+            return launch(args, params)
+        except OSError as err:
+            if not storage.is_storage_error(err):
+                raise
+            # Nothing more can be kept: the job fails (no summary), the workflow says why.
+            return storage.fail(output, err, what=getattr(args, "what", str(args.out)))
 
 
 def launch(args: argparse.Namespace, params: CellParams) -> int:
@@ -102,8 +97,10 @@ def launch(args: argparse.Namespace, params: CellParams) -> int:
         return across_slurm_nodes(args, params, args.argv)
 
     out: Path = args.out
-    out.mkdir(parents=True, exist_ok=True)
     lead = args.node_rank == 0
+    problem = storage.probe(out)  # a full or read-only disk: fail now, not after the ranks ran
+    if problem:
+        return storage.report(args.output, f"[ddpbench] {out}: {problem}")
     if lead:
         clear_earlier_attempt(out)
 
@@ -149,9 +146,11 @@ def launch(args: argparse.Namespace, params: CellParams) -> int:
         failure = diagnose.diagnose(
             out, args.nproc_per_node * args.nnodes, timed_out=timed_out, limit_s=limit,
             oom_kills_during=(oom_after - oom_before) if None not in (oom_before, oom_after) else 0, log_text=log_text,
+            storage_problem=storage.probe(out),
         )  # fmt: skip
         status = "timeout" if failure["kind"] in ("hang", "timeout") else "failed"
         reason = diagnose.summary_reason(failure, f"torchrun exited with code {rc}\n" + error_tail(out))
+        args.what = f"{out}: {status} ({failure['reason']}); and its summary"  # if that cannot be written either
         if summary is not None:  # rank 0 wrote "failed" (often about a lost peer): the cause replaces it
             from ddpbench.metrics import write_json
 
@@ -161,7 +160,7 @@ def launch(args: argparse.Namespace, params: CellParams) -> int:
                 out, params, args.nproc_per_node * args.nnodes, args.nnodes, status, reason, command=args.command,
                 failure=failure,
             )  # fmt: skip
-    print(progress_line(out, json.loads(summary_path.read_text())), flush=True)
+    args.output.say(progress_line(out, json.loads(summary_path.read_text())))
     return 0
 
 
@@ -180,6 +179,7 @@ def clear_earlier_attempt(out: Path) -> None:
     for stale in ["summary.json", *(p.name for p in out.glob("steps_rank*.csv")), *(p.name for p in out.glob("error_rank*.txt"))]:
         (out / stale).unlink(missing_ok=True)
     diagnose.clear(out)
+    safe_io.remove_temporaries(out)  # left by a process killed mid-write
 
 
 def oversubscription(device: str, threads_per_rank: int, ranks_per_node: int, nodes: int, cores: int) -> str | None:
@@ -203,12 +203,12 @@ def skip(args: argparse.Namespace, params: CellParams, reason: str, threads: int
     decides alike (same rule, its own cores); node 0 writes the summary."""
     out: Path = args.out
     if args.node_rank != 0:
-        print(f"[ddpbench] {out} (node {args.node_rank}): skipped ({reason})", flush=True)
+        args.output.say(f"[ddpbench] {out} (node {args.node_rank}): skipped ({reason})")
         return 0
     out.mkdir(parents=True, exist_ok=True)
     clear_earlier_attempt(out)
     write_failure(out, params, args.nproc_per_node * args.nnodes, args.nnodes, "skipped", reason, threads, args.command)
-    print(progress_line(out, json.loads((out / "summary.json").read_text())), flush=True)
+    args.output.say(progress_line(out, json.loads((out / "summary.json").read_text())))
     return 0
 
 
@@ -231,7 +231,7 @@ def across_slurm_nodes(args: argparse.Namespace, params: CellParams, argv: list[
             out, params, args.nproc_per_node * args.nnodes, args.nnodes, "failed", reason + "\n" + error_tail(out),
             command=args.command,
         )  # fmt: skip
-        print(f"[ddpbench] {out}: failed - samples/s ({reason})", flush=True)
+        args.output.say(f"[ddpbench] {out}: failed - samples/s ({reason})")
     return 0
 
 

@@ -36,7 +36,7 @@ import pandas as pd
 import yaml
 
 from ddpbench import analysis as A
-from ddpbench import plots, safe_io
+from ddpbench import plots, safe_io, storage
 from ddpbench.findings import findings
 
 
@@ -684,14 +684,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--baseline-strategy", default=None,
                     help=f"strategy whose world-size-1 runs are the speedup baseline (default {A.BASELINE_STRATEGY})")
     ap.add_argument("--no-pdf", action="store_true", help="write report.tex but do not run latexmk")
+    ap.add_argument("--log", type=pathlib.Path, help="write the output here; only the result line goes to stdout")
     args = ap.parse_args(argv)
     if bool(args.runs) == bool(args.archive):
         ap.error("give either --runs or --from ARCHIVE")
-    if args.archive:
-        return rebuild_from_archive(args)
-    args.baseline_strategy = args.baseline_strategy or A.BASELINE_STRATEGY
-    args.max_rel_ci = A.MAX_REL_CI if args.max_rel_ci is None else args.max_rel_ci
-    return build_from_args(args)
+    with storage.output_to(args.log) as output:
+        args.output = output
+        try:
+            if args.archive:
+                return rebuild_from_archive(args)
+            args.baseline_strategy = args.baseline_strategy or A.BASELINE_STRATEGY
+            args.max_rel_ci = A.MAX_REL_CI if args.max_rel_ci is None else args.max_rel_ci
+            return build_from_args(args)
+        except OSError as err:  # a full disk or quota, a read-only folder: name it, keep the tables
+            if not storage.is_storage_error(err):
+                raise
+            return storage.fail(output, err, what="report")
 
 
 def rebuild_from_archive(args: argparse.Namespace) -> int:
@@ -732,7 +740,7 @@ def build_from_args(args: argparse.Namespace) -> int:
     except safe_io.UnsafePathError as err:
         print(f"ddpbench report: {err}", file=sys.stderr)
         return 1
-    print(path)
+    args.output.say(str(path))
     return 0
 
 

@@ -20,6 +20,7 @@ import contextlib
 import hashlib
 import os
 import pathlib
+import re
 import secrets
 import shutil
 import stat
@@ -41,7 +42,7 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", *, newline: str | Non
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     for _ in range(100):
-        tmp = path.with_name(f".{path.name[:200]}.{secrets.token_hex(6)}.tmp")
+        tmp = _temporary_name(path)
         try:
             fd = os.open(tmp, _FLAGS, 0o666)
             break
@@ -54,10 +55,31 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", *, newline: str | Non
         with os.fdopen(fd, mode, newline=None if binary else newline, encoding=None if binary else encoding) as handle:
             yield handle
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(err, OSError) and err.errno and not err.filename:  # a write(): name the output
+            raise OSError(err.errno, err.strerror, str(path)) from err
         raise
+
+
+def _temporary_name(path: pathlib.Path) -> pathlib.Path:
+    return path.with_name(f".{path.name[:200]}.{secrets.token_hex(6)}.tmp")
+
+
+_TEMPORARY = re.compile(r"^\..+\.[0-9a-f]{12}\.tmp$")
+
+
+def remove_temporaries(folder: str | os.PathLike) -> list[pathlib.Path]:
+    """Remove the temporaries atomic_write left in `folder` (not in its subfolders) when its
+    process was killed between writing and renaming; returns what was removed."""
+    removed = []
+    for path in pathlib.Path(folder).glob(".*.tmp"):
+        if _TEMPORARY.match(path.name) and not path.is_symlink() and path.is_file():
+            with contextlib.suppress(OSError):
+                path.unlink()
+                removed.append(path)
+    return removed
 
 
 def sha256_file(path: str | os.PathLike) -> str:

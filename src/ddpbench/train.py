@@ -12,7 +12,9 @@ step, "hang:RANK:STEP" makes it sleep (a stuck rank), "kill:RANK:STEP" SIGKILLs 
 "oom:RANK:STEP" makes an allocation fail under an address-space limit, "grow:RANK:STEP"
 allocates until the kernel's out-of-memory killer stops it (run it in a memory-limited
 cgroup), "slow:RANK:MS" makes that rank's forward MS milliseconds longer in every step
-(rank imbalance). Each rank keeps a heartbeat (ddpbench.diagnose) the launcher reads to
+(rank imbalance), "fill:RANK:STEP" fills the filesystem of the file DDPBENCH_FILL names
+(another program filling the results disk; training goes on until a write fails). Each
+rank keeps a heartbeat (ddpbench.diagnose) the launcher reads to
 name the rank, step and phase of a failure.
 """
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import copy
 import csv
 import datetime
@@ -37,7 +40,7 @@ import torch
 import torch.distributed as dist
 
 from ddpbench import data as datamod
-from ddpbench import autobatch, diagnose, metrics, models, safe_io, strategies, sysinfo
+from ddpbench import autobatch, diagnose, metrics, models, safe_io, storage, strategies, sysinfo
 from ddpbench.metrics import write_json
 from ddpbench.params import CellParams
 from ddpbench.strategies.base import Context, Strategy
@@ -116,11 +119,19 @@ def run(params: CellParams, out: Path, dump_params: Path | None = None) -> int:
         if summary is not None:
             write_json(out / "summary.json", summary)
         return 0
-    except Exception:
+    except Exception as err:
         tb = traceback.format_exc()
+        if storage.is_storage_error(err):  # kept where a full disk cannot erase it
+            heartbeat.storage_failed(err)
+            tb += f"{storage.explain(err)}\n"
         print(tb, file=sys.stderr, flush=True)
-        (out / f"error_rank{ranks.rank}.txt").write_text(tb)
-        finish("failed", f"rank {ranks.rank}: {tb[-REASON_CHARS:]}")
+        try:
+            (out / f"error_rank{ranks.rank}.txt").write_text(tb)
+            finish("failed", f"rank {ranks.rank}: {tb[-REASON_CHARS:]}")
+        except OSError as again:
+            if not storage.is_storage_error(again):
+                raise
+            heartbeat.storage_failed(err if storage.is_storage_error(err) else again)
         return 1
     finally:
         if dist.is_initialized():
@@ -564,6 +575,12 @@ def _injection(rank: int) -> tuple[str, int] | None:
 
 
 def _inject(kind: str, rank: int, step: int) -> None:
+    if kind == "fill":
+        with open(os.environ["DDPBENCH_FILL"], "ab", buffering=0) as filler:
+            with contextlib.suppress(OSError):  # ENOSPC: the disk is full
+                while True:
+                    filler.write(b"\0" * 4096)
+        return
     if kind == "hang":
         time.sleep(10**6)
     if kind == "kill":  # what the kernel's out-of-memory killer does

@@ -142,3 +142,38 @@ def test_command_line_requires_both_tables_and_describes_itself(tmp_path, capsys
     with pytest.raises(SystemExit):
         aggregate.main(["--help"])
     assert "Merge runs into two tidy tables" in capsys.readouterr().out
+
+
+def test_a_truncated_summary_is_a_named_damaged_row_and_heal_moves_it_aside_for_a_rerun(tmp_path):
+    good = make_run(tmp_path, "ddp", 2, 0)
+    bad = make_run(tmp_path, "allreduce", 2, 1)
+    bad.write_text(bad.read_text()[:40])  # cut mid-write, as a full disk or a crash leaves it
+    aggregate.aggregate([good, bad], tmp_path / "runs.csv", tmp_path / "steps.csv")
+    row = read(tmp_path / "runs.csv")[1]
+    assert row["status"] == "failed" and row["failure_kind"] == "damaged"
+    assert str(bad.parent) in row["reason"] and "unreadable summary.json" in row["reason"]
+    assert "measures it again" in row["reason"]
+    assert row["strategy"] == "allreduce" and row["repeat"] == "1"  # from its path
+    assert bad.exists(), "aggregating only reads a result folder"
+
+    assert aggregate.damage(good) is None and "unreadable" in aggregate.damage(bad)
+    assert aggregate.heal(bad) and not bad.exists() and bad.with_name("summary.json.damaged").exists()
+
+
+def test_an_ok_summary_whose_step_files_are_missing_is_damaged(tmp_path):
+    summary = make_run(tmp_path, "ddp", 2, 0)
+    (summary.parent / "steps_rank1.csv").unlink()
+    aggregate.aggregate([summary], tmp_path / "runs.csv", tmp_path / "steps.csv")
+    row = read(tmp_path / "runs.csv")[0]
+    assert row["status"] == "failed" and row["failure_kind"] == "damaged"
+    assert "1 of 2 ranks' step files are missing" in row["reason"] and str(summary.parent) in row["reason"]
+    assert row["strategy"] == "ddp" and row["world_size"] == "2"  # the summary's own parameters kept
+
+
+def test_a_failed_run_without_step_files_is_not_damaged(tmp_path):
+    summary = make_run(tmp_path, "ddp", 2, 0, status="failed", steps=0)
+    for path in summary.parent.glob("steps_rank*.csv"):
+        path.unlink()
+    assert aggregate.damage(summary) is None
+    aggregate.aggregate([summary], tmp_path / "runs.csv", tmp_path / "steps.csv")
+    assert read(tmp_path / "runs.csv")[0]["reason"] == "boom"

@@ -32,7 +32,7 @@ Root Cause (first observed failure):
 def beat(out, rank, step, laps, age_s=0.0):
     hb = diagnose.Heartbeat(out / f"heartbeat_rank{rank}")
     hb.step, hb.laps = step, laps
-    diagnose.HEARTBEAT.pack_into(hb._map, 0, step, laps, os.getpid(), time.time() - age_s)
+    diagnose.HEARTBEAT.pack_into(hb._map, 0, step, laps, os.getpid(), time.time() - age_s, 0, b"")
 
 
 def test_torchrun_report_gives_each_failed_rank_its_exit_code():
@@ -102,3 +102,40 @@ def test_summary_reason_puts_the_cause_first():
     assert diagnose.summary_reason(f, "traceback").splitlines() == [
         "rank 1 raised at step 5 (data): ValueError: x", "then: rank 0 ...: lost peer", "traceback",
     ]  # fmt: skip
+
+
+def test_a_rank_that_could_not_write_is_a_storage_failure_naming_the_file(tmp_path):
+    import errno
+
+    beat(tmp_path, 0, 4, 1)
+    hb = diagnose.Heartbeat(tmp_path / "heartbeat_rank1")
+    hb.start_step(5)
+    hb.storage_failed(OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "steps_rank1.csv")))
+    # rank 0 then loses its peer: secondary, never the cause
+    (tmp_path / "error_rank0.txt").write_text("Traceback...\nRuntimeError: Connection closed by peer\n")
+    failure = diagnose.diagnose(tmp_path, 2, log_text=TORCHRUN_REPORT)
+    assert failure["kind"] == "storage" and failure["rank"] == 1 and failure["step"] == 5
+    assert "steps_rank1.csv" in failure["reason"] and "No space left on device" in failure["reason"]
+    assert "free" in failure["reason"]  # the filesystem's free space
+    assert any(s.startswith("rank 0") for s in failure["secondary"])
+
+
+def test_without_any_rank_s_word_an_unwritable_folder_is_the_storage_cause(tmp_path):
+    failure = diagnose.diagnose(tmp_path, 2, storage_problem="cannot write x: No space left on device (0 B free)")
+    assert failure["kind"] == "storage" and "No space left" in failure["reason"]
+    assert diagnose.diagnose(tmp_path, 2)["kind"] == "exception"  # the same evidence, a writable folder
+
+
+def test_a_heartbeat_is_created_by_a_write_so_a_full_disk_raises_instead_of_sigbus(tmp_path, monkeypatch):
+    import errno
+
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(diagnose.os, "write", full)
+    try:
+        diagnose.Heartbeat(tmp_path / "heartbeat_rank0")
+    except OSError as err:
+        assert err.errno == errno.ENOSPC
+    else:
+        raise AssertionError("the heartbeat did not write its first record with write()")
