@@ -26,7 +26,13 @@ rule all:
 
 
 onstart:
+    check_results_space()
     record_invocation()
+
+
+# A full or read-only results filesystem fails every job alike: say so once, at the end.
+onerror:
+    explain_failure()
 
 
 onsuccess:

@@ -289,6 +289,15 @@ def build_schema() -> dict[str, Any]:
                     "true: it runs and is flagged oversubscribed)"
                 ),
             },
+            "allow_low_space": {
+                "type": "boolean",
+                "default": False,
+                "description": (
+                    "Start the grid even when the results filesystem has less free space than "
+                    "the grid is estimated to need (false: refused before the first job, "
+                    "naming both numbers)"
+                ),
+            },
             "images": {
                 "type": "object",
                 "default": {},

@@ -1,5 +1,8 @@
 # Merge every run's summary.json and per-rank step files into two tidy tables. The
 # summary paths go through stdin (printf is a shell builtin), so grids of any size fit.
+# A damaged run (unreadable summary, missing step files) is a failed row naming it; the
+# next workflow run measures it again (common.smk: heal_damaged_runs).
+# --log: output to the log, the result line (or a full disk's explanation) to the terminal.
 
 
 rule aggregate:
@@ -16,4 +19,4 @@ rule aggregate:
         image_for_host()
     shell:
         "printf '%s\\n' {input.summaries:q} | python -m ddpbench.aggregate --summaries-from -"
-        " --runs {output.runs:q} --steps {output.steps:q} > {log:q} 2>&1"
+        " --runs {output.runs:q} --steps {output.steps:q} --log {log:q}"

@@ -43,6 +43,8 @@ from ddpbench.params import (  # noqa: E402
     effective_params,
     unread_settings,
 )
+from ddpbench import storage  # noqa: E402
+from ddpbench.aggregate import damage, heal  # noqa: E402
 from ddpbench.safe_io import atomic_write_text  # noqa: E402
 from ddpbench.status import PLAN_ENV, stale_runs, write_plan  # noqa: E402
 from ddpbench.sysinfo import code_fingerprint, usable_cores  # noqa: E402
@@ -488,6 +490,51 @@ def check_stale_runs():
         )
 
 
+# Bytes of one run before any is measured: the default grid's runs take 60-104 KiB
+# (median 88) with their logs; a report folder about 1.6 MiB.
+RUN_BYTES_ESTIMATE = 128 * 1024
+REPORT_BYTES_ESTIMATE = 4 * 1024 * 1024
+
+
+def check_results_space():
+    """Before the first job (onstart, real runs only): refuse a results folder that cannot
+    be written, or whose filesystem cannot hold what is left to measure (both numbers
+    named; allow_low_space: true goes on anyway)."""
+    summaries = run_summaries()
+    todo = sum(not Path(s).exists() for s in summaries)
+    problem = storage.plan_check(
+        RESULTS, todo, len(summaries), RUN_BYTES_ESTIMATE, REPORT_BYTES_ESTIMATE
+    )
+    if problem is None:
+        return
+    if storage.read_only(RESULTS):
+        raise WorkflowError(f"ddpbench: {problem}: nothing was started")
+    if config["allow_low_space"]:
+        logger.warning(f"ddpbench: {problem}; going on (allow_low_space: true)")
+        return
+    raise WorkflowError(
+        f"ddpbench: {problem}: nothing was started. Free space, set `results:` to a "
+        "larger filesystem, or pass --config allow_low_space=true to start anyway"
+    )
+
+
+def explain_failure():
+    """onerror: when the results filesystem cannot take the rest of the grid (full, or not
+    writable: the likely cause of the failed jobs), say so in one line with the runs kept.
+    """
+    summaries = run_summaries()
+    kept = sum(Path(s).exists() for s in summaries)
+    line = storage.full_line(
+        RESULTS,
+        kept,
+        len(summaries),
+        RUN_BYTES_ESTIMATE,
+        REPORT_BYTES_ESTIMATE,
+    )
+    if line:
+        logger.error(line)
+
+
 def record_invocation():
     """Save the merged config as RESULTS/config.yaml and append the command line, time and
     code fingerprint to RESULTS/invocations.log (onstart: real runs only, never dry runs).
@@ -512,7 +559,31 @@ def get_final_output():
     ]
 
 
+def heal_damaged_runs():
+    """Before Snakemake decides what to run: a finished run whose files are damaged (an
+    unreadable summary.json, an ok one whose step files are missing) has its summary moved
+    aside (summary.json.damaged), so this workflow run measures it again; each is named.
+    """
+    healed, stuck = [], []
+    for summary in map(Path, run_summaries()):
+        what = damage(summary) if summary.exists() else None
+        if what:
+            (healed if heal(summary) else stuck).append(f"{summary.parent}: {what}")
+    if healed:
+        logger.warning(
+            f"ddpbench: {len(healed)} damaged run(s) will be measured again "
+            f"(summary moved aside to summary.json.damaged): " + "; ".join(healed[:5])
+        )
+    if stuck:
+        logger.warning(
+            f"ddpbench: {len(stuck)} damaged run(s) could not be moved aside; delete their "
+            "summary.json to measure them again: " + "; ".join(stuck[:5])
+        )
+
+
 # Once per workflow, not again in every job a cluster executor starts (each re-reads the
 # Snakefile; reading every summary there would cost a grid's worth of I/O per job).
 if workflow.is_main_process:
     check_stale_runs()
+    if not os.environ.get(PLAN_ENV):  # ddpbench.status only reads
+        heal_damaged_runs()

@@ -1,6 +1,7 @@
 # Statistics, scaling-law fits, figures and the HTML/LaTeX report from the tidy tables.
 # Every output registered with report() appears in `snakemake --report report.html`;
-# to add one: one line here and its caption in report/captions/.
+# to add one: one line here and its caption in report/captions/. --log: output to the
+# log, the report's path (or a full disk's explanation) to the terminal.
 
 
 rule report:
@@ -58,7 +59,7 @@ rule report:
     shell:
         "python -m ddpbench.report --runs {input.runs:q} --steps {input.steps:q}"
         " --baseline-strategy {params.baseline_strategy:q} --max-rel-ci {params.max_rel_ci}"
-        " --out {params.out_dir:q} > {log:q} 2>&1"
+        " --out {params.out_dir:q} --log {log:q}"
 
 
 # `snakemake archive`: the whole study in one file (runs, tables, report, config, lock)
