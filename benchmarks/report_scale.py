@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
             out = case / "report"
             cells = len(runs.drop_duplicates([c for c in runs if c in ("strategy", "world_size", "batch_size",
                                                                        "dataset_size", "model")]))  # fmt: skip
-            groups = out / "groups.json"
+            prefixes = {f.name.split("-")[0] for f in (out / "figures").glob("g[0-9]*-*.svg")}
             row = {
                 "runs": len(runs),
                 "cells": cells,
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
                 "html_mb": round((out / "report.html").stat().st_size / 2**20, 2),
                 "folder_mb": round(folder_mb(out), 1),
                 "figures": len(list((out / "figures").glob("*.svg"))),
-                "groups": len(json.loads(groups.read_text())) if groups.is_file() else 1,
+                "groups": len(prefixes) or 1,
             }
             results[name] = row
             print(f"{name:>8s} {row['runs']:6d} {row['cells']:6d} | {row['read_s']:7.2f} | {row['report_s']:8.2f} "

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import hashlib
 import math
+import multiprocessing
+import os
 import pathlib
 import textwrap
 import unicodedata
@@ -69,6 +71,7 @@ METADATA = {"svg": {"Date": None}, "pdf": {"CreationDate": None, "ModDate": None
 MAX_SERIES = 8  # lines or points per panel
 MAX_LEGEND = 10  # entries of a figure's legend
 MAX_PANELS = 12  # panels per figure; more are split into <kind>_2, <kind>_3, ...
+MAX_PARTS = 2  # figures of one kind (per strategy chunk) in a figure group; further panels are left out, said so
 PANEL_W, PANEL_H = 2.7, 2.2  # inches
 
 
@@ -79,6 +82,7 @@ class Figure:
     title: str
     svg: str  # relative to the output folder
     pdf: str
+    group: str = ""  # the figure group's label ("" when the grid has one group)
 
 
 @dataclass
@@ -89,16 +93,18 @@ class Data:
     fits: pd.DataFrame
     steps: pd.DataFrame | None = None
     comm: pd.DataFrame | None = None
+    label_axes: list[str] | None = None  # a figure group's data: the whole grid's series axes (fits.csv's labels)
 
     @property
     def series_axes(self) -> list[str]:
         """Axes that tell apart scaling groups (the grid's axes minus p): strategy and the panels' axes."""
-        return A.varying(self.runs, A.group_axes(self.runs))
+        return self.label_axes if self.label_axes is not None else A.varying(self.runs, A.group_axes(self.runs))
 
     @property
     def panel_axes(self) -> list[str]:
-        """Axes that tell apart panels of a plot against workers: the series axes minus strategy."""
-        return [a for a in self.series_axes if a != "strategy"]
+        """Axes that tell apart panels of a plot against workers: the series axes minus strategy (and
+        minus a figure group's own axes, which are constant in it)."""
+        return [a for a in self.series_axes if a != "strategy" and a in A.varying(self.runs, [a])]
 
 
 TITLES = {
@@ -208,6 +214,9 @@ def _grid(title: str, panels: list, draw, *, xlabel: str | None, ylabel: str | N
     draws one panel. At most MAX_PANELS panels a figure; one shared legend below the panels."""
     figs = []
     parts = [panels[i : i + MAX_PANELS] for i in range(0, len(panels), MAX_PANELS)]
+    shown = min(len(panels), MAX_PARTS * MAX_PANELS)
+    left_out = f"; panels 1–{shown} of {len(panels)}, the rest in the tables" if shown < len(panels) else ""
+    parts = parts[:MAX_PARTS]
     for part_no, part in enumerate(parts, 1):
         n = len(part)
         cols = ncols or (1 if n == 1 else 2 if n in (2, 4) else 3)
@@ -227,7 +236,7 @@ def _grid(title: str, panels: list, draw, *, xlabel: str | None, ylabel: str | N
                 ax.set_xlabel(xlabel if cols == 1 else textwrap.fill(xlabel, 34))
             elif sharex:  # shared axes: tick labels on the outer panels only
                 ax.tick_params(labelbottom=False)
-        more = f" ({part_no} of {len(parts)})" if len(parts) > 1 else ""
+        more = f" ({part_no} of {len(parts)}{left_out})" if len(parts) > 1 else ""
         fig.suptitle(title + more, fontsize=10)
         if ylabel:
             fig.supylabel(ylabel, fontsize=9)
@@ -726,18 +735,81 @@ def draw_all(d: Data):
             yield kind, strategy, stem, title, fig
 
 
-def make_figures(d: Data, out: pathlib.Path) -> list[Figure]:
-    """Draw every figure the data allow into out/figures; returns what was written."""
-    folder = safe_io.real_dir(pathlib.Path(out) / "figures")
+# Axes a reader filters on: every varying grid axis that no figure puts on its x axis or tells
+# apart as series. Each combination of them is a figure group (one model on one device, ...):
+# its own small multiples, never one figure holding every cell.
+PLOTTED_AXES = ("strategy", "world_size", "nodes", "batch_size", "dataset_size")
+
+
+def group_axes(runs: pd.DataFrame) -> list[str]:
+    """The axes that split the figures into groups (none for a grid that varies only plotted axes)."""
+    return [a for a in A.varying(runs, A.axes(runs)) if a not in PLOTTED_AXES]
+
+
+def _select(df: pd.DataFrame | None, info: dict) -> pd.DataFrame | None:
+    if df is None or df.empty:
+        return df
+    keep = np.ones(len(df), bool)
+    for c, v in info.items():
+        if c in df:
+            keep &= (df[c].astype(str) == str(v)).to_numpy()
+    return df[keep]
+
+
+def figure_groups(d: Data) -> list[tuple[str, dict, Data]]:
+    """(label, {axis: value}, data of the group) per combination of `group_axes`, sorted; one
+    ("", {}, d) for a grid without such axes. The collective sweep belongs to no group: the first
+    group carries it."""
+    cols = group_axes(d.runs)
+    if not cols:
+        return [("", {}, d)]
+    out = []
+    for key, _ in d.runs.groupby(cols, dropna=False, sort=True):
+        key = key if isinstance(key, tuple) else (key,)
+        info = {c: v for c, v in zip(cols, key)}
+        part = Data(_select(d.runs, info), _select(d.cells, info), _select(d.speed, info), _select(d.fits, info),
+                    _select(d.steps, info), d.comm if not out else None, d.series_axes)  # fmt: skip
+        out.append((text(", ".join(f"{c}={v}" for c, v in info.items())), info, part))
+    return out
+
+
+def _draw_group(args) -> list[Figure]:
+    """Draw and write one group's figures (in a worker process, or in this one)."""
+    number, label, d, folder = args
+    prefix = f"g{number:02d}-" if label else ""
     written = []
     with plt.rc_context(RC):
         for kind, strategy, stem, title, fig in draw_all(d):
+            if label:
+                fig.suptitle(f"{fig.get_suptitle()} — {label}" if fig.get_suptitle() else label, fontsize=10)
             for ext in ("svg", "pdf"):
-                with safe_io.atomic_write(folder / f"{stem}.{ext}", "wb") as handle:
+                with safe_io.atomic_write(folder / f"{prefix}{stem}.{ext}", "wb") as handle:
                     fig.savefig(handle, format=ext, metadata=METADATA[ext], bbox_inches="tight")
             plt.close(fig)
-            written.append(Figure(kind, strategy, title, f"figures/{stem}.svg", f"figures/{stem}.pdf"))
+            written.append(Figure(kind, strategy, title + (f" — {label}" if label else ""),
+                                  f"figures/{prefix}{stem}.svg", f"figures/{prefix}{stem}.pdf", label))  # fmt: skip
     return written
+
+
+def workers(n_groups: int) -> int:
+    """Processes that draw figure groups: one per group up to the usable cores (DDPBENCH_REPORT_WORKERS
+    overrides; 1 draws in this process)."""
+    env = os.environ.get("DDPBENCH_REPORT_WORKERS", "")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    limit = int(env) if env.isdigit() and int(env) > 0 else cores
+    return max(1, min(limit, n_groups))
+
+
+def make_figures(d: Data, out: pathlib.Path) -> list[Figure]:
+    """Draw every figure the data allow into out/figures, group by group (several groups: in
+    parallel worker processes); returns what was written, in group order."""
+    folder = safe_io.real_dir(pathlib.Path(out) / "figures")
+    jobs = [(i, label, g, folder) for i, (label, _, g) in enumerate(figure_groups(d), 1)]
+    n = workers(len(jobs))
+    if n == 1 or "fork" not in multiprocessing.get_all_start_methods():
+        return [f for job in jobs for f in _draw_group(job)]
+    with multiprocessing.get_context("fork").Pool(n) as pool:
+        return [f for part in pool.map(_draw_group, jobs, chunksize=1) for f in part]
 
 
 def _safe(name: str) -> str:

@@ -52,6 +52,9 @@ CAPTIONS = _report_dir() / "captions"
 STATUS_ORDER = ("failed", "timeout", "skipped", "superseded")
 
 # Metrics shown in the cells table (the CSV has all of them).
+# Rows of a table shown at once in the HTML report (a pager and the filter box reach the rest).
+PAGE_SIZE = 50
+
 CELL_TABLE = ["step_time_median_s", "samples_per_s", "epoch_time_s", "frac_comm", "peak_rss_mb"]
 
 
@@ -452,9 +455,32 @@ PAGE_ANCHORS = ("comparisons", "speedup-table", "cells", "fits", "problems")
 
 def linked_findings(found: list, figures: list) -> list:
     """Findings whose link points at something on the page: a table, or a figure this report
-    has (a figure left out for lack of data sends the reader to the figures section)."""
+    has (in a grid of figure groups, the first group's figure of that name; a figure left out for
+    lack of data sends the reader to the figures section)."""
     ids = set(PAGE_ANCHORS) | {"fig-" + pathlib.Path(f.svg).stem for f in figures}
-    return [f if f.anchor in ids else dataclasses.replace(f, anchor="figures") for f in found]
+    grouped = {}
+    for f in figures:
+        stem = pathlib.Path(f.svg).stem
+        grouped.setdefault("fig-" + re.sub(r"^g\d+-", "", stem), "fig-" + stem)
+    out = []
+    for f in found:
+        anchor = f.anchor if f.anchor in ids else grouped.get(f.anchor, "figures")
+        out.append(f if anchor == f.anchor else dataclasses.replace(f, anchor=anchor))
+    return out
+
+
+# A report with more figures than this links them as files under figures/ (loaded when scrolled
+# to) instead of inlining every SVG, so its entry page stays small; the folder stays self-contained.
+INLINE_FIGURES = 30
+
+
+def figure_index(figures: list[dict]) -> list[dict]:
+    """The figure groups in order: label, anchor and figures; one unnamed group for a grid without group axes."""
+    groups: dict[str, dict] = {}
+    for f in figures:
+        g = groups.setdefault(f["group"], dict(label=f["group"], anchor=f"group-{len(groups) + 1}", figures=[]))
+        g["figures"].append(f)
+    return list(groups.values())
 
 
 def captions() -> dict[str, str]:
@@ -636,7 +662,8 @@ def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.P
         comparisons=comparisons_table(comparisons, shown),
         fits=fits_table(fits),
         problems=problems_table(runs, shown),
-        figures=[dict(title=f.title, kind=f.kind, caption=caps.get(f.kind, ""), svg=f.svg, pdf=TexRaw(f.pdf)) for f in figures],
+        figures=[dict(title=f.title, kind=f.kind, caption=caps.get(f.kind, ""), svg=f.svg, pdf=TexRaw(f.pdf),
+                      group=f.group) for f in figures],
         missing=[plots.TITLES[k] for k in plots.KINDS if k not in {f.kind for f in figures}],
     )
 
@@ -646,10 +673,13 @@ def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.P
         made, pdf_msg = compile_pdf(tex_path, assets=[f.pdf for f in figures])
     else:
         made, pdf_msg = False, "No PDF was made: PDF compilation was switched off (--no-pdf)."
+    inline = len(ctx["figures"]) <= INLINE_FIGURES
     for f in ctx["figures"]:
-        f["svg_inline"] = Markup(inline_svg(out / f["svg"], f["svg"].split("/")[-1][:-4]))
+        f["svg_inline"] = Markup(inline_svg(out / f["svg"], f["svg"].split("/")[-1][:-4])) if inline else None
+    groups = figure_index(ctx["figures"])
     html_path = out / "report.html"
-    safe_io.atomic_write_text(html_path, _env("html", templates).get_template("report.html.j2").render(**ctx, pdf_message=pdf_msg, pdf_made=made))
+    safe_io.atomic_write_text(html_path, _env("html", templates).get_template("report.html.j2").render(
+        **ctx, pdf_message=pdf_msg, pdf_made=made, groups=groups if len(groups) > 1 else [], page_size=PAGE_SIZE))
     print(pdf_msg, file=sys.stderr)
     return html_path
 

@@ -5,6 +5,7 @@ under 8 pt and no overlapping labels (checked on the drawn matplotlib figures)."
 from __future__ import annotations
 
 import itertools
+import pathlib
 
 import matplotlib.colors
 import matplotlib.text
@@ -135,3 +136,64 @@ def test_strategy_style_is_fixed_and_odd_names_get_one():
     assert plots.strategy_style("ddp") == plots.strategy_style("ddp")
     assert plots.strategy_style("single")["color"] == "black"
     assert plots.strategy_style("no such strategy $x$")["color"] == plots.strategy_style("no such strategy $x$")["color"]
+
+
+# -- figure groups: a cluster-size grid split by the axes a reader filters on --------------------
+
+LARGE = dict(strategies=MANY[:8], world_sizes=(1, 2, 4, 8), batch_sizes=(16, 32, 64, 128, 256),
+             dataset_sizes=(2048, 4096, 8192), models=("mlp", "simple_cnn", "resnet18"), repeats=2, others_at_1=False,
+             failures=False)  # fmt: skip
+
+
+def test_small_grid_is_one_group_and_a_large_grid_one_per_model():
+    small = plots.Data(make_runs(), *[None] * 3)
+    assert plots.group_axes(small.runs) == [] and [g[0] for g in plots.figure_groups(small)] == [""]
+    runs = make_runs(**LARGE)
+    cells = A.cell_stats(runs)
+    speed = A.speedup_table(runs)
+    d = plots.Data(runs, cells, speed, A.fits_table(runs, speed, n_boot=20))
+    groups = plots.figure_groups(d)
+    assert plots.group_axes(runs) == ["model"]
+    assert [label for label, *_ in groups] == ["model=mlp", "model=resnet18", "model=simple_cnn"]
+    for label, info, part in groups:
+        assert set(part.runs["model"]) == {info["model"]} and set(part.cells["model"]) == {info["model"]}
+        assert "model" not in part.panel_axes  # constant in the group: not a panel axis
+        assert set(part.fits["group"]) <= set(d.fits["group"])  # fits still found by their labels
+
+
+def test_large_grid_figures_have_bounded_panels_and_series():
+    runs = make_runs(**LARGE)
+    cells = A.cell_stats(runs)
+    speed = A.speedup_table(runs)
+    d = plots.Data(runs, cells, speed, A.fits_table(runs, speed, n_boot=20))
+    label, _, part = plots.figure_groups(d)[0]
+    with plots.matplotlib.rc_context(plots.RC):
+        figs = list(plots.draw_all(part))
+        kinds: dict = {}
+        for kind, strategy, _, _, fig in figs:
+            kinds[kind] = kinds.get(kind, 0) + 1
+            axes = [ax for ax in fig.axes if ax.get_title()]
+            assert len(axes) <= plots.MAX_PANELS
+            for ax in axes:
+                assert len({lab for lab in ax.get_legend_handles_labels()[1] if lab.startswith("strategy=")}) <= plots.MAX_SERIES
+            plots.plt.close(fig)
+    # 3 x 5 x 4 panels of phases: at most MAX_PARTS figures per strategy chunk, the rest said to be in the tables
+    assert kinds["phases"] <= plots.MAX_PARTS
+    assert kinds["karp_flatt"] <= 2 * plots.MAX_PARTS  # 7 scaling strategies: two chunks at most
+
+
+def test_groups_are_drawn_in_worker_processes_with_the_same_files(tmp_path, monkeypatch):
+    runs = make_runs(**dict(LARGE, batch_sizes=(32,), dataset_sizes=(2048,), strategies=MANY[:3]))
+    cells = A.cell_stats(runs)
+    speed = A.speedup_table(runs)
+    d = plots.Data(runs, cells, speed, A.fits_table(runs, speed, n_boot=20))
+    monkeypatch.setenv("DDPBENCH_REPORT_WORKERS", "1")
+    alone = plots.make_figures(d, tmp_path / "one")
+    monkeypatch.setenv("DDPBENCH_REPORT_WORKERS", "3")
+    assert plots.workers(3) >= 1
+    pooled = plots.make_figures(d, tmp_path / "pool")
+    assert [f.svg for f in alone] == [f.svg for f in pooled]
+    assert {f.group for f in pooled} == {"model=mlp", "model=simple_cnn", "model=resnet18"}
+    assert all(pathlib.Path(f.svg).name.startswith("g0") for f in pooled)
+    for f in pooled:
+        assert (tmp_path / "pool" / f.svg).read_bytes() == (tmp_path / "one" / f.svg).read_bytes()

@@ -274,3 +274,30 @@ def test_fits_lead_with_estimates_and_summarise_what_could_not_be_fitted():
     notes = {r[4]: r[-1] for r in table.rows}
     assert "slower than one process" in notes["strategy=ddp"]
     assert "slower" not in notes["strategy=allreduce"] and "serial fraction" in notes["strategy=allreduce"]
+
+
+def test_large_grid_report_has_a_group_index_linked_figures_and_paged_tables(tmp_path, monkeypatch):
+    """A grid past INLINE_FIGURES figures: groups indexed right after the findings, figures as files under
+    figures/ (the folder stays self-contained: nothing from the network), long tables paged."""
+    monkeypatch.setattr(report, "INLINE_FIGURES", 5)
+    monkeypatch.setattr(report, "PAGE_SIZE", 8)
+    runs = make_runs(strategies=("single", "ddp", "allreduce"), world_sizes=(1, 2, 4), batch_sizes=(32, 64),
+                     models=("mlp", "simple_cnn"), repeats=2, others_at_1=False, failures=False)  # fmt: skip
+    assert report.main(_write(tmp_path, runs)) == 0
+    out = tmp_path / "out"
+    html = (out / "report.html").read_text()
+    assert html.index('id="findings"') < html.index('id="groups"') < html.index('id="speedup"')
+    index = html[html.index('id="groups"') : html.index("</nav>", html.index('id="groups"'))]
+    assert 'href="#group-1"' in index and "model=mlp" in index and "model=simple_cnn" in index
+    assert html.count("<svg") == 0  # linked, not inlined
+    srcs = re.findall(r'<img src="([^"]+)"', html)
+    assert srcs and all(s.startswith("figures/") and (out / s).is_file() for s in srcs)
+    assert len(srcs) == len(list((out / "figures").glob("*.svg")))
+    assert not re.search(r'(src|href)="(https?:)?//', html)
+    assert 'data-page-size="8"' in html and 'class="pager" data-table="cells"' in html
+
+
+def test_small_grid_has_no_group_index_and_inline_figures(full):
+    html = (full / "report.html").read_text()
+    assert 'id="groups"' not in html and "figure-group" not in html and "<img" not in html
+    assert 'data-page-size="' not in html  # no table of this grid is longer than a page
