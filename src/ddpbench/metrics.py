@@ -324,6 +324,33 @@ def step_statistics(
     return out
 
 
+# A run that does not learn answers nothing, however fast it is (issue 24): its loss
+# became non-finite, or ended well above where it started (DIVERGED), or spiked far above
+# its start before coming back (UNSTABLE). Cross-entropy starts near ln(classes) and falls.
+DIVERGED_FACTOR = 1.5
+UNSTABLE_FACTOR = 3.0
+
+
+def training_health(losses: Sequence[float]) -> tuple[str, str]:
+    """('ok' | 'unstable' | 'diverged' | 'unknown', reason) from one rank's per-step losses."""
+    values = [float(v) for v in losses if v is not None and v != ""]  # NaN and inf kept: they are the point
+    if not values:
+        return "unknown", "no losses recorded"
+    bad = next((i for i, v in enumerate(values) if not math.isfinite(v)), None)
+    if bad is not None:
+        return "diverged", f"loss became {values[bad]} at step {bad}"
+    k = max(1, min(5, len(values) // 4))
+    # The untrained model's loss is the start (one step: averaging more would take in a spike).
+    start, end = values[0], statistics.fmean(values[-k:])
+    peak = max(range(len(values)), key=values.__getitem__)
+    if start > 0 and end > DIVERGED_FACTOR * start:
+        return "diverged", f"loss rose from {start:.3g} to {end:.3g} (x{end / start:.1f}); lower lr or raise the batch size"
+    if start > 0 and values[peak] > UNSTABLE_FACTOR * start:
+        return "unstable", (f"loss spiked to {values[peak]:.3g} at step {peak} (x{values[peak] / start:.1f} its start "
+                            f"{start:.3g}) before ending at {end:.3g}; lower lr")  # fmt: skip
+    return "ok", ""
+
+
 def make_summary(
     status: str,
     reason: str,

@@ -275,6 +275,8 @@ def execute(
         "comm_volume": strategy.comm_volume,
         "oversubscribed": device.type == "cpu" and oversubscribed(threads or 1, ranks.local_world),
         "model_parameters": flat.numel(),
+        **dict(zip(("training_health", "training_health_reason"),
+                   metrics.training_health([r["loss"] for r in sorted(run.records, key=lambda r: r["step"])]))),  # fmt: skip
         "param_rank_max_abs_diff": spread,
         "optimizer_state_bytes": max(state_bytes),  # the largest rank's
         "optimizer_state_bytes_total": sum(state_bytes),

@@ -629,3 +629,20 @@ def test_write_json_replaces_the_file_atomically(tmp_path):
     assert json.loads(path.read_text()) == {"a": 1.5, "b": [None]}
     assert path.read_text() == '{\n "a": 1.5,\n "b": [\n  null\n ]\n}\n'  # indented, newline-terminated
     assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]  # no temporary file left
+
+
+@pytest.mark.parametrize(
+    ("losses", "health", "said"),
+    [
+        ([2.3, 2.2, 1.9, 1.5, 1.2, 0.9, 0.8, 0.7], "ok", ""),
+        ([2.3, 2.1, float("nan"), 2.0], "diverged", "became nan at step 2"),
+        ([2.3, 2.2, float("inf")], "diverged", "became inf"),
+        ([2.3, 3.0, 4.5, 6.0, 9.0, 12.0, 15.0, 18.0], "diverged", "rose from 2.3"),
+        ([2.27, 33.35, 75.91, 2.7, 2.89, 3.11, 2.7, 2.7, 2.5, 2.4], "unstable", "spiked to 75.9 at step 2"),
+        ([], "unknown", "no losses"),
+    ],
+    ids=["learns", "nan", "inf", "rises", "spikes", "none"],
+)
+def test_training_health_marks_a_run_that_does_not_learn(losses, health, said):
+    got, reason = metrics.training_health(losses)
+    assert got == health and said in reason
