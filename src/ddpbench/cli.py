@@ -1,0 +1,57 @@
+"""The `ddpbench` console command: one subcommand per `python -m ddpbench.<module>` entry point.
+
+`ddpbench compare BASE NEW` runs exactly what `python -m ddpbench.compare BASE NEW` runs: the
+module's `main(argv)` with the remaining arguments. Adding a subcommand is one line in
+SUBCOMMANDS (name -> (module, one-line help)); the module needs a `main(argv) -> int`. Modules
+are imported only when their subcommand runs, so `ddpbench --help` stays fast and a module
+that needs torch costs nothing to the others.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "compare": ("compare", "did a change make training faster or slower? two result sets, cell by cell"),
+    "report": ("report", "statistics, fits, figures, HTML and PDF report from runs.csv"),
+    "aggregate": ("aggregate", "merge run folders into runs.csv and steps.csv"),
+    "status": ("status", "which runs are stale (other code, settings or lock); --rerun redoes them"),
+    "archive": ("archive", "pack a study (runs, tables, report, config, lock) into one file"),
+    "launch": ("launch", "run one cell with torchrun"),
+    "train": ("train", "the training harness of one rank (under torchrun)"),
+    "commbench": ("commbench", "collective sweep (under torchrun)"),
+    "commfit": ("commfit", "latency and bandwidth fits of a collective sweep"),
+    "data": ("data", "fetch a real dataset once"),
+    "config-schema": ("config_schema", "the configuration schema and its reference"),
+    "netlab": ("netlab", "two nodes and slow links on one machine (root)"),
+    "slurm": ("slurm", "SLURM helpers"),
+}
+
+
+def usage() -> str:
+    width = max(map(len, SUBCOMMANDS))
+    lines = ["usage: ddpbench COMMAND [ARGS...]   (ddpbench COMMAND --help for its arguments)", "",
+             "Each command is the same as `python -m ddpbench.<module>`:", ""]  # fmt: skip
+    lines += [f"  {name:<{width}}  {help_}" for name, (_, help_) in SUBCOMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in SUBCOMMANDS:
+        print(f"ddpbench: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(f"ddpbench.{SUBCOMMANDS[name][0]}")
+    try:
+        return int(module.main(rest) or 0)
+    except SystemExit as exit_:  # argparse's --help and errors
+        return exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

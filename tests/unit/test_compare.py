@@ -1,0 +1,291 @@
+"""ddpbench.compare: two result sets, cell by cell, with intervals, a provenance diff and a CI gate."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from ddpbench import analysis as A
+from ddpbench import cli
+from ddpbench import compare as C
+from report_synth import make_runs
+
+pytestmark = pytest.mark.unit
+
+TIMES = ("epoch_time_s", "step_time_median_s", "step_time_mean_s", "step_time_p95_s", "phase_exposed_comm_s")
+
+
+def slow_down(runs: pd.DataFrame, factor: float, mask=None) -> pd.DataFrame:
+    """The runs with every time of the masked rows (default: all) `factor` times longer."""
+    runs = runs.copy()
+    mask = pd.Series(True, index=runs.index) if mask is None else mask
+    for c in TIMES:
+        runs.loc[mask, c] = runs.loc[mask, c] * factor
+    runs.loc[mask, "samples_per_s"] = runs.loc[mask, "samples_per_s"] / factor
+    return runs
+
+
+def sides(**kw):
+    """Two independent draws of the same grid (different noise seeds)."""
+    kw = dict(dict(repeats=3, noise=0.01, failures=False), **kw)
+    return make_runs(seed=1, **kw), make_runs(seed=2, **kw)
+
+
+def write_set(folder: pathlib.Path, runs: pd.DataFrame) -> pathlib.Path:
+    (folder / "aggregate").mkdir(parents=True)
+    runs.to_csv(folder / "aggregate" / "runs.csv", index=False)
+    return folder
+
+
+def row(cmp, metric, **cell):
+    t = cmp.table
+    mask = t["metric"] == metric
+    for k, v in cell.items():
+        mask &= t[k].astype(str) == str(v)
+    assert mask.sum() == 1, (metric, cell, t[mask])
+    return t[mask].iloc[0]
+
+
+DDP4 = dict(strategy="ddp", world_size=4)
+
+
+def test_a_30_percent_slowdown_is_slower_and_trips_the_gate(tmp_path, capsys):
+    base, new = sides()
+    new = slow_down(new, 1.3, (new["strategy"] == "ddp") & (new["world_size"] == 4))
+    cmp = C.compare_frames(A.load_runs_frame(base), A.load_runs_frame(new), C.parse_gate(["5%"]))
+    for metric in ("samples_per_s", "step_time_median_s", "epoch_time_s", "exposed_comm_s", "speedup"):
+        r = row(cmp, metric, **DDP4)
+        assert r["verdict"] == C.SLOWER, (metric, r)
+        assert r["slowdown"] == pytest.approx(0.3, abs=0.03)
+    assert row(cmp, "samples_per_s", **DDP4)["ratio"] == pytest.approx(1 / 1.3, rel=0.03)
+    assert row(cmp, "samples_per_s", **DDP4)["gate_failed"]
+    assert set(cmp.failed_gate["strategy"]) == {"ddp"} and set(cmp.failed_gate["world_size"]) == {4}
+    # every other cell: the same distribution, nothing detected at this seed
+    others = cmp.matched[~((cmp.matched["strategy"] == "ddp") & (cmp.matched["world_size"] == 4))]
+    assert (others["verdict"] == C.NO_DIFFERENCE).all()
+
+    b, n = write_set(tmp_path / "base", base), write_set(tmp_path / "new", new)
+    out = tmp_path / "cmp"
+    assert C.main([str(b), str(n), "--out", str(out), "--fail-on-slowdown", "5%"]) == C.EXIT_GATE
+    text = capsys.readouterr().out
+    assert "GATE FAILED" in text and "strategy=ddp, world_size=4 -- samples_per_s: +30" in text
+    assert (out / "comparison.csv").is_file() and (out / "comparison.html").is_file()
+    table = pd.read_csv(out / "comparison.csv")
+    assert table["gate_failed"].sum() == 3  # throughput, step time, epoch time: the metrics a bare 5% gates
+    # per metric: only the named metric is gated
+    assert C.main([str(b), str(n), "--out", str(out), "--fail-on-slowdown", "exposed_comm_s=50%"]) == 0
+    assert C.main([str(b), str(n), "--out", str(out), "--fail-on-slowdown", "speedup=10%"]) == C.EXIT_GATE
+    # the console command is the same entry point
+    assert cli.main(["compare", str(b), str(n), "--no-files", "--fail-on-slowdown", "samples_per_s=0.05"]) == C.EXIT_GATE
+
+
+def test_two_percent_inside_the_noise_is_no_detectable_difference_and_passes_the_gate(tmp_path, capsys):
+    base, new = sides(noise=0.03)
+    new = slow_down(new, 1.02)
+    cmp = C.compare_frames(A.load_runs_frame(base), A.load_runs_frame(new), C.parse_gate(["5%"]))
+    assert row(cmp, "samples_per_s", **DDP4)["verdict"] == C.NO_DIFFERENCE
+    assert (cmp.matched["verdict"] == C.NO_DIFFERENCE).mean() > 0.8
+    assert cmp.failed_gate.empty
+    b, n = write_set(tmp_path / "base", base), write_set(tmp_path / "new", new)
+    assert C.main([str(b), str(n), "--out", str(tmp_path / "o"), "--fail-on-slowdown", "5%"]) == 0
+    assert "Gate passed" in capsys.readouterr().out
+
+
+def test_the_gate_needs_the_whole_interval_beyond_the_threshold():
+    # 7 % slower, clearly detected, but the interval reaches below 5 %: the verdict says slower, the gate holds
+    base, new = sides(noise=0.03)
+    new = slow_down(new, 1.07, (new["strategy"] == "ddp") & (new["world_size"] == 4))
+    cmp = C.compare_frames(A.load_runs_frame(base), A.load_runs_frame(new), C.parse_gate(["5%"]))
+    r = row(cmp, "epoch_time_s", **DDP4)
+    if r["verdict"] == C.SLOWER:
+        assert r["ratio_ci_low"] < 1.05 and not r["gate_failed"]
+    assert C.gate_failed(dict(metric="epoch_time_s", verdict=C.SLOWER, ratio_ci_low=1.06, ratio_ci_high=1.2), 0.05)
+    assert not C.gate_failed(dict(metric="epoch_time_s", verdict=C.SLOWER, ratio_ci_low=1.04, ratio_ci_high=1.2), 0.05)
+    assert C.gate_failed(dict(metric="samples_per_s", verdict=C.SLOWER, ratio_ci_low=0.8, ratio_ci_high=0.95), 0.05)
+    assert not C.gate_failed(dict(metric="samples_per_s", verdict=C.SLOWER, ratio_ci_low=0.8, ratio_ci_high=0.96), 0.05)
+
+
+@pytest.mark.parametrize("spec, expected", [
+    (["5%"], {m: 0.05 for m in C.GATED_BY_DEFAULT}),
+    (["samples_per_s=3%"], {"samples_per_s": 0.03}),
+    (["0.1", "speedup=2.5%"], {**{m: 0.1 for m in C.GATED_BY_DEFAULT}, "speedup": 0.025}),
+])  # fmt: skip
+def test_gate_specs(spec, expected):
+    assert C.parse_gate(spec) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("spec", ["5", "fast", "bogus=5%", "-5%"])
+def test_bad_gate_specs_are_refused(spec, capsys):
+    with pytest.raises(ValueError):
+        C.parse_gate([spec])
+
+
+def test_cells_on_one_side_only_are_listed(tmp_path, capsys):
+    base, new = sides(failures=True)
+    new = new[~((new["strategy"] == "allreduce") & (new["world_size"] == 8))]
+    extra = new[(new["strategy"] == "ddp") & (new["world_size"] == 2)].assign(batch_size=128)
+    new = pd.concat([new, extra], ignore_index=True)
+    cmp = C.compare_frames(A.load_runs_frame(base), A.load_runs_frame(new))
+    one = cmp.one_sided
+    assert {(r.strategy, r.world_size, r.batch_size, r.verdict) for r in one.itertuples()} == {
+        ("allreduce", 8, 64, "only in BASE"), ("ddp", 2, 128, "only in NEW")}  # fmt: skip
+    # cells on both sides whose runs all failed or were skipped are listed too, never dropped
+    never = cmp.unmatched[cmp.unmatched["present"] == "both"]
+    assert set(never["verdict"]) == {C.NONE_OK} and len(never) == 2
+    text = C.summary_text(cmp)
+    assert "strategy=allreduce, world_size=8, batch_size=64: only in BASE" in text.replace("batch_size=64, ", "") or \
+        "only in BASE" in text  # fmt: skip
+    assert "only in NEW" in text and "failed" in text and "skipped" in text
+    html = C.render_html(cmp)
+    assert "only in BASE" in html and "only in NEW" in html
+
+
+def test_the_provenance_diff_names_a_changed_torch_first(tmp_path, capsys):
+    base, new = sides()
+    new["env_torch"] = "2.16.0"
+    new["env_code_fingerprint"] = "f00d"
+    base["env_code_fingerprint"] = "beef"
+    prov = C.provenance_diff(base, new)
+    torch = prov[prov["column"] == "env_torch"].iloc[0]
+    assert torch["differs"] and torch["base"] == "2.15.0" and torch["new"] == "2.16.0"
+    assert not prov[prov["column"] == "env_python"].iloc[0]["differs"]
+    b, n = write_set(tmp_path / "b", base), write_set(tmp_path / "n", new)
+    assert C.main([str(b), str(n), "--no-files"]) == 0
+    out = capsys.readouterr().out
+    assert "torch: 2.15.0 -> 2.16.0" in out and "code fingerprint: beef -> f00d" in out
+    assert out.index("torch: 2.15.0 -> 2.16.0") < out.index("NEW/BASE")  # before any number
+    assert not (tmp_path / "comparison").exists()  # --no-files wrote nothing
+
+
+# -- bad input: named errors, exit 2, nothing written ------------------------------------------
+
+
+def _bad_inputs(tmp: pathlib.Path):
+    base, _ = sides()
+    good = write_set(tmp / "good", base)
+    yield "missing", tmp / "nowhere", "no such file or folder"
+    (tmp / "empty_folder").mkdir()
+    yield "no table", tmp / "empty_folder", "no aggregate/runs.csv"
+    (tmp / "empty.csv").write_text("")
+    yield "empty file", tmp / "empty.csv", "empty file"
+    base.iloc[:0].to_csv(tmp / "header.csv", index=False)
+    yield "no runs", tmp / "header.csv", "no runs"
+    base.assign(status="failed").to_csv(tmp / "failed.csv", index=False)
+    yield "no ok run", tmp / "failed.csv", "no ok run with timed steps"
+    base.assign(batch_size=999).to_csv(tmp / "other_grid.csv", index=False)
+    yield "no common cell", tmp / "other_grid.csv", "no cell is in both result sets"
+    base.drop(columns=["phase_exposed_comm_s"]).to_csv(tmp / "schema.csv", index=False)
+    yield "missing column", tmp / "schema.csv", "lacks the metric column(s) phase_exposed_comm_s"
+    base.drop(columns=["model"]).to_csv(tmp / "axes.csv", index=False)
+    yield "missing grid column", tmp / "axes.csv", "lacks the grid column(s) model"
+    text = (good / "aggregate" / "runs.csv").read_text().splitlines()
+    (tmp / "ragged.csv").write_text("\n".join([*text[:5], text[5] + ",1,2,3", *text[6:]]) + "\n")
+    yield "corrupt (ragged)", tmp / "ragged.csv", "not a readable CSV"
+    (tmp / "binary.csv").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\xff\xfe" * 20)
+    yield "corrupt (binary)", tmp / "binary.csv", "not"
+    base.assign(samples_per_s="fast").to_csv(tmp / "text.csv", index=False)
+    yield "corrupt (text in a number column)", tmp / "text.csv", "samples_per_s holds values that are not numbers"
+
+
+def test_bad_inputs_give_named_errors_exit_2_and_write_nothing(tmp_path, capsys):
+    base, _ = sides()
+    good = write_set(tmp_path / "ok", base)
+    for what, path, message in _bad_inputs(tmp_path / "in"):
+        out = tmp_path / f"out-{re.sub(r'[^a-z]', '', what)}"
+        for args in ([str(good), str(path)], [str(path), str(good)]):
+            code = C.main([*args, "--out", str(out), "--fail-on-slowdown", "5%"])
+            err = capsys.readouterr().err
+            assert code == C.EXIT_INPUT, (what, err)
+            assert message in err, (what, err)
+            if what != "no common cell" and not what.startswith("missing"):
+                assert str(path) in err, (what, err)
+            assert not out.exists(), what  # nothing written, not even the folder
+
+
+# -- the page -----------------------------------------------------------------------------------
+
+HOSTILE = '<script>alert("x")</script>$\\alpha$ \x1b[31mred'
+
+
+def test_the_page_is_self_contained_and_escapes_hostile_strings(tmp_path, capsys):
+    base, new = sides()
+    for df in (base, new):
+        df.loc[df["strategy"] == "allreduce", "strategy"] = HOSTILE
+    new["env_torch"] = '"><img src=x onerror=alert(1)>'
+    new = slow_down(new, 1.3, new["strategy"] == HOSTILE)
+    b, n = write_set(tmp_path / "b", base), write_set(tmp_path / "n", new)
+    assert C.main([str(b), str(n), "--out", str(tmp_path / "o"), "--fail-on-slowdown", "5%"]) == C.EXIT_GATE
+    terminal = capsys.readouterr().out
+    assert "\x1b" not in terminal and "<script>alert" in terminal  # escape sequences dropped, text kept
+    html = (tmp_path / "o" / "comparison.html").read_text()
+    assert "<script>alert" not in html and "<img src=x" not in html
+    assert "&lt;script&gt;alert" in html and "&lt;img src=x" in html
+    assert "\x1b" not in html
+    assert not re.search(r'(src|href)\s*=\s*"(https?:)?//', html)
+    assert not re.search(r"@import|url\((?!#)", html)
+    # only the SVG and XML namespace names mention http; nothing is fetched
+    assert not re.search(r"https?://", re.sub(r'xmlns(:\w+)?="http://www\.w3\.org/[^"]*"', "", html))
+    assert "<svg" in html and html.count("<script>") == 1  # the sort/filter script, nothing from the data
+    assert "GATE FAILED" in html and "2.16.0" not in html  # hostile torch string shown escaped, not a version
+    csv = pd.read_csv(tmp_path / "o" / "comparison.csv")
+    assert HOSTILE.replace("\x1b", "") not in set(csv["strategy"]) and HOSTILE in set(csv["strategy"])  # data kept
+
+
+def test_a_folder_or_a_runs_csv_file_is_accepted(tmp_path):
+    base, new = sides()
+    b = write_set(tmp_path / "b", base)
+    new.to_csv(tmp_path / "new.csv", index=False)
+    cmp = C.compare_paths(b, tmp_path / "new.csv")
+    assert len(cmp.matched) and cmp.base_path.endswith("aggregate/runs.csv")
+
+
+def test_cells_match_across_int_and_float_spellings():
+    base, new = sides()
+    new = new.astype({"world_size": float, "batch_size": str})
+    cmp = C.compare_frames(A.load_runs_frame(base), A.load_runs_frame(new))
+    assert cmp.one_sided.empty and len(cmp.matched)
+
+
+# -- the statistics -----------------------------------------------------------------------------
+
+
+def test_two_groups_are_analysis_welch_log_ratio():
+    rng = np.random.default_rng(3)
+    a, b = np.exp(rng.normal(0, 0.05, 4)), np.exp(rng.normal(0.1, 0.02, 6))
+    mine, theirs = C.welch_log_sum([a, b], [1, -1]), A.welch_log_ratio(a, b)
+    assert (mine.estimate, mine.low, mine.high) == pytest.approx((theirs.estimate, theirs.low, theirs.high), rel=1e-12)
+
+
+@pytest.mark.parametrize("repeats", [3, 6])
+def test_same_distribution_gives_false_verdicts_at_most_at_the_stated_rate(repeats):
+    """1,000 cells (500 ddp + 500 single baselines, so 500 speedups), both sides drawn from one
+    distribution at the repeat counts the configs use: the share of faster/slower verdicts stays
+    within 5 % (two-sided), up to a binomial tolerance (the 99.9 % quantile of Binomial(n, 0.05))."""
+    kw = dict(strategies=("single", "ddp"), world_sizes=(1, 2), others_at_1=False, repeats=repeats, noise=0.03,
+              failures=False, dataset_sizes=tuple(range(4096, 4096 + 500 * 64, 64)))  # fmt: skip
+    base, new = (A.load_runs_frame(make_runs(seed=s, **kw)) for s in (10 + repeats, 20 + repeats))
+    cmp = C.compare_frames(base, new)
+    for metric in ("samples_per_s", "speedup"):
+        v = cmp.matched.loc[cmp.matched["metric"] == metric, "verdict"]
+        assert len(v) >= 500 and (v.isin([C.FASTER, C.SLOWER, C.NO_DIFFERENCE])).all()
+        n, false = len(v), int(v.isin([C.FASTER, C.SLOWER]).sum())
+        assert false <= stats.binom.ppf(0.999, n, 0.05), (metric, false, n)
+        assert false >= stats.binom.ppf(0.001, n, 0.05), (metric, false, n)  # not vacuously conservative
+    assert len(cmp.matched.drop_duplicates(cmp.axes)) == 1000
+
+
+# -- the console command --------------------------------------------------------------------------
+
+
+def test_the_console_command_lists_and_dispatches(capsys):
+    assert cli.main([]) == 0 and "compare" in capsys.readouterr().out
+    assert cli.main(["nonsense"]) == 2
+    assert cli.main(["compare", "--help"]) == 0
+    assert "BASE" in capsys.readouterr().out
+    for name, (module, _) in cli.SUBCOMMANDS.items():
+        assert (pathlib.Path(C.__file__).parent / f"{module}.py").is_file(), name
