@@ -45,6 +45,7 @@ from ddpbench.params import (  # noqa: E402
 )
 from ddpbench import storage  # noqa: E402
 from ddpbench.aggregate import damage, heal  # noqa: E402
+from ddpbench.plan import warnings as plan_warnings  # noqa: E402
 from ddpbench.safe_io import atomic_write_text  # noqa: E402
 from ddpbench.status import PLAN_ENV, stale_runs, write_plan  # noqa: E402
 from ddpbench.sysinfo import code_fingerprint, usable_cores  # noqa: E402
@@ -581,9 +582,21 @@ def heal_damaged_runs():
         )
 
 
+def print_plan():
+    """What the grid will measure, and the traps in it, before any run (ddpbench.plan)."""
+    cells = [
+        {**params_of_cell(cell), "world_size": int(cell["world_size"])}
+        for cell in CELL_BY_PATH.values()
+    ]
+    todo = sum(not Path(s).exists() for s in run_summaries())
+    for line in plan_warnings(cells, len(REPEATS), todo, Path(RESULTS)):
+        logger.warning(line)
+
+
 # Once per workflow, not again in every job a cluster executor starts (each re-reads the
 # Snakefile; reading every summary there would cost a grid's worth of I/O per job).
 if workflow.is_main_process:
     check_stale_runs()
     if not os.environ.get(PLAN_ENV):  # ddpbench.status only reads
         heal_damaged_runs()
+        print_plan()

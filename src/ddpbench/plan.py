@@ -1,0 +1,156 @@
+"""What a grid will measure, said before it runs: the warnings a newcomer needs.
+
+The workflow calls `warnings(cells, ...)` while planning (so `snakemake -n` and
+scripts/main.sh print them before any run). Each warning names the cells and the setting
+to change:
+
+- timed steps each run gets with the current timing settings, and the cells that
+  `max_steps` caps below `min_timed_steps`;
+- DDP / bucketed cells whose bucket is at least the model's whole gradient (one
+  all-reduce per step: nothing to overlap);
+- scaling-law fits the grid's world sizes cannot support, with what to add;
+- the grid's estimated wall time, from this results folder's measured runs or a
+  documented default.
+
+Pure Python (no torch): gradient sizes come from the committed catalog.
+"""
+
+from __future__ import annotations
+
+import csv
+import statistics
+from pathlib import Path
+from typing import Any, Iterable
+
+from ddpbench import catalog
+
+BUCKETED = ("ddp", "ddp_fp16", "powersgd", "bucketed_allreduce")
+# Seconds a run costs beyond its timed steps before any is measured here: launch, imports,
+# process group, data, warm-up, evaluation (the default grid's runs on a 2-core VM: ~6 s).
+FIXED_RUN_S = 6.0
+PREFIX = "ddpbench plan: "
+
+
+def timed_steps(p: dict[str, Any]) -> int | None:
+    """Timed steps a run gets before `min_timed_s` adds any (None: batch size auto)."""
+    try:
+        batch, world = int(p["batch_size"]), int(p["world_size"])
+    except (TypeError, ValueError):
+        return None
+    global_batch = batch * world if p.get("scaling") == "weak" else batch
+    per_epoch = int(p["dataset_size"]) // global_batch
+    first_timed = 1 + int(p["warmup_steps"])
+    steps = max(int(p["epochs"]) * per_epoch, first_timed + int(p["min_timed_steps"]))
+    if int(p.get("max_steps") or 0):
+        steps = min(steps, int(p["max_steps"]))
+    return max(0, steps - first_timed)
+
+
+def _name(p: dict[str, Any]) -> str:
+    return f"{p['strategy']} p={p['world_size']} batch {p['batch_size']} {p['model']} n={p['dataset_size']}"
+
+
+def _some(cells: list[dict[str, Any]], n: int = 3) -> str:
+    names = [_name(p) for p in cells[:n]]
+    return ", ".join(names) + (f" and {len(cells) - n} more" if len(cells) > n else "")
+
+
+def step_warnings(cells: list[dict[str, Any]]) -> list[str]:
+    counts = [(timed_steps(p), p) for p in cells]
+    known = [(n, p) for n, p in counts if n is not None]
+    if not known:
+        return []
+    p0 = known[0][1]
+    lo, hi = min(n for n, _ in known), max(n for n, _ in known)
+    lines = [
+        f"timed steps per run: {lo if lo == hi else f'{lo}-{hi}'} before min_timed_s "
+        f"({float(p0['min_timed_s']):g} s) adds any (min_timed_steps {p0['min_timed_steps']}, "
+        f"warmup_steps {p0['warmup_steps']}, max_steps {p0.get('max_steps') or 'none'})"
+    ]
+    short = [p for n, p in known if n < int(p["min_timed_steps"])]
+    if short:
+        lines.append(
+            f"{len(short)} cell(s) get fewer than min_timed_steps timed steps because max_steps caps them "
+            f"({_some(short)}): raise timing.max_steps"
+        )
+    return lines
+
+
+def bucket_warnings(cells: list[dict[str, Any]]) -> list[str]:
+    one_bucket: dict[tuple, list] = {}
+    for p in cells:
+        if p["strategy"] not in BUCKETED or int(p["world_size"]) < 2:
+            continue
+        shape = p["dataset"] if p["dataset"] != "synthetic" else p.get("synthetic_shape", "cifar10")
+        grad = catalog.gradient_bytes(p["model"], shape)
+        if grad and float(p["bucket_mb"]) * 2**20 >= grad:
+            one_bucket.setdefault((p["model"], shape, grad, float(p["bucket_mb"])), []).append(p)
+    return [
+        f"{len(found)} {'/'.join(sorted({p['strategy'] for p in found}))} cell(s) have bucket_mb {mb:g} >= the whole "
+        f"gradient of {model} on {shape} ({grad / 2**20:.2f} MiB): one all-reduce per step, nothing to overlap "
+        f"({_some(found)}); set params.bucket_mb below {grad / 2**20 / 4:.2g} for about 4 buckets"
+        for (model, shape, grad, mb), found in one_bucket.items()
+    ]
+
+
+def fit_warnings(cells: list[dict[str, Any]]) -> list[str]:
+    lines = []
+    for scaling in sorted({p.get("scaling", "strong") for p in cells}):
+        worlds = sorted({int(p["world_size"]) for p in cells if p.get("scaling", "strong") == scaling})
+        above = [w for w in worlds if w > 1]
+        if scaling == "weak" and len(above) < 2:
+            lines.append(
+                f"weak scaling with world sizes {worlds}: Gustafson's fit needs 2 world sizes above 1, "
+                "the communication cost model 3: add world sizes (e.g. 4, with allow_oversubscribe on few cores)"
+            )
+        elif scaling != "weak" and len(set(worlds) | {1}) < 3:
+            lines.append(
+                f"strong scaling with world sizes {worlds}: Amdahl's fit and the cost model need 3 distinct world "
+                "sizes (1 counts, through the baseline): add world sizes (e.g. 4, with allow_oversubscribe on few cores)"
+            )
+    return lines
+
+
+def measured_run_s(results: Path, limit: int = 200) -> list[float]:
+    """Wall seconds of this results folder's runs (Snakemake's benchmark files of the train rule)."""
+    seconds = []
+    for tsv in (results / "benchmarks" / "train").rglob("*.tsv"):
+        try:
+            with open(tsv, newline="") as f:
+                row = next(csv.DictReader(f, delimiter="\t"))
+            seconds.append(float(row["s"]))
+        except (OSError, StopIteration, KeyError, ValueError):
+            continue
+        if len(seconds) >= limit:
+            break
+    return seconds
+
+
+def time_estimate(cells: list[dict[str, Any]], repeats: int, runs_to_do: int, results: Path) -> str:
+    measured = measured_run_s(results)
+    if measured:
+        per_run, source = statistics.median(measured), f"the median of {len(measured)} runs measured here"
+    else:
+        min_s = max((float(p["min_timed_s"]) for p in cells), default=0.0)
+        per_run, source = FIXED_RUN_S + 1.2 * min_s, f"a default: {FIXED_RUN_S:g} s fixed + 1.2 x min_timed_s"
+    total = runs_to_do * per_run
+    return (
+        f"{len(cells)} cells x {repeats} repeats; {runs_to_do} run(s) to measure, about {_duration(total)} "
+        f"({per_run:.0f} s a run, {source}; runs are timed one at a time)"
+    )
+
+
+def _duration(s: float) -> str:
+    if s < 90:
+        return f"{s:.0f} s"
+    if s < 5400:
+        return f"{s / 60:.0f} min"
+    return f"{s / 3600:.1f} h"
+
+
+def warnings(cells: Iterable[dict[str, Any]], repeats: int, runs_to_do: int, results: Path) -> list[str]:
+    """Every plan line, each starting with PREFIX."""
+    cells = list(cells)
+    lines = [time_estimate(cells, repeats, runs_to_do, results)]
+    lines += step_warnings(cells) + bucket_warnings(cells) + fit_warnings(cells)
+    return [PREFIX + line for line in lines]

@@ -1,0 +1,50 @@
+"""The plan's warnings fire on the grids they describe and stay quiet otherwise."""
+
+from ddpbench import catalog, plan
+from ddpbench.params import CellParams
+
+
+def cell(**changes):
+    return {**CellParams().as_dict(), "world_size": 2, **changes}
+
+
+def test_timed_steps_follow_epochs_minimums_and_the_cap():
+    # 2048 samples / batch 128 = 16 steps an epoch; 1 + 2 warm-up steps are not timed
+    assert plan.timed_steps(cell(dataset_size=2048, batch_size=128, epochs=1, warmup_steps=2, min_timed_steps=5, max_steps=0)) == 13
+    assert plan.timed_steps(cell(dataset_size=512, batch_size=128, epochs=1, warmup_steps=2, min_timed_steps=20, max_steps=0)) == 20
+    assert plan.timed_steps(cell(dataset_size=512, batch_size=128, epochs=1, warmup_steps=2, min_timed_steps=20, max_steps=10)) == 7
+    assert plan.timed_steps(cell(batch_size="auto")) is None
+
+
+def test_capped_cells_are_named_with_the_setting_to_change():
+    lines = plan.step_warnings([cell(min_timed_steps=20, max_steps=10), cell(min_timed_steps=20, max_steps=0, strategy="single", world_size=1)])
+    assert any("1 cell(s) get fewer than min_timed_steps" in line and "raise timing.max_steps" in line for line in lines)
+    assert not any("fewer" in line for line in plan.step_warnings([cell(min_timed_steps=20, max_steps=0)]))
+
+
+def test_a_bucket_larger_than_the_gradient_is_named_and_a_smaller_one_is_not():
+    grad_mb = catalog.gradient_bytes("simple_cnn", "cifar10") / 2**20  # 2.08 MiB
+    big = plan.bucket_warnings([cell(strategy="ddp", model="simple_cnn", bucket_mb=25.0)])
+    assert len(big) == 1 and "ddp" in big[0] and "simple_cnn" in big[0] and "set params.bucket_mb below" in big[0]
+    assert plan.bucket_warnings([cell(strategy="ddp", model="simple_cnn", bucket_mb=grad_mb / 4)]) == []
+    assert plan.bucket_warnings([cell(strategy="allreduce", model="simple_cnn", bucket_mb=25.0)]) == []
+
+
+def test_fits_the_world_sizes_cannot_support_are_named_with_what_to_add():
+    two = [cell(world_size=1, strategy="single"), cell(world_size=2)]
+    assert "Amdahl's fit" in plan.fit_warnings(two)[0] and "add world sizes" in plan.fit_warnings(two)[0]
+    assert plan.fit_warnings(two + [cell(world_size=4)]) == []
+    weak = [cell(world_size=1, strategy="single", scaling="weak"), cell(world_size=2, scaling="weak")]
+    assert "Gustafson" in plan.fit_warnings(weak)[0]
+    assert plan.fit_warnings(weak + [cell(world_size=3, scaling="weak")]) == []
+
+
+def test_the_time_estimate_uses_measured_runs_when_there_are_some(tmp_path):
+    cells = [cell(min_timed_s=5.0)]
+    assert "12 s a run, a default" in plan.time_estimate(cells, 3, 3, tmp_path)
+    bench = tmp_path / "benchmarks" / "train" / "a"
+    bench.mkdir(parents=True)
+    for i, s in enumerate((20.0, 30.0, 40.0)):
+        (bench / f"repeat~{i}.tsv").write_text(f"s\th:m:s\tmax_rss\n{s}\t0:00:{s:.0f}\t1\n")
+    line = plan.time_estimate(cells, 3, 10, tmp_path)
+    assert "30 s a run, the median of 3 runs measured here" in line and "about 5 min" in line
