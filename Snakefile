@@ -28,6 +28,7 @@ rule all:
 onstart:
     check_results_space()
     record_invocation()
+    start_progress()
 
 
 # A full or read-only results filesystem fails every job alike: say so once, at the end.

@@ -31,7 +31,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ddpbench import diagnose, safe_io, storage, sysinfo
+from ddpbench import diagnose, progress, safe_io, storage, sysinfo
 from ddpbench.params import CellParams
 
 REASON_CHARS = 2000
@@ -160,8 +160,14 @@ def launch(args: argparse.Namespace, params: CellParams) -> int:
                 out, params, args.nproc_per_node * args.nnodes, args.nnodes, status, reason, command=args.command,
                 failure=failure,
             )  # fmt: skip
-    args.output.say(progress_line(out, json.loads(summary_path.read_text())))
+    args.output.say(with_progress(progress_line(out, json.loads(summary_path.read_text()))))
     return 0
+
+
+def with_progress(line: str) -> str:
+    """The result line, with how far the grid is when the workflow runs it (ddpbench.progress)."""
+    done = progress.advance(line)
+    return f"{line} [{done}]" if done else line
 
 
 def progress_line(out: Path, summary: dict) -> str:
@@ -208,7 +214,7 @@ def skip(args: argparse.Namespace, params: CellParams, reason: str, threads: int
     out.mkdir(parents=True, exist_ok=True)
     clear_earlier_attempt(out)
     write_failure(out, params, args.nproc_per_node * args.nnodes, args.nnodes, "skipped", reason, threads, args.command)
-    args.output.say(progress_line(out, json.loads((out / "summary.json").read_text())))
+    args.output.say(with_progress(progress_line(out, json.loads((out / "summary.json").read_text()))))
     return 0
 
 

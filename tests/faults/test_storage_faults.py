@@ -123,6 +123,8 @@ def test_a_grid_on_a_full_disk_is_refused_then_named_then_completed_once_space_i
     (fs / "filler").unlink()
     rerun = snakemake(tmp_path)
     assert rerun.returncode == 0, rerun.said[-4000:]
+    assert "ddpbench plan: " in rerun.said  # the plan, before any run
+    assert re.search(rf"\[{3 - kept}/{3 - kept} runs, [\d a-z]+ elapsed, done\]", rerun.said), rerun.said[-3000:]
     rows = runs_table(results)
     assert len(rows) == 3 and len({r["run_dir"] for r in rows}) == 3
     assert {r["status"] for r in rows} <= {"ok", "skipped"}, [(r["run_dir"], r["reason"]) for r in rows]

@@ -43,7 +43,7 @@ from ddpbench.params import (  # noqa: E402
     effective_params,
     unread_settings,
 )
-from ddpbench import storage  # noqa: E402
+from ddpbench import progress, storage  # noqa: E402
 from ddpbench.aggregate import damage, heal  # noqa: E402
 from ddpbench.plan import warnings as plan_warnings  # noqa: E402
 from ddpbench.safe_io import atomic_write_text  # noqa: E402
@@ -534,6 +534,12 @@ def explain_failure():
     )
     if line:
         logger.error(line)
+
+
+def start_progress():
+    """onstart: each launcher's result line then tells how far the grid is (ddpbench.progress)."""
+    todo = sum(not Path(s).exists() for s in run_summaries())
+    progress.start(Path(RESULTS, "logs", "progress.json"), todo)
 
 
 def record_invocation():
