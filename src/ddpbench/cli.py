@@ -13,6 +13,7 @@ import importlib
 import sys
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "models": ("catalog", "each model's parameters, gradient bytes, FLOPs per sample and strategies; each dataset"),
     "compare": ("compare", "did a change make training faster or slower? two result sets, cell by cell"),
     "report": ("report", "statistics, fits, figures, HTML and PDF report from runs.csv"),
     "aggregate": ("aggregate", "merge run folders into runs.csv and steps.csv"),
