@@ -181,6 +181,7 @@ class Comparison:
     table: pd.DataFrame  # comparison.csv: one row per matched cell and metric, one per one-sided cell
     provenance: pd.DataFrame  # label, column, base, new, differs
     gates: dict[str, float] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # what may make a difference not the change's
 
     @property
     def matched(self) -> pd.DataFrame:
@@ -467,7 +468,25 @@ def compare_frames(base: pd.DataFrame, new: pd.DataFrame, gates: dict[str, float
     for col, empty in (("gate_failed", False), ("unstable", False), ("unstable_cause", "")):
         table[col] = table[col].astype(object).where(table[col].notna(), empty)
     table[["gate_failed", "unstable"]] = table[["gate_failed", "unstable"]].astype(bool)
-    return Comparison(base_name, new_name, cols, label_axes, table, provenance_diff(base, new), gates)
+    return Comparison(base_name, new_name, cols, label_axes, table, provenance_diff(base, new), gates,
+                      load_warnings({base_name: b.runs[b.used_mask], new_name: n.runs[n.used_mask]}))
+
+
+def load_warnings(used: dict[str, pd.DataFrame]) -> list[str]:
+    """Runs measured on a busy machine (analysis.busy_runs: other processes took more than 10 % of
+    the CPU while timed) or oversubscribed, per side: a difference between the sides may be the load."""
+    parts = []
+    for name, runs in used.items():
+        busy, over = int(A.busy_runs(runs).sum()), int(A.oversubscribed_runs(runs).sum())
+        if busy:
+            frac = pd.to_numeric(runs.get("env_other_cpu_frac"), errors="coerce").max()
+            parts.append(f"{name}: {busy} of {len(runs)} runs on a busy machine (other processes took up to "
+                         f"{100 * frac:.0f} % of the CPU while timed)")  # fmt: skip
+        if over:
+            parts.append(f"{name}: {over} of {len(runs)} runs oversubscribed")
+    if not parts:
+        return []
+    return ["; ".join(parts) + ": a difference between the sides may come from the load, not from the change"]
 
 
 def _statuses(side: _Side, key) -> str:
@@ -641,6 +660,7 @@ def summary_text(cmp: Comparison, out: pathlib.Path | None = None, max_rows: int
             lines.append(f"  {plain(r['label'], 40)}: {plain(r['base'], 60)} -> {plain(r['new'], 60)}")
     for _, r in cmp.provenance[cmp.provenance["measured"]].iterrows():
         lines.append(f"  ({plain(r['label'], 50)}: {plain(r['base'], 50)} | {plain(r['new'], 50)})")
+    lines += [f"WARNING: {plain(w, 400)}" for w in cmp.warnings]
     lines.append("")
     counts = cmp.counts()
     lines.append("Verdicts per metric (NEW vs BASE; 95 % interval of the ratio decides):")
@@ -664,7 +684,7 @@ def summary_text(cmp: Comparison, out: pathlib.Path | None = None, max_rows: int
             lines.append(f"  ... {len(shown) - max_rows} more cells in comparison.csv")
     one = cmp.unmatched
     if len(one):
-        lines += ["", f"Cells not compared ({len(cmp.one_sided)} on one side only):"]
+        lines += ["", f"Cells not compared ({len(one)}; {len(cmp.one_sided)} of them on one side only):"]
         for _, r in one.iterrows():
             lines.append(f"  {plain(cell_label(r, cmp.label_axes), 80)}: {plain(r['verdict'], 80)} ({plain(r['metric_label'], 80)})")
     if cmp.gates:
@@ -678,6 +698,8 @@ def summary_text(cmp: Comparison, out: pathlib.Path | None = None, max_rows: int
             for _, r in failed.iterrows():
                 lines.append(f"  {plain(cell_label(r, cmp.label_axes), 80)} -- {r['metric']}: {100 * r['slowdown']:+.1f}% "
                              f"slower (ratio {ratio_text(r)})")  # fmt: skip
+            if cmp.warnings:
+                lines.append("  (see the WARNING above: the load differed, so the change may not be the cause)")
     if out is not None:
         lines += ["", f"Written: {out / 'comparison.csv'}, {out / 'comparison.html'}"]
     return "\n".join(lines)
@@ -796,6 +818,7 @@ def render_html(cmp: Comparison, title: str = "ddpbench comparison") -> str:
         base=getattr(cmp, "base_path", cmp.base_name),
         new=getattr(cmp, "new_path", cmp.new_name),
         differs=[r for _, r in prov[prov["differs"]].iterrows()],
+        warnings=cmp.warnings,
         same=[r for _, r in prov[~prov["differs"] & ~prov["measured"]].iterrows()],
         measured=[r for _, r in prov[prov["measured"]].iterrows()],
         counts=[r for _, r in cmp.counts().iterrows()],
