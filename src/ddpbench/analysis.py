@@ -325,6 +325,12 @@ def oversubscribed_runs(runs: pd.DataFrame) -> pd.Series:
     return _truthy(runs["extra_oversubscribed"]) if "extra_oversubscribed" in runs else pd.Series(False, index=runs.index)
 
 
+def unhealthy_runs(runs: pd.DataFrame) -> pd.Series:
+    """Runs that did not learn: loss non-finite, ended far above its start, or spiked (train.py's
+    extra.training_health): a fast run that does not learn answers nothing."""
+    return _text(runs, "extra_training_health").isin(["diverged", "unstable"])
+
+
 def _few_timed_steps(runs: pd.DataFrame) -> bool:
     short = "extra_measurement_short" in runs and _truthy(runs["extra_measurement_short"]).any()
     return bool(short or _col(runs, "timed_steps").median() < _col(runs, "min_timed_steps").median())
@@ -385,6 +391,7 @@ def cell_stats(runs: pd.DataFrame, max_rel_ci: float = MAX_REL_CI) -> pd.DataFra
             n_oversubscribed=int(oversubscribed_runs(used).sum()),
             n_off_lock=int((_text(used, "env_off_lock") != "").sum()),
             n_nondeterministic=nondeterministic_runs(used),
+            n_diverged=int(unhealthy_runs(used).sum()),
         )
         unstable, cause, rel = stability(used, max_rel_ci)
         row.update(unstable=unstable, unstable_cause=cause, throughput_rel_ci=rel)
@@ -394,7 +401,7 @@ def cell_stats(runs: pd.DataFrame, max_rel_ci: float = MAX_REL_CI) -> pd.DataFra
                 row.update({m: iv.estimate, f"{m}_ci_low": iv.low, f"{m}_ci_high": iv.high, f"{m}_ci_level": iv.level})
         rows.append(row)
     counts = ["n_runs", "n_repeats", "n_untimed", "n_failed", "n_timeout", "n_skipped", "n_superseded", "n_busy",
-              "n_oversubscribed", "n_off_lock", "n_nondeterministic"]  # fmt: skip
+              "n_oversubscribed", "n_off_lock", "n_nondeterministic", "n_diverged"]  # fmt: skip
     flags = ["unstable", "unstable_cause", "throughput_rel_ci"]
     stats_cols = [f"{m}{s}" for m in METRICS if m in runs for s in ("", "_ci_low", "_ci_high", "_ci_level")]
     return pd.DataFrame(rows, columns=[*cols, *counts, *flags, *stats_cols])

@@ -105,6 +105,7 @@ CELL_FLAGS = [
     ("n_superseded", "{k} run(s) of other code set aside"),
     ("n_off_lock", "off-lock packages: {k}/{n} runs"),
     ("n_nondeterministic", "same-seed repeats disagree: {k} runs"),
+    ("n_diverged", "loss diverged or spiked: {k}/{n} runs (lower lr: a run that does not learn answers nothing)"),
 ]
 
 

@@ -301,3 +301,16 @@ def test_small_grid_has_no_group_index_and_inline_figures(full):
     html = (full / "report.html").read_text()
     assert 'id="groups"' not in html and "figure-group" not in html and "<img" not in html
     assert 'data-page-size="' not in html  # no table of this grid is longer than a page
+
+
+def test_a_run_that_did_not_learn_is_marked_next_to_its_throughput(tmp_path):
+    runs = _quiet_runs()
+    diverged = runs.index[(runs["strategy"] == "ddp") & (runs["world_size"] == 2)][:2]
+    runs["extra_training_health"] = "ok"
+    runs.loc[diverged, "extra_training_health"] = "diverged"
+    assert report.main(_write(tmp_path, runs)) == 0
+    cells = pd.read_csv(tmp_path / "out" / "cells.csv").set_index(["strategy", "world_size"])
+    assert cells.loc[("ddp", 2), "n_diverged"] == 2 and cells.loc[("allreduce", 2), "n_diverged"] == 0
+    rows = _table_rows((tmp_path / "out" / "report.html").read_text(), "cells")
+    assert "loss diverged or spiked: 2/5 runs" in next(r for r in rows if "<td>ddp</td><td>2</td>" in r)
+    assert "loss diverged" not in next(r for r in rows if "<td>allreduce</td><td>2</td>" in r)
