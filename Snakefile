@@ -28,6 +28,7 @@ rule all:
 onstart:
     check_results_space()
     record_invocation()
+    save_plan()
     start_progress()
 
 

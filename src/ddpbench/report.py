@@ -633,6 +633,7 @@ class Inputs:
     sources: dict = field(default_factory=dict)
     baseline_strategy: str = A.BASELINE_STRATEGY
     max_rel_ci: float = A.MAX_REL_CI
+    plan: list[str] = field(default_factory=list)  # the workflow's `ddpbench plan:` lines (ddpbench.plan)
 
 
 def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.Path = TEMPLATES) -> pathlib.Path:
@@ -653,6 +654,7 @@ def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.P
         title=inp.title,
         sources=inp.sources,
         findings=linked_findings(findings(runs, cells, speed, comparisons, fits), figures),
+        plan=inp.plan,
         environment=environment(runs),
         provenance_warnings=provenance_warnings(runs, cells, speed),
         grid=grid(runs),
@@ -683,6 +685,14 @@ def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.P
         **ctx, pdf_message=pdf_msg, pdf_made=made, groups=groups if len(groups) > 1 else [], page_size=PAGE_SIZE))
     print(pdf_msg, file=sys.stderr)
     return html_path
+
+
+def read_plan(path: pathlib.Path | None) -> list[str]:
+    """The plan's lines without their prefix ([] when there is no plan file)."""
+    if path is None or not pathlib.Path(path).is_file():
+        return []
+    lines = pathlib.Path(path).read_text(errors="replace").splitlines()
+    return [line.removeprefix("ddpbench plan: ").strip()[:2000] for line in lines[:50] if line.strip()]
 
 
 def _read_optional(path: str | None) -> pd.DataFrame | None:
@@ -716,6 +726,8 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"strategy whose world-size-1 runs are the speedup baseline (default {A.BASELINE_STRATEGY})")
     ap.add_argument("--no-pdf", action="store_true", help="write report.tex but do not run latexmk")
     ap.add_argument("--log", type=pathlib.Path, help="write the output here; only the result line goes to stdout")
+    ap.add_argument("--plan", type=pathlib.Path,
+                    help="the workflow's plan (its `ddpbench plan:` lines, one a line), shown after the findings")
     args = ap.parse_args(argv)
     if bool(args.runs) == bool(args.archive):
         ap.error("give either --runs or --from ARCHIVE")
@@ -765,7 +777,7 @@ def build_from_args(args: argparse.Namespace) -> int:
     runs = A.load_runs(args.runs)
     inp = Inputs(runs, _read_optional(args.steps), _read_optional(args.comm), args.title, args.bootstrap,
                  {"runs": args.runs, "steps": args.steps or "–", "comm": args.comm or "–"},
-                 args.baseline_strategy, args.max_rel_ci)  # fmt: skip
+                 args.baseline_strategy, args.max_rel_ci, read_plan(getattr(args, "plan", None)))  # fmt: skip
     try:
         path = build(inp, pathlib.Path(args.out), pdf=not args.no_pdf)
     except safe_io.UnsafePathError as err:

@@ -314,3 +314,15 @@ def test_a_run_that_did_not_learn_is_marked_next_to_its_throughput(tmp_path):
     rows = _table_rows((tmp_path / "out" / "report.html").read_text(), "cells")
     assert "loss diverged or spiked: 2/5 runs" in next(r for r in rows if "<td>ddp</td><td>2</td>" in r)
     assert "loss diverged" not in next(r for r in rows if "<td>allreduce</td><td>2</td>" in r)
+
+
+def test_the_plan_s_warnings_are_repeated_after_the_findings_and_escaped(tmp_path):
+    plan = tmp_path / "plan.txt"
+    plan.write_text("ddpbench plan: 1 ddp cell(s) have bucket_mb 25 >= the whole gradient <b>x</b>\n")
+    assert report.main(_write(tmp_path, _quiet_runs()) + ["--plan", str(plan)]) == 0
+    html = (tmp_path / "out" / "report.html").read_text()
+    section = html.split('id="findings"')[1].split("</section>")[0]
+    assert 'id="plan"' in section and "1 ddp cell(s) have bucket_mb 25" in section
+    assert "&lt;b&gt;x&lt;/b&gt;" in section and "ddpbench plan:" not in section
+    assert report.main(_write(tmp_path, _quiet_runs()) + ["--plan", str(tmp_path / "absent.txt")]) == 0
+    assert 'id="plan"' not in (tmp_path / "out" / "report.html").read_text()

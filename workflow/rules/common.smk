@@ -595,8 +595,19 @@ def print_plan():
         for cell in CELL_BY_PATH.values()
     ]
     todo = sum(not Path(s).exists() for s in run_summaries())
-    for line in plan_warnings(cells, len(REPEATS), todo, Path(RESULTS)):
+    PLAN_LINES[:] = plan_warnings(cells, len(REPEATS), todo, Path(RESULTS))
+    for line in PLAN_LINES:
         logger.warning(line)
+
+
+PLAN_LINES = []  # print_plan's lines; onstart saves them for the report (save_plan)
+PLAN_FILE = f"{RESULTS}/logs/plan.txt"
+
+
+def save_plan():
+    """onstart: the plan the report repeats after its findings."""
+    Path(PLAN_FILE).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(Path(PLAN_FILE), "".join(line + "\n" for line in PLAN_LINES))
 
 
 # Once per workflow, not again in every job a cluster executor starts (each re-reads the

@@ -56,10 +56,11 @@ rule report:
         out_dir=subpath(output.html, parent=True),
         baseline_strategy=config["baseline"]["strategy"],
         max_rel_ci=config["timing"].get("max_rel_ci", 0.05),
+        plan=PLAN_FILE,
     shell:
         "python -m ddpbench.report --runs {input.runs:q} --steps {input.steps:q}"
         " --baseline-strategy {params.baseline_strategy:q} --max-rel-ci {params.max_rel_ci}"
-        " --out {params.out_dir:q} --log {log:q}"
+        " --out {params.out_dir:q} --plan {params.plan:q} --log {log:q}"
 
 
 # `snakemake archive`: the whole study in one file (runs, tables, report, config, lock)
