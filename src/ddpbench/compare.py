@@ -699,7 +699,7 @@ def summary_text(cmp: Comparison, out: pathlib.Path | None = None, max_rows: int
                 lines.append(f"  {plain(cell_label(r, cmp.label_axes), 80)} -- {r['metric']}: {100 * r['slowdown']:+.1f}% "
                              f"slower (ratio {ratio_text(r)})")  # fmt: skip
             if cmp.warnings:
-                lines.append("  (see the WARNING above: the load differed, so the change may not be the cause)")
+                lines.append("  (see the WARNING above: runs were measured on a busy machine, so the change may not be the only cause)")
     if out is not None:
         lines += ["", f"Written: {out / 'comparison.csv'}, {out / 'comparison.html'}"]
     return "\n".join(lines)
