@@ -798,7 +798,11 @@ def render_html(cmp: Comparison, title: str = "ddpbench comparison") -> str:
     import jinja2
     from markupsafe import Markup
 
-    from ddpbench.report import html_text
+    try:
+        from ddpbench.report import html_text
+    except ImportError:  # pragma: no cover - the same two lines, should report.py move it
+        def html_text(value):
+            return value if isinstance(value, Markup) or not isinstance(value, str) else _CONTROL.sub("", value)
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(_templates())), autoescape=True,
                              undefined=jinja2.StrictUndefined, finalize=html_text)  # fmt: skip
