@@ -325,8 +325,8 @@ def code_fingerprint(root: Path | None = None, lock: str | None = None) -> str:
 # them changes no measurement, so it is not "other code" for a run (the report is rebuilt
 # from the runs anyway).
 ANALYSIS_MODULES = frozenset(
-    {"aggregate.py", "analysis.py", "archive.py", "commfit.py", "config_schema.py", "plots.py", "report.py",
-     "safe_io.py", "status.py"}
+    {"aggregate.py", "analysis.py", "archive.py", "catalog.py", "cli.py", "commfit.py", "compare.py", "config_schema.py",
+     "plan.py", "plots.py", "report.py", "safe_io.py", "status.py"}
 )  # fmt: skip
 
 
