@@ -127,10 +127,11 @@ def parse_in_process(workdir):
     """Load the workflow the way the CLI does, without a new interpreter per case;
     returns the error text (empty if it parsed)."""
     from snakemake.api import SnakemakeApi
+    from snakemake.settings.enums import Quietness
     from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings
 
-    try:
-        with SnakemakeApi(OutputSettings(quiet=True)) as api:
+    try:  # quiet is a set of Quietness (a bool breaks Snakemake's log filter on the plan's warnings)
+        with SnakemakeApi(OutputSettings(quiet={Quietness.ALL})) as api:
             api.workflow(
                 snakefile=ROOT / "Snakefile",
                 workdir=workdir,
