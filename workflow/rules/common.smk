@@ -462,6 +462,11 @@ def run_summaries():
     ]
 
 
+def runs_to_measure():
+    """How many of the grid's runs have no summary yet (the plan, the space check, progress)."""
+    return sum(not Path(s).exists() for s in run_summaries())
+
+
 def planned_runs():
     """Run folder -> the parameters it runs with (what ddpbench.status compares)."""
     plan = {}
@@ -501,10 +506,12 @@ def check_results_space():
     """Before the first job (onstart, real runs only): refuse a results folder that cannot
     be written, or whose filesystem cannot hold what is left to measure (both numbers
     named; allow_low_space: true goes on anyway)."""
-    summaries = run_summaries()
-    todo = sum(not Path(s).exists() for s in summaries)
     problem = storage.plan_check(
-        RESULTS, todo, len(summaries), RUN_BYTES_ESTIMATE, REPORT_BYTES_ESTIMATE
+        RESULTS,
+        runs_to_measure(),
+        len(run_summaries()),
+        RUN_BYTES_ESTIMATE,
+        REPORT_BYTES_ESTIMATE,
     )
     if problem is None:
         return
@@ -523,12 +530,11 @@ def explain_failure():
     """onerror: when the results filesystem cannot take the rest of the grid (full, or not
     writable: the likely cause of the failed jobs), say so in one line with the runs kept.
     """
-    summaries = run_summaries()
-    kept = sum(Path(s).exists() for s in summaries)
+    planned = len(run_summaries())
     line = storage.full_line(
         RESULTS,
-        kept,
-        len(summaries),
+        planned - runs_to_measure(),
+        planned,
         RUN_BYTES_ESTIMATE,
         REPORT_BYTES_ESTIMATE,
     )
@@ -538,8 +544,7 @@ def explain_failure():
 
 def start_progress():
     """onstart: each launcher's result line then tells how far the grid is (ddpbench.progress)."""
-    todo = sum(not Path(s).exists() for s in run_summaries())
-    progress.start(Path(RESULTS, "logs", "progress.json"), todo)
+    progress.start(Path(RESULTS, "logs", "progress.json"), runs_to_measure())
 
 
 def record_invocation():
@@ -594,8 +599,7 @@ def print_plan():
         {**params_of_cell(cell), "world_size": int(cell["world_size"])}
         for cell in CELL_BY_PATH.values()
     ]
-    todo = sum(not Path(s).exists() for s in run_summaries())
-    PLAN_LINES[:] = plan_warnings(cells, len(REPEATS), todo, Path(RESULTS))
+    PLAN_LINES[:] = plan_warnings(cells, len(REPEATS), runs_to_measure(), Path(RESULTS))
     for line in PLAN_LINES:
         logger.warning(line)
 
