@@ -118,6 +118,8 @@ def supersede_other_versions(runs: pd.DataFrame) -> pd.DataFrame:
     if version.nunique() < 2:
         return runs
     runs = runs.copy()
+    # A table whose runs all succeeded reads `reason` as an all-NaN float column: make room for text.
+    runs["reason"] = runs["reason"].astype(object) if "reason" in runs else None
     order = pd.DataFrame({"started": _text(runs, "env_started_utc"), "row": range(len(runs))}, index=runs.index)
     cols = axes(runs)
     for _, g in runs.groupby(cols, dropna=False, sort=False):

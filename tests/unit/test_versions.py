@@ -77,3 +77,12 @@ def test_same_seed_cpu_repeats_that_disagree_are_flagged():
     # a GPU is allowed nondeterministic kernels
     gpu = differ.assign(device="cuda")
     assert A.cell_stats(A.load_runs_frame(gpu)).iloc[0]["n_nondeterministic"] == 0
+
+
+def test_a_table_read_back_with_an_empty_reason_column_is_set_aside_too(tmp_path):
+    # All runs ok: pandas reads `reason` as an all-NaN float column; the reason text must still fit.
+    raw = _runs([1.0, 2.0], ["old", "new"], ["2026-11-23T01:00:00Z", "2026-11-23T02:00:00Z"])
+    raw["reason"] = None
+    raw.to_csv(tmp_path / "runs.csv", index=False)
+    runs = A.load_runs(tmp_path / "runs.csv")
+    assert list(runs["status"]) == ["superseded", "ok"] and "(old)" in runs["reason"][0]
