@@ -28,6 +28,7 @@ import io
 import pathlib
 import re
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -419,12 +420,14 @@ def gate_failed(row: dict, threshold: float) -> bool:
 
 def compare_frames(base: pd.DataFrame, new: pd.DataFrame, gates: dict[str, float] | None = None,
                    base_name: str = "BASE", new_name: str = "NEW", max_rel_ci: float = A.MAX_REL_CI,
-                   baseline_strategy: str = A.BASELINE_STRATEGY) -> Comparison:  # fmt: skip
+                   baseline_strategy: str = A.BASELINE_STRATEGY, ignore: Iterable[str] = ()) -> Comparison:  # fmt: skip
     """The comparison of two runs tables (as analysis.load_runs_frame returns them): every cell on
     both sides × every metric both sides measured, plus one row per cell not compared (on one side
-    only, or without an ok run). `gates` maps metric -> threshold (0.05 = 5 %)."""
+    only, or without an ok run). `gates` maps metric -> threshold (0.05 = 5 %). `ignore`: axes left
+    out of the matching (the change being judged, e.g. bucket_mb); their values head the provenance."""
     gates = dict(gates or {})
-    cols = A.axes(base)
+    ignore = check_ignored(base, new, ignore)
+    cols = [c for c in A.axes(base) if c not in ignore]
     both = pd.concat([base[cols], new[cols]], ignore_index=True)
     label_axes = A.varying(both, cols)
     sides = {"base": _Side(base, cols, baseline_strategy), "new": _Side(new, cols, baseline_strategy)}
@@ -468,8 +471,18 @@ def compare_frames(base: pd.DataFrame, new: pd.DataFrame, gates: dict[str, float
     for col, empty in (("gate_failed", False), ("unstable", False), ("unstable_cause", "")):
         table[col] = table[col].astype(object).where(table[col].notna(), empty)
     table[["gate_failed", "unstable"]] = table[["gate_failed", "unstable"]].astype(bool)
-    return Comparison(base_name, new_name, cols, label_axes, table, provenance_diff(base, new), gates,
+    return Comparison(base_name, new_name, cols, label_axes, table, provenance_diff(base, new, ignore), gates,
                       load_warnings({base_name: b.runs[b.used_mask], new_name: n.runs[n.used_mask]}))
+
+
+def check_ignored(base: pd.DataFrame, new: pd.DataFrame, ignore: Iterable[str]) -> list[str]:
+    """The axes to leave out of the matching; InputError naming one that is no axis of either side."""
+    ignore = list(dict.fromkeys(ignore))
+    known = set(A.axes(base)) | set(A.axes(new))
+    for axis in ignore:
+        if axis not in known:
+            raise InputError(f"--ignore {axis}", f"not an axis of either result set (axes: {', '.join(sorted(known))})")
+    return ignore
 
 
 def load_warnings(used: dict[str, pd.DataFrame]) -> list[str]:
@@ -554,12 +567,16 @@ def _num(x) -> str:
     return str(int(x)) if x == int(x) and abs(x) < 1e15 else f"{x:.4g}"
 
 
-def provenance_diff(base: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
+def provenance_diff(base: pd.DataFrame, new: pd.DataFrame, ignored: Iterable[str] = ()) -> pd.DataFrame:
     """Every recorded environment field of either side: label, column, the values of each side
-    (all distinct values, sorted), and whether they differ. The report's provenance rows first,
-    in its order, then any other env_* column; per-run measurements of the machine (load) as ranges,
-    never counted as a difference of setup."""
+    (all distinct values, sorted), and whether they differ. The axes left out of the matching
+    first (they are the change being judged), then the report's provenance rows in its order,
+    then any other env_* column; per-run measurements of the machine (load) as ranges, never
+    counted as a difference of setup."""
     rows = []
+    for col in ignored:
+        vb, vn = _values(base.get(col)), _values(new.get(col))
+        rows.append(dict(label=f"{col} (not matched on)", column=col, base=vb, new=vn, differs=vb != vn, measured=False))
     known = {c for _, c in PROVENANCE_ROWS} | set(PER_RUN)
     columns = list(PROVENANCE_ROWS)
     if "env_off_lock" in base or "env_off_lock" in new:
@@ -876,6 +893,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="stability threshold for the UNSTABLE flag (default %(default)s)")
     ap.add_argument("--baseline-strategy", default=A.BASELINE_STRATEGY,
                     help="strategy whose p = 1 runs are each side's speedup baseline (default %(default)s)")
+    ap.add_argument("--ignore", action="append", default=[], metavar="AXIS",
+                    help="match cells without this axis: the change being judged (e.g. --ignore bucket_mb to compare "
+                         "two bucket sizes); its values are listed first in the provenance; repeatable")
     ap.add_argument("--title", default="ddpbench comparison")
     ap.add_argument("--no-files", action="store_true", help="print the summary only; write nothing")
     args = ap.parse_args(argv)
@@ -886,7 +906,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INPUT
     try:
         cmp = compare_paths(args.base, args.new, gates, max_rel_ci=args.max_rel_ci,
-                            baseline_strategy=args.baseline_strategy)  # fmt: skip
+                            baseline_strategy=args.baseline_strategy, ignore=args.ignore)  # fmt: skip
     except InputError as err:
         print(f"ddpbench compare: error: {plain(err, 500)}", file=sys.stderr)
         return EXIT_INPUT

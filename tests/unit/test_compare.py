@@ -300,3 +300,22 @@ def test_the_console_command_lists_and_dispatches(capsys):
     assert "BASE" in capsys.readouterr().out
     for name, (module, _) in cli.SUBCOMMANDS.items():
         assert (pathlib.Path(C.__file__).parent / f"{module}.py").is_file(), name
+
+
+def test_ignore_matches_cells_across_the_changed_setting_and_names_it_first(tmp_path, capsys):
+    base, new = sides()
+    base["bucket_mb"], new["bucket_mb"] = 25.0, 0.02
+    new = slow_down(new, 1.3, (new["strategy"] == "ddp") & (new["world_size"] == 4))
+    b, n = A.load_runs_frame(base), A.load_runs_frame(new)
+    assert C.compare_frames(b, n).matched.empty  # bucket_mb is a grid key: nothing matches
+    cmp = C.compare_frames(b, n, ignore=["bucket_mb"])
+    assert "bucket_mb" not in cmp.axes
+    assert row(cmp, "samples_per_s", **DDP4)["verdict"] == C.SLOWER
+    first = cmp.provenance.iloc[0]
+    assert first["column"] == "bucket_mb" and first["differs"] and (first["base"], first["new"]) == ("25", "0.02")
+    bs, ns = write_set(tmp_path / "b", base), write_set(tmp_path / "n", new)
+    assert C.main([str(bs), str(ns), "--no-files", "--ignore", "bucket_mb"]) == 0
+    assert "bucket_mb (not matched on): 25 -> 0.02" in capsys.readouterr().out
+    assert C.main([str(bs), str(ns), "--no-files", "--ignore", "bucket_size"]) == C.EXIT_INPUT
+    err = capsys.readouterr().err
+    assert "--ignore bucket_size" in err and "not an axis" in err
