@@ -289,6 +289,17 @@ def build_schema() -> dict[str, Any]:
                     "true: it runs and is flagged oversubscribed)"
                 ),
             },
+            "compare_to": {
+                "type": "string",
+                "default": "",
+                "description": (
+                    "A stored result set (a results folder with aggregate/runs.csv, or a "
+                    "runs.csv) to compare this study against: the report gains a section "
+                    "with what differs in the environments and, per cell, faster / slower / "
+                    "no detectable difference (as `ddpbench compare` judges), and writes "
+                    "comparison.csv and comparison.html beside it ('': no comparison)"
+                ),
+            },
             "allow_low_space": {
                 "type": "boolean",
                 "default": False,

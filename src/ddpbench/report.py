@@ -37,7 +37,7 @@ import yaml
 
 from ddpbench import analysis as A
 from ddpbench import plots, safe_io, storage
-from ddpbench.findings import findings
+from ddpbench.findings import Finding, findings
 
 
 def _report_dir() -> pathlib.Path:
@@ -634,6 +634,66 @@ class Inputs:
     baseline_strategy: str = A.BASELINE_STRATEGY
     max_rel_ci: float = A.MAX_REL_CI
     plan: list[str] = field(default_factory=list)  # the workflow's `ddpbench plan:` lines (ddpbench.plan)
+    compare_to: str | None = None  # a stored result set: this report compares its runs against it
+
+
+# Cells of a comparison named in the report (the rest are in comparison.csv / comparison.html).
+COMPARISON_NAMED = 12
+
+
+def comparison_section(base_path: str, runs: pd.DataFrame, out: pathlib.Path, baseline_strategy: str,
+                       max_rel_ci: float) -> dict:  # fmt: skip
+    """These runs (NEW) against a stored result set (BASE), as `ddpbench compare` judges them:
+    comparison.csv and comparison.html beside the report, and what the report shows of them --
+    what differs in the environments, the verdict counts, the cells that changed. A baseline that
+    cannot be compared gives the reason instead of failing the report."""
+    from ddpbench import compare  # here: compare reads report's provenance rows at its import
+
+    try:
+        base, csv = compare.read_side(base_path)
+        cmp = compare.compare_frames(base, runs, base_name="baseline", new_name="these runs", max_rel_ci=max_rel_ci,
+                                     baseline_strategy=baseline_strategy)  # fmt: skip
+    except compare.InputError as err:
+        return dict(base=str(base_path), error=f"not compared: {err}")
+    cmp.base_path, cmp.new_path = str(csv), "these runs"
+    compare.write(cmp, out, title=f"ddpbench comparison: these runs against {csv}")
+    head = "samples_per_s"
+    m = cmp.matched[cmp.matched["metric"] == head]
+    changed = m[m["verdict"].isin([compare.SLOWER, compare.FASTER])]
+    changed = changed.reindex(changed["ratio"].sub(1).abs().sort_values(ascending=False).index)
+    rows = [[compare.cell_label(r, cmp.label_axes), num(r["base"]), num(r["new"]), compare.ratio_text(r), r["verdict"]]
+            for _, r in changed.head(COMPARISON_NAMED).iterrows()]  # fmt: skip
+    diff = cmp.provenance[cmp.provenance["differs"]]
+    counts = cmp.counts()
+    return dict(
+        base=str(csv),
+        error="",
+        provenance=[(r["label"], r["base"], r["new"]) for _, r in diff.iterrows()],
+        counts=[(c["label"], c["faster"], c["slower"], c["undecided"], c["not_compared"]) for _, c in counts.iterrows()],
+        changed=Table(["cell", "baseline", "these runs", "ratio [95% interval]", "verdict"], rows,
+                      f"throughput of the cells whose change the interval decides, largest first"
+                      f"{f' ({len(changed) - COMPARISON_NAMED} more in comparison.csv)' if len(changed) > COMPARISON_NAMED else ''}"),
+        one_sided=len(cmp.one_sided),
+        warnings=cmp.warnings,
+        finding=comparison_finding(cmp, csv),
+    )
+
+
+def comparison_finding(cmp, csv: pathlib.Path) -> Finding:
+    """One sentence: against the baseline, how many cells are faster, slower, undecided (throughput)."""
+    from ddpbench import compare
+
+    v = cmp.matched.loc[cmp.matched["metric"] == "samples_per_s", "verdict"]
+    n_slow, n_fast = int((v == compare.SLOWER).sum()), int((v == compare.FASTER).sum())
+    same = int((v == compare.NO_DIFFERENCE).sum())
+    diff = cmp.provenance[cmp.provenance["differs"]]
+    what = (f" (differs: {', '.join(diff['label'].head(3))}{', ...' if len(diff) > 3 else ''})" if len(diff)
+            else " (same recorded environment and code)")  # fmt: skip
+    text = (f"Against the baseline {csv}{what}: throughput is slower in {n_slow}, faster in {n_fast} and not "
+            f"detectably different in {same} of {len(v)} cells (95 % intervals of the ratio).")
+    if len(cmp.one_sided):
+        text += f" {len(cmp.one_sided)} cell(s) are on one side only."
+    return Finding("warning" if n_slow else "winner", text, "comparison-section")
 
 
 def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.Path = TEMPLATES) -> pathlib.Path:
@@ -647,14 +707,20 @@ def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.P
         with safe_io.atomic_write(out / f"{name}.csv", newline="") as handle:
             table.to_csv(handle, index=False)
     figures = plots.make_figures(plots.Data(runs, cells, speed, fits, inp.steps, inp.comm), out)
+    against = (comparison_section(inp.compare_to, runs, out, inp.baseline_strategy, inp.max_rel_ci)
+               if inp.compare_to else None)  # fmt: skip
+    found = linked_findings(findings(runs, cells, speed, comparisons, fits), figures)
+    if against and not against["error"]:
+        found.insert(0, against["finding"])
 
     shown = A.varying(runs, A.axes(runs)) or ["world_size"]
     caps = captions()
     ctx = dict(
         title=inp.title,
         sources=inp.sources,
-        findings=linked_findings(findings(runs, cells, speed, comparisons, fits), figures),
+        findings=found,
         plan=inp.plan,
+        against=against,
         environment=environment(runs),
         provenance_warnings=provenance_warnings(runs, cells, speed),
         grid=grid(runs),
@@ -726,6 +792,10 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"strategy whose world-size-1 runs are the speedup baseline (default {A.BASELINE_STRATEGY})")
     ap.add_argument("--no-pdf", action="store_true", help="write report.tex but do not run latexmk")
     ap.add_argument("--log", type=pathlib.Path, help="write the output here; only the result line goes to stdout")
+    ap.add_argument("--compare-to", metavar="RESULTS",
+                    help="a stored result set (folder with aggregate/runs.csv, or a runs.csv): the report compares "
+                         "these runs against it as `ddpbench compare RESULTS` would, and writes comparison.csv and "
+                         "comparison.html beside it")
     ap.add_argument("--plan", type=pathlib.Path,
                     help="the workflow's plan (its `ddpbench plan:` lines, one a line), shown after the findings")
     args = ap.parse_args(argv)
@@ -777,7 +847,8 @@ def build_from_args(args: argparse.Namespace) -> int:
     runs = A.load_runs(args.runs)
     inp = Inputs(runs, _read_optional(args.steps), _read_optional(args.comm), args.title, args.bootstrap,
                  {"runs": args.runs, "steps": args.steps or "–", "comm": args.comm or "–"},
-                 args.baseline_strategy, args.max_rel_ci, read_plan(getattr(args, "plan", None)))  # fmt: skip
+                 args.baseline_strategy, args.max_rel_ci, read_plan(getattr(args, "plan", None)),
+                 getattr(args, "compare_to", None))  # fmt: skip
     try:
         path = build(inp, pathlib.Path(args.out), pdf=not args.no_pdf)
     except safe_io.UnsafePathError as err:

@@ -326,3 +326,39 @@ def test_the_plan_s_warnings_are_repeated_after_the_findings_and_escaped(tmp_pat
     assert "&lt;b&gt;x&lt;/b&gt;" in section and "ddpbench plan:" not in section
     assert report.main(_write(tmp_path, _quiet_runs()) + ["--plan", str(tmp_path / "absent.txt")]) == 0
     assert 'id="plan"' not in (tmp_path / "out" / "report.html").read_text()
+
+
+def test_compare_to_adds_the_comparison_first_and_writes_its_page(tmp_path):
+    base = _quiet_runs()
+    new = _quiet_runs(seed=7)
+    slow = (new["strategy"] == "ddp") & (new["world_size"] == 2)
+    new.loc[slow, "samples_per_s"] /= 1.3
+    new.loc[slow, ["epoch_time_s", "step_time_median_s"]] *= 1.3
+    new["env_torch"] = "9.9.9"
+    (tmp_path / "base" / "aggregate").mkdir(parents=True)
+    base.to_csv(tmp_path / "base" / "aggregate" / "runs.csv", index=False)
+    assert report.main(_write(tmp_path, new) + ["--compare-to", str(tmp_path / "base")]) == 0
+    out = tmp_path / "out"
+    assert (out / "comparison.html").is_file() and (out / "comparison.csv").is_file()
+    html = (out / "report.html").read_text()
+    first = html.split('<ul class="findings">')[1].split("</li>")[0]
+    assert "Against the baseline" in first and "slower in 1," in first and "torch" in first
+    section = html.split('id="comparison-section"')[1].split("</section>")[0]
+    assert "9.9.9" in section and 'href="comparison.html"' in section
+    changed = _table_rows(html, "comparison-changed")
+    assert len(changed) == 1 and "strategy=ddp" in changed[0] and "slower" in changed[0]
+    assert "Against the baseline" in (out / "report.tex").read_text()
+    # no comparison asked: no section, no comparison files written anew
+    (out / "comparison.html").unlink()
+    assert report.main(_write(tmp_path, new)) == 0
+    assert 'id="comparison-section"' not in (out / "report.html").read_text()
+    assert not (out / "comparison.html").exists()
+
+
+def test_a_baseline_that_cannot_be_compared_is_named_and_the_report_still_made(tmp_path):
+    (tmp_path / "empty").mkdir()
+    assert report.main(_write(tmp_path, _quiet_runs()) + ["--compare-to", str(tmp_path / "empty")]) == 0
+    html = (tmp_path / "out" / "report.html").read_text()
+    section = html.split('id="comparison-section"')[1].split("</section>")[0]
+    assert "not compared" in section and "no aggregate/runs.csv" in section
+    assert not (tmp_path / "out" / "comparison.html").exists()

@@ -175,13 +175,15 @@ def parse_in_process(workdir):
          "'grid.strategy + grid.model + grid.world_size'"),
         (lambda c: c["grid"].update(strategy=["single", "pipeline"], batch_size=[18]),
          "'grid.batch_size + params.micro_batches'"),
+        (lambda c: c.update(compare_to="no/such/baseline"), "'compare_to': no/such/baseline: no such file"),
+        (lambda c: c.update(compare_to="."), "'compare_to': .: no aggregate/runs.csv"),
     ],
     ids=[
         "unknown-key", "wrong-type", "empty-axis", "bad-enum", "bad-timing", "bad-filter", "all-excluded",
         "bad-baseline", "bad-stability", "auto-strong", "auto-strong-axis", "nccl-on-cpu",
         "nccl-on-cpu-axis", "batch-over-dataset", "weak-batch-over-dataset", "batch-below-world",
         "real-dataset-too-small", "pipeline-non-sequential", "pipeline-stages-over-layers",
-        "pipeline-micro-batches",
+        "pipeline-micro-batches", "compare-to-missing", "compare-to-no-table",
     ],
 )  # fmt: skip
 def test_bad_config_fails_naming_the_key(tmp_path, change, key):
@@ -242,6 +244,15 @@ def test_auto_batch_with_strong_scaling_excluded_or_weak_plans(tmp_path):
 
     write_config(tmp_path, auto_weak)
     assert parse_in_process(tmp_path) == ""
+
+
+def test_compare_to_reaches_the_report_rule(tmp_path):
+    (tmp_path / "base" / "aggregate").mkdir(parents=True)
+    (tmp_path / "base" / "aggregate" / "runs.csv").write_text("strategy,world_size\n")
+    config = write_config(tmp_path, lambda c: c.update(compare_to="base"))
+    proc = snakemake(tmp_path, "--dry-run", "--printshellcmds", configfile=config)
+    (line,) = [x for x in proc.stdout.splitlines() if "ddpbench.report" in x]
+    assert line.rstrip().endswith("--compare-to base/aggregate/runs.csv"), line
 
 
 def test_timing_keys_reach_the_launcher_but_not_max_rel_ci(tmp_path):

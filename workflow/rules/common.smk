@@ -339,6 +339,30 @@ def warn_oversubscribed_cells(cells):
         )
 
 
+def compare_to_table(path, results):
+    """compare_to: the baseline's runs.csv (a results folder or the file itself), checked
+    before any job runs; None when not set. Not this study's own results."""
+    if not path:
+        return None
+    given = Path(path)
+    table = given / "aggregate" / "runs.csv" if given.is_dir() else given
+    if not table.is_file():
+        raise config_error(
+            "compare_to",
+            f"{path}: "
+            + (
+                "no aggregate/runs.csv in this folder (a results folder of a finished study?)"
+                if given.is_dir()
+                else "no such file or folder"
+            ),
+        )
+    if table.resolve() == Path(results, "aggregate", "runs.csv").resolve():
+        raise config_error(
+            "compare_to", f"{path} is this study's own results; name a stored copy"
+        )
+    return str(table)
+
+
 validate_config(config)
 AXES = grid_axes(config)
 check_exclusions(config["exclude"], AXES)
@@ -350,6 +374,7 @@ CELLS = effective_cells(expand_grid(AXES, config["exclude"]), BASE_PARAMS)
 check_cell_combinations(CELLS)
 warn_oversubscribed_cells(CELLS)
 RESULTS = config["results"].rstrip("/")
+COMPARE_TO = compare_to_table(config["compare_to"], RESULTS)
 REPEATS = list(range(config["repeats"]))
 # cell path (device~cpu/world_size~2/...) -> the cell's axis values
 CELL_BY_PATH = dict(zip(CELLS.index, CELLS.to_dict(orient="records")))

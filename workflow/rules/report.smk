@@ -8,6 +8,7 @@ rule report:
     input:
         runs=f"{RESULTS}/aggregate/runs.csv",
         steps=f"{RESULTS}/aggregate/steps.csv",
+        baseline=[COMPARE_TO] if COMPARE_TO else [],
     output:
         html=report(
             f"{RESULTS}/report/report.html",
@@ -57,10 +58,13 @@ rule report:
         baseline_strategy=config["baseline"]["strategy"],
         max_rel_ci=config["timing"].get("max_rel_ci", 0.05),
         plan=PLAN_FILE,
+        compare_to=lambda wildcards, input: (
+            f"--compare-to {shlex.quote(input.baseline[0])}" if input.baseline else ""
+        ),
     shell:
         "python -m ddpbench.report --runs {input.runs:q} --steps {input.steps:q}"
         " --baseline-strategy {params.baseline_strategy:q} --max-rel-ci {params.max_rel_ci}"
-        " --out {params.out_dir:q} --plan {params.plan:q} --log {log:q}"
+        " --out {params.out_dir:q} --plan {params.plan:q} --log {log:q} {params.compare_to}"
 
 
 # `snakemake archive`: the whole study in one file (runs, tables, report, config, lock)
