@@ -114,6 +114,21 @@ def test_deleting_one_run_reruns_only_that_cell(tiny_run):
     assert len(read_runs(workdir)) == len(EXPECTED_CELLS)
 
 
+def test_repeats_run_round_robin_so_each_cell_spans_the_job(tmp_path):
+    """Repeat 0 of every cell, then repeat 1, ...: a cell's repeats are spread over the job, not
+    run back to back in one minute whose machine state its interval would mistake for all."""
+
+    def two_cells_three_repeats(c):
+        c["grid"].update(strategy=["single"], world_size=[1], batch_size=[16, 32])
+        c.update(repeats=3)
+
+    config = write_config(tmp_path, two_cells_three_repeats)
+    snakemake(tmp_path, *TABLES, configfile=config)
+    done = (tmp_path / RESULTS / "logs" / "progress.log").read_text().splitlines()
+    repeats = [int(re.search(r"/repeat~(\d+):", line).group(1)) for line in done]
+    assert len(repeats) == 6 and repeats == sorted(repeats), done
+
+
 def write_config(workdir, change):
     config = yaml.safe_load(TINY.read_text())
     change(config)

@@ -445,6 +445,14 @@ def gpus_for_cell(wildcards):
     return world_size_of(wildcards) // nodes_of(wildcards)
 
 
+def repeat_priority(wildcards):
+    """Repeat 0 of every cell, then repeat 1, ...: each cell's repeats are spread over the
+    whole job, so its interval sees the machine's drift over the job (a cell whose repeats
+    ran back to back in one quiet minute looked tighter than a rerun of the job could
+    confirm), and every cell meets the same machine states."""
+    return len(REPEATS) - int(wildcards.repeat)
+
+
 def runtime_minutes_for_cell(wildcards):
     """A scheduler limit a little above the launcher's own wall-clock limit."""
     return int(cell_params(wildcards)["timeout_s"] // 60) + 5

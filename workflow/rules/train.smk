@@ -19,6 +19,7 @@ rule train:
         f"{RESULTS}/logs/train/{{cell}}/repeat~{{repeat}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/train/{{cell}}/repeat~{{repeat}}.tsv"
+    priority: repeat_priority
     conda:
         "../../envs/ddpbench.yaml"
     container:
