@@ -22,8 +22,10 @@ from ddpbench import safe_io
 from ddpbench.container import image_identity
 
 #: Environment variables recorded in env.env_vars: the ones that select threads and
-#: devices or tune the communication libraries.
-ENV_PREFIXES = ("OMP_", "MKL_", "KMP_", "OPENBLAS_", "TORCH_", "PYTORCH_", "CUDA_VISIBLE_DEVICES", "NCCL_", "GLOO_")
+#: devices or tune the communication libraries, and an injected fault or slowdown
+#: (DDPBENCH_INJECT, DDPBENCH_FILL), so a comparison names it as what differs.
+ENV_PREFIXES = ("OMP_", "MKL_", "KMP_", "OPENBLAS_", "TORCH_", "PYTORCH_", "CUDA_VISIBLE_DEVICES", "NCCL_", "GLOO_",
+                "DDPBENCH_INJECT", "DDPBENCH_FILL")  # fmt: skip
 #: Packages whose versions shape a number, recorded by their names (torch's is
 #: torch.__version__, the others' from their metadata, without importing them).
 VERSIONED_PACKAGES = ("torchvision", "numpy", "scipy", "pandas", "psutil", "matplotlib", "snakemake")

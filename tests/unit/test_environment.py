@@ -38,6 +38,7 @@ def test_every_provenance_key_has_a_sensible_value(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     monkeypatch.setenv("MKL_NUM_THREADS", "1")
     monkeypatch.setenv("SLURM_JOB_ID", "7")  # not a thread/device variable: not recorded
+    monkeypatch.setenv("DDPBENCH_INJECT", "slow:0:20")  # an injected slowdown is recorded
     monkeypatch.delenv(sysinfo.LAUNCH_COMMAND_ENV, raising=False)
     before = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
     env = sysinfo.environment("gloo", 2, started=before.timestamp() - 5)
@@ -46,6 +47,7 @@ def test_every_provenance_key_has_a_sensible_value(monkeypatch):
     json.dumps(env)  # all of it goes into summary.json
     # Flat: runs.csv keeps scalar env keys (and env_vars) only.
     assert all(not isinstance(v, (dict, list)) for k, v in env.items() if k != "env_vars")
+    assert env["env_vars"]["DDPBENCH_INJECT"] == "slow:0:20" and "SLURM_JOB_ID" not in env["env_vars"]
 
     started, ended = parse_utc(env["started_utc"]), parse_utc(env["ended_utc"])
     assert started == before - datetime.timedelta(seconds=5)
