@@ -785,6 +785,9 @@ def _draw_group(args) -> list[Figure]:
             for ext in ("svg", "pdf"):
                 with safe_io.atomic_write(folder / f"{prefix}{stem}.{ext}", "wb") as handle:
                     fig.savefig(handle, format=ext, metadata=METADATA[ext], bbox_inches="tight")
+                # Laid out by the first save; the second keeps that layout instead of solving it
+                # again (about a sixth of savefig's time at scale, same positions in both files).
+                fig.set_layout_engine("none")
             plt.close(fig)
             written.append(Figure(kind, strategy, title + (f" — {label}" if label else ""),
                                   f"figures/{prefix}{stem}.svg", f"figures/{prefix}{stem}.pdf", label))  # fmt: skip
