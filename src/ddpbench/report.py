@@ -675,24 +675,20 @@ def comparison_section(base_path: str, runs: pd.DataFrame, out: pathlib.Path, ba
                       f"{f' ({len(changed) - COMPARISON_NAMED} more in comparison.csv)' if len(changed) > COMPARISON_NAMED else ''}"),
         one_sided=len(cmp.one_sided),
         warnings=cmp.warnings,
-        finding=comparison_finding(cmp, csv),
+        finding=comparison_finding(counts, diff, len(cmp.one_sided), csv),
     )
 
 
-def comparison_finding(cmp, csv: pathlib.Path) -> Finding:
-    """One sentence: against the baseline, how many cells are faster, slower, undecided (throughput)."""
-    from ddpbench import compare
-
-    v = cmp.matched.loc[cmp.matched["metric"] == "samples_per_s", "verdict"]
-    n_slow, n_fast = int((v == compare.SLOWER).sum()), int((v == compare.FASTER).sum())
-    same = int((v == compare.NO_DIFFERENCE).sum())
-    diff = cmp.provenance[cmp.provenance["differs"]]
+def comparison_finding(counts: pd.DataFrame, diff: pd.DataFrame, one_sided: int, csv: pathlib.Path) -> Finding:
+    """One sentence from the comparison's verdict counts (throughput) and provenance differences."""
+    row = counts[counts["metric"] == "samples_per_s"]
+    n_fast, n_slow, same, other = (int(row[c].sum()) for c in ("faster", "slower", "undecided", "not_compared"))
     what = (f" (differs: {', '.join(diff['label'].head(3))}{', ...' if len(diff) > 3 else ''})" if len(diff)
             else " (same recorded environment and code)")  # fmt: skip
     text = (f"Against the baseline {csv}{what}: throughput is slower in {n_slow}, faster in {n_fast} and not "
-            f"detectably different in {same} of {len(v)} cells (95 % intervals of the ratio).")
-    if len(cmp.one_sided):
-        text += f" {len(cmp.one_sided)} cell(s) are on one side only."
+            f"detectably different in {same} of {n_fast + n_slow + same + other} cells (95 % intervals of the ratio).")
+    if one_sided:
+        text += f" {one_sided} cell(s) are on one side only."
     return Finding("warning" if n_slow else "winner", text, "comparison-section")
 
 
