@@ -21,6 +21,10 @@ DDPBENCH_ALLOW_OVERSUBSCRIBE=1 (they flag the run themselves).
 
 from __future__ import annotations
 
+import time
+
+LAUNCHER_START = time.time()  # the timeline's first mark (metrics.TIMELINE_MARKS): before the launcher's imports
+
 import argparse
 import hashlib
 import json
@@ -72,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         if not slurm.in_allocation():
             parser.exit(2, "error: --nnodes > 1 needs --rdzv-endpoint HOST:PORT (or a SLURM allocation)\n")
     args.argv = argv
+    args.marks = {"launcher_start": _launcher_start()}
     if args.stop_with_parent:
         signal.signal(signal.SIGTERM, _terminated)
         _die_with_parent()
@@ -121,6 +126,8 @@ def launch(args: argparse.Namespace, params: CellParams) -> int:
 
     limit = params.timeout_s + args.grace_s
     oom_before = diagnose.oom_kills()
+    args.marks["torchrun_started"] = time.time()
+    env[sysinfo.TIMELINE_ENV] = json.dumps(args.marks)
     # Nodes of a multi-node cell share DIR: node 0 logs to train.log, the others apart.
     with open(out / ("train.log" if lead else f"train_node{args.node_rank}.log"), "w") as log:
         proc = subprocess.Popen(
@@ -133,6 +140,7 @@ def launch(args: argparse.Namespace, params: CellParams) -> int:
         except BaseException:  # Ctrl-C, SIGTERM from the workflow: take the ranks down too
             stop(proc)
             raise
+    args.marks["torchrun_exited"] = time.time()
 
     if not lead:
         return 0 if rc == 0 else 1
@@ -160,8 +168,35 @@ def launch(args: argparse.Namespace, params: CellParams) -> int:
                 out, params, args.nproc_per_node * args.nnodes, args.nnodes, status, reason, command=args.command,
                 failure=failure,
             )  # fmt: skip
+    add_timeline(args, summary_path)
     args.output.say(with_progress(progress_line(out, json.loads(summary_path.read_text()))))
     return 0
+
+
+_first_launch = True
+
+
+def _launcher_start() -> float:
+    """When this launch began: the module's load time for the process's first launch (the
+    interpreter's start is a few tens of ms before it), else now."""
+    global _first_launch
+    first, _first_launch = _first_launch, False
+    return LAUNCHER_START if first else time.time()
+
+
+def add_timeline(args: argparse.Namespace, summary_path: Path) -> None:
+    """Add the launcher's marks (metrics.TIMELINE_MARKS), the spans and fixed_cost_s to the
+    summary, atomically: if that write fails (a full disk), the summary stays as it was."""
+    from ddpbench import metrics
+
+    args.marks["launcher_exit"] = time.time()
+    summary = json.loads(summary_path.read_text())
+    try:
+        metrics.write_json(summary_path, metrics.with_timeline(summary, args.marks))
+    except OSError as err:
+        if not storage.is_storage_error(err):
+            raise
+        print(f"[ddpbench] warning: {summary_path}: the launcher's timeline was not added ({err})", file=sys.stderr)
 
 
 def with_progress(line: str) -> str:
@@ -214,6 +249,7 @@ def skip(args: argparse.Namespace, params: CellParams, reason: str, threads: int
     out.mkdir(parents=True, exist_ok=True)
     clear_earlier_attempt(out)
     write_failure(out, params, args.nproc_per_node * args.nnodes, args.nnodes, "skipped", reason, threads, args.command)
+    add_timeline(args, out / "summary.json")
     args.output.say(with_progress(progress_line(out, json.loads((out / "summary.json").read_text()))))
     return 0
 

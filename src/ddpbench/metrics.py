@@ -388,3 +388,70 @@ def _finite(value: Any) -> Any:
 def write_json(path: Path, obj: Any) -> None:
     """Atomically, never through a planted link (safe_io): readers never see half a file."""
     safe_io.atomic_write_text(path, json.dumps(obj, indent=1) + "\n")
+
+
+# -- a run's timeline: where the wall time of one launch goes ---------------------------------
+
+#: The marks of a run's timeline (summary.json `timeline`), in the order they happen: wall-clock
+#: epoch seconds (time.time()) on the machine of the launcher and rank 0, so the launcher's and
+#: the ranks' marks share one clock. Marks a run did not reach are absent (a failed run) or null.
+TIMELINE_MARKS = (
+    "launcher_start",  # the launcher's module is loaded (before its own imports)
+    "torchrun_started",  # the launcher has checked the cell and starts torchrun
+    "ranks_started",  # train's module is loaded, before it imports torch (the last rank's)
+    "imports_done",  # torch and the harness imported, train.run begins (the last rank's)
+    "process_group_ready",  # init_process_group returned (rank 0)
+    "model_data_ready",  # dataset, model, strategy, optimizer and loader built (rank 0)
+    "warmup_done",  # the first timed step starts (rank 0)
+    "timed_steps_done",  # the training loop ended (rank 0)
+    "evaluation_done",  # rank 0's share of the test set evaluated
+    "summary_written",  # rank 0 gathered the ranks' results and hands the complete summary to the write
+    "torchrun_exited",  # torchrun returned to the launcher (every rank exited)
+    "launcher_exit",  # the launcher's last act: this timeline added to summary.json
+)
+#: The spans between consecutive marks (summary.json `timeline_s`, seconds; runs.csv
+#: `timeline_<span>_s`), named for what happens in them. They add up to the launcher's wall.
+TIMELINE_SPANS = {
+    "launcher": ("launcher_start", "torchrun_started"),  # argument checks, storage probe, clearing an old attempt
+    "torchrun": ("torchrun_started", "ranks_started"),  # torchrun's start (it imports torch), rendezvous, spawning
+    "imports": ("ranks_started", "imports_done"),  # each rank imports torch and ddpbench
+    "process_group": ("imports_done", "process_group_ready"),  # threads, skip checks, init_process_group
+    "setup": ("process_group_ready", "model_data_ready"),  # dataset, model, wrap, optimizer, loader
+    "warmup": ("model_data_ready", "warmup_done"),  # untimed steps: the first and warmup_steps
+    "timed_steps": ("warmup_done", "timed_steps_done"),  # the timed steps (and the timing agreement pauses)
+    "evaluation": ("timed_steps_done", "evaluation_done"),  # the test set
+    "results": ("evaluation_done", "summary_written"),  # step files, gather, replay of single, provenance
+    "teardown": ("summary_written", "torchrun_exited"),  # destroy_process_group, exits, torchrun noticing
+    "launcher_finish": ("torchrun_exited", "launcher_exit"),  # the launcher reads, diagnoses, rewrites the summary
+}
+
+
+def timeline_spans(marks: dict[str, Any]) -> dict[str, float | None]:
+    """The seconds of every span whose two marks are known (else null)."""
+    spans: dict[str, float | None] = {}
+    for name, (start, end) in TIMELINE_SPANS.items():
+        a, b = marks.get(start), marks.get(end)
+        spans[name] = b - a if isinstance(a, (int, float)) and isinstance(b, (int, float)) else None
+    return spans
+
+
+def fixed_cost_s(marks: dict[str, Any], timed_wall_s: float | None) -> float | None:
+    """The launcher's wall (launcher_start to launcher_exit) minus the timed wall (what
+    throughput divides by): what one run costs beyond its measurement. Null without both."""
+    start, end = marks.get("launcher_start"), marks.get("launcher_exit")
+    if not isinstance(start, (int, float)) or not isinstance(end, (int, float)):
+        return None
+    return (end - start) - (timed_wall_s or 0.0)
+
+
+def with_timeline(summary: dict[str, Any], marks: dict[str, Any]) -> dict[str, Any]:
+    """The summary with `timeline` (marks merged over those it has, in TIMELINE_MARKS
+    order), `timeline_s` (the spans) and `fixed_cost_s` set."""
+    merged = {**(summary.get("timeline") or {}), **{k: v for k, v in marks.items() if v is not None}}
+    timeline = {name: merged[name] for name in TIMELINE_MARKS if name in merged}
+    return {
+        **summary,
+        "timeline": timeline,
+        "timeline_s": timeline_spans(timeline),
+        "fixed_cost_s": fixed_cost_s(timeline, summary.get("timed_wall_s")),
+    }

@@ -31,6 +31,8 @@ ENV_PREFIXES = ("OMP_", "MKL_", "KMP_", "OPENBLAS_", "TORCH_", "PYTORCH_", "CUDA
 VERSIONED_PACKAGES = ("torchvision", "numpy", "scipy", "pandas", "psutil", "matplotlib", "snakemake")
 #: The launcher's command line, passed to the ranks (the rank writing the summary records it).
 LAUNCH_COMMAND_ENV = "DDPBENCH_LAUNCH_COMMAND"
+#: The launcher's timeline marks (JSON) to its ranks: rank 0's summary starts its timeline from them.
+TIMELINE_ENV = "DDPBENCH_TIMELINE"
 #: The lock's hash for a copy of ddpbench that has no uv.lock beside it.
 LOCK_HASH_ENV = "DDPBENCH_LOCK_HASH"
 #: Every key of a summary's env block, whoever wrote it (a rank or the launcher).

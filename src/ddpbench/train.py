@@ -20,6 +20,10 @@ name the rank, step and phase of a failure.
 
 from __future__ import annotations
 
+import time
+
+RANK_STARTED = time.time()  # timeline mark ranks_started: this module loaded, torch not yet imported
+
 import argparse
 import collections
 import contextlib
@@ -29,8 +33,8 @@ import datetime
 import math
 import os
 import signal
+import json
 import sys
-import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +48,8 @@ from ddpbench import autobatch, diagnose, metrics, models, safe_io, storage, str
 from ddpbench.metrics import write_json
 from ddpbench.params import CellParams
 from ddpbench.strategies.base import Context, Strategy
+
+IMPORTS_DONE = time.time()  # timeline mark imports_done: torch and the harness imported
 
 TAIL_STEPS = 10  # final train loss/accuracy: sample-weighted over the last steps
 MAX_TIMING_CHECKS = 10  # times the ranks agree on more steps for min_timed_s (the pace drifts)
@@ -86,6 +92,7 @@ def run(params: CellParams, out: Path, dump_params: Path | None = None) -> int:
     """Set up this rank (threads, device, process group), train, and always leave a
     status behind: skipped/failed summaries from rank 0, error_rank{R}.txt from a failing rank."""
     t_start = time.perf_counter()
+    marks = start_marks()
     ranks = Ranks.from_env()
     out.mkdir(parents=True, exist_ok=True)
     heartbeat = diagnose.Heartbeat(out / f"heartbeat_rank{ranks.rank}")  # where this rank is, should it fail
@@ -97,7 +104,7 @@ def run(params: CellParams, out: Path, dump_params: Path | None = None) -> int:
         if ranks.rank == 0:
             env = sysinfo.environment(backend, threads, started=wall_clock(t_start))
             summary = metrics.make_summary(status, reason, params.as_dict(), ranks.world, ranks.nodes, env)
-            write_json(out / "summary.json", summary)
+            write_json(out / "summary.json", metrics.with_timeline(summary, {**marks, "summary_written": time.time()}))
 
     reason = skip_reason(params, ranks)
     if reason:
@@ -113,11 +120,14 @@ def run(params: CellParams, out: Path, dump_params: Path | None = None) -> int:
                 timeout=datetime.timedelta(seconds=params.timeout_s),
                 device_id=device if backend == "nccl" else None,
             )
+        marks["process_group_ready"] = time.time()
         summary = execute(
-            params, out, ranks, device, dump_params=dump_params, threads=threads, t_start=t_start, heartbeat=heartbeat
-        )
+            params, out, ranks, device, dump_params=dump_params, threads=threads, t_start=t_start, heartbeat=heartbeat,
+            marks=marks,
+        )  # fmt: skip
         if summary is not None:
-            write_json(out / "summary.json", summary)
+            marks["summary_written"] = time.time()  # the write of the summary itself follows (< 1 ms)
+            write_json(out / "summary.json", metrics.with_timeline(summary, marks))
         return 0
     except Exception as err:
         tb = traceback.format_exc()
@@ -136,6 +146,24 @@ def run(params: CellParams, out: Path, dump_params: Path | None = None) -> int:
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+_first_run = True
+
+
+def start_marks() -> dict[str, float]:
+    """The timeline so far (metrics.TIMELINE_MARKS): the launcher's marks (from its
+    environment variable) and this rank's start. The first run of a process starts at the
+    module's load; another run in the same process (tests) starts now."""
+    global _first_run
+    first, _first_run = _first_run, False
+    marks: dict[str, float] = {}
+    with contextlib.suppress(ValueError, TypeError, AttributeError):
+        launcher = json.loads(os.environ.get(sysinfo.TIMELINE_ENV) or "{}")
+        marks.update({k: float(v) for k, v in launcher.items() if k in metrics.TIMELINE_MARKS})
+    now = time.time()
+    marks.update(ranks_started=RANK_STARTED if first else now, imports_done=IMPORTS_DONE if first else now)
+    return marks
 
 
 def wall_clock(perf_s: float) -> float:
@@ -189,8 +217,11 @@ def execute(
     threads: int | None = None,
     t_start: float | None = None,
     heartbeat: diagnose.Heartbeat | None = None,
+    marks: dict[str, float] | None = None,
 ) -> dict[str, Any] | None:
-    """Train one cell in an initialised process group; returns rank 0's summary."""
+    """Train one cell in an initialised process group; returns rank 0's summary. Adds this
+    run's timeline marks to `marks` (rank 0's; the ranks' start: the last rank's)."""
+    marks = {} if marks is None else marks
     t_start = time.perf_counter() if t_start is None else t_start
     load_start = sysinfo.loadavg()
     strategy = strategies.get(params.strategy)
@@ -219,12 +250,15 @@ def execute(
     loader = datamod.train_loader(data, sampler, params.num_workers, pin_memory=device.type == "cuda")
     first_timed = strategy.steady_step(ctx) + 1 + params.warmup_steps
     total_steps = planned_steps(params, len(sampler), first_timed)
+    marks["model_data_ready"] = time.time()
 
     run = train_loop(model, optimizer, strategy, ctx, loader, sampler, total_steps, global_batch, first_timed=first_timed)
+    marks.update(warmup_done=run.timing_started, timed_steps_done=time.time())
     if heartbeat is not None:
         heartbeat.finishing()
     bare = strategy.bare(model)
     test = evaluate(bare, data, ranks, device, per_rank_batch)
+    marks["evaluation_done"] = time.time()
     flat = models.flat_parameters(bare)
     payload = {
         "records": run.records,
@@ -235,6 +269,7 @@ def execute(
         "cuda_max_allocated_mb": metrics.cuda_max_allocated_mb(device),
         "optimizer_state_bytes": strategy.optimizer_state_bytes(optimizer),
         "cpu": run.cpu,
+        "started": {k: marks.get(k) for k in ("ranks_started", "imports_done")},
     }
     spread = rank_spread(flat)
     extra = strategy.extra(model, ctx)
@@ -242,6 +277,11 @@ def execute(
     payloads = gather_to_rank0(payload)
     if ranks.rank != 0:
         return None
+    # init_process_group waits for every rank: the last rank's start is the one that counts.
+    for mark in ("ranks_started", "imports_done"):
+        started = [p["started"][mark] for p in payloads if p["started"].get(mark) is not None]
+        if started:
+            marks[mark] = max(started)
     if dump_params is not None:
         dump_params.parent.mkdir(parents=True, exist_ok=True)
         torch.save({k: v.detach().cpu() for k, v in bare.state_dict().items()}, dump_params)
@@ -337,6 +377,7 @@ class LoopResult:
         self.last = collections.deque(maxlen=TAIL_STEPS)  # (loss, correct, samples) per step
         self.steps = 0  # steps run (the plan, extended to the timing minimums)
         self.cpu: dict[str, Any] = {}  # CPU time during the timed steps (sysinfo.cpu_snapshot)
+        self.timing_started: float | None = None  # wall clock (epoch s) at the first timed step's start
 
     def tail(self) -> tuple[float, int, int]:
         """Sums over the last steps: (loss x samples, correct, samples)."""
@@ -496,6 +537,7 @@ def train_loop(
         timed = instrument and step >= first_timed
         if timed and not timing:
             timing = True
+            result.timing_started = time.time()
             result.cpu["start"] = sysinfo.cpu_snapshot()
         timer.begin()
         x, y = next(batches)

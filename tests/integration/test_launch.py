@@ -51,6 +51,27 @@ def test_ok_cell_weak_scaling_with_workers(tmp_path):
     assert not list(out.glob("*.tmp*"))
 
 
+def test_every_mark_of_the_timeline_is_there_in_order_on_a_real_world_size_2_run(tmp_path):
+    from ddpbench.metrics import TIMELINE_MARKS, TIMELINE_SPANS
+
+    before = time.time()
+    summary, _, outer_s = launch(tmp_path / "run", "--strategy", "ddp")
+    after = time.time()
+    assert summary["status"] == "ok", summary["reason"]
+    marks = summary["timeline"]
+    assert list(marks) == list(TIMELINE_MARKS)  # every mark, in the documented order
+    times = [marks[name] for name in TIMELINE_MARKS]
+    assert all(a <= b for a, b in zip(times, times[1:])), marks
+    assert before <= times[0] and times[-1] <= after  # one clock: the launcher's and the ranks' marks
+    wall = marks["launcher_exit"] - marks["launcher_start"]
+    assert 0 < wall <= outer_s
+    spans = summary["timeline_s"]
+    assert list(spans) == list(TIMELINE_SPANS) and all(v >= 0 for v in spans.values())
+    assert sum(spans.values()) == pytest.approx(wall)
+    assert summary["timed_wall_s"] > 0 and 0 < summary["fixed_cost_s"] < wall
+    assert summary["fixed_cost_s"] == pytest.approx(wall - summary["timed_wall_s"])
+
+
 def test_bad_value_exits_2_before_anything_starts(tmp_path):
     cmd = [sys.executable, "-m", "ddpbench.launch", "--out", str(tmp_path / "x"), "--model", "alexnet"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)

@@ -646,3 +646,30 @@ def test_write_json_replaces_the_file_atomically(tmp_path):
 def test_training_health_marks_a_run_that_does_not_learn(losses, health, said):
     got, reason = metrics.training_health(losses)
     assert got == health and said in reason
+
+
+def test_timeline_spans_partition_the_launcher_wall_and_fixed_cost_is_the_rest_of_it():
+    # Marks 0, 1, 3, 6, ... (the n-th span lasts n + 1 s): the spans add up to the last mark.
+    marks, t = {}, 100.0
+    for i, name in enumerate(metrics.TIMELINE_MARKS):
+        marks[name] = t
+        t += i + 1
+    spans = metrics.timeline_spans(marks)
+    assert list(spans) == list(metrics.TIMELINE_SPANS)
+    assert list(spans.values()) == [float(i + 1) for i in range(len(spans))]
+    wall = marks["launcher_exit"] - marks["launcher_start"]  # 1 + 2 + ... + 11 = 66
+    assert wall == sum(spans.values()) == 66.0
+    # fixed cost: the launcher's wall minus the timed wall (not the timed_steps span)
+    assert metrics.fixed_cost_s(marks, 2.5) == 63.5
+    assert metrics.fixed_cost_s(marks, None) == 66.0  # no timed steps: all of it is fixed cost
+    assert metrics.fixed_cost_s({"launcher_start": 1.0}, 2.5) is None  # no launcher: unknown
+
+
+def test_with_timeline_merges_marks_in_their_order_and_leaves_unknown_spans_null():
+    summary = {"status": "ok", "timed_wall_s": 0.5, "timeline": {"ranks_started": 2.0, "imports_done": 3.0}}
+    out = metrics.with_timeline(summary, {"launcher_exit": 10.0, "launcher_start": 1.0, "warmup_done": None})
+    assert list(out["timeline"]) == ["launcher_start", "ranks_started", "imports_done", "launcher_exit"]
+    assert out["timeline_s"]["imports"] == 1.0 and out["timeline_s"]["torchrun"] is None
+    assert out["fixed_cost_s"] == 8.5  # (10 - 1) - 0.5
+    assert summary["timeline"] == {"ranks_started": 2.0, "imports_done": 3.0}  # not modified
+    json.dumps(out, allow_nan=False)
