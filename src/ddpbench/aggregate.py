@@ -7,7 +7,9 @@ per rank and step), the input of the analysis and report.
 runs.csv: run_dir, repeat, world_size, nodes, every CellParams field (same name),
 status, reason, every scalar top-level summary metric, extra.<k> as extra_<k>, failure.<k>
 (a failed run's diagnosis: kind, rank, step, phase, signal, reason) as failure_<k>, env.<k>
-as env_<k> (env.env_vars.<NAME> as env_var_<NAME>); lists are dropped.
+as env_<k> (env.env_vars.<NAME> as env_var_<NAME>), the timeline's marks timeline.<mark> as
+timeline_<mark> and its spans timeline_s.<span> as timeline_<span>_s (empty for runs from
+before the timeline); lists are dropped.
 steps.csv: every rank's step rows with run_dir, repeat, world_size, strategy,
 batch_size, scaling, model, dataset, dataset_size, device prepended.
 
@@ -152,6 +154,12 @@ def run_row(summary_path: pathlib.Path) -> dict[str, Any]:
         if key in ("extra", "failure") and isinstance(value, dict):
             for k, v in value.items():
                 put(f"{key}_{k}", v)
+        elif key == "timeline" and isinstance(value, dict):
+            for k, v in value.items():
+                put(f"timeline_{k}", v)
+        elif key == "timeline_s" and isinstance(value, dict):
+            for k, v in value.items():
+                put(f"timeline_{k}_s", v)
         elif key == "env" and isinstance(value, dict):
             for k, v in value.items():
                 if k == "env_vars" and isinstance(v, dict):

@@ -52,6 +52,9 @@ METRICS = {
     "train_loss_final": "final train loss",
     "test_acc": "test accuracy",
 }
+# Where a run's wall time goes beyond its measurement (summary.json timeline, metrics.TIMELINE_SPANS):
+# per cell, the median over its timed runs; NaN for runs from before the timeline was recorded.
+TIMELINE_COLUMNS = ("fixed_cost_s", *(f"timeline_{span}_s" for span in metrics.TIMELINE_SPANS))
 SPEEDUP_COLUMNS = [
     "n_repeats", "baseline", "baseline_n", "time_s", "baseline_time_s", "measure", "speedup", "speedup_ci_low",
     "speedup_ci_high", "speedup_ci_level", "efficiency", "efficiency_ci_low", "efficiency_ci_high", "unstable",
@@ -401,12 +404,14 @@ def cell_stats(runs: pd.DataFrame, max_rel_ci: float = MAX_REL_CI) -> pd.DataFra
             if m in g:
                 iv = metric_interval(m, used[m])
                 row.update({m: iv.estimate, f"{m}_ci_low": iv.low, f"{m}_ci_high": iv.high, f"{m}_ci_level": iv.level})
+        row.update({c: float(pd.to_numeric(used[c], errors="coerce").median()) if c in used else np.nan
+                    for c in TIMELINE_COLUMNS})  # fmt: skip
         rows.append(row)
     counts = ["n_runs", "n_repeats", "n_untimed", "n_failed", "n_timeout", "n_skipped", "n_superseded", "n_busy",
               "n_oversubscribed", "n_off_lock", "n_nondeterministic", "n_diverged"]  # fmt: skip
     flags = ["unstable", "unstable_cause", "throughput_rel_ci"]
     stats_cols = [f"{m}{s}" for m in METRICS if m in runs for s in ("", "_ci_low", "_ci_high", "_ci_level")]
-    return pd.DataFrame(rows, columns=[*cols, *counts, *flags, *stats_cols])
+    return pd.DataFrame(rows, columns=[*cols, *counts, *flags, *stats_cols, *TIMELINE_COLUMNS])
 
 
 # -- speedup and efficiency --------------------------------------------------------------

@@ -3,6 +3,7 @@
 import csv
 import json
 
+import numpy as np
 import pytest
 
 from ddpbench import aggregate
@@ -177,3 +178,25 @@ def test_a_failed_run_without_step_files_is_not_damaged(tmp_path):
     assert aggregate.damage(summary) is None
     aggregate.aggregate([summary], tmp_path / "runs.csv", tmp_path / "steps.csv")
     assert read(tmp_path / "runs.csv")[0]["reason"] == "boom"
+
+
+def test_the_timeline_becomes_columns_and_old_summaries_without_one_still_aggregate(tmp_path):
+    from ddpbench import analysis, metrics
+
+    new = json.loads(make_run(tmp_path, "ddp", 2, 0).read_text())
+    marks = {name: 100.0 + i for i, name in enumerate(metrics.TIMELINE_MARKS)}
+    new = metrics.with_timeline({**new, "timed_wall_s": 0.25}, marks)
+    (tmp_path / "device~cpu/world_size~2/strategy~ddp/repeat~0/summary.json").write_text(json.dumps(new))
+    old = make_run(tmp_path, "ddp", 2, 1)  # from before the timeline: no timeline, timeline_s, fixed_cost_s
+    summaries = [tmp_path / "device~cpu/world_size~2/strategy~ddp/repeat~0/summary.json", old]
+    aggregate.aggregate(summaries, tmp_path / "runs.csv", tmp_path / "steps.csv")
+    rows = read(tmp_path / "runs.csv")
+    assert rows[0]["timeline_launcher_start"] == "100.0" and rows[0]["timeline_imports_s"] == "1.0"
+    assert rows[0]["fixed_cost_s"] == "10.75"  # (111 - 100) - 0.25
+    assert rows[1]["timeline_launcher_start"] == rows[1]["fixed_cost_s"] == rows[1]["timeline_imports_s"] == ""
+    cells = analysis.cell_stats(analysis.load_runs(tmp_path / "runs.csv"))
+    assert cells.iloc[0]["fixed_cost_s"] == 10.75 and cells.iloc[0]["timeline_imports_s"] == 1.0  # the one that has it
+    only_old = analysis.cell_stats(analysis.load_runs_frame(analysis.load_runs(tmp_path / "runs.csv").iloc[[1]]))
+    assert np.isnan(only_old.iloc[0]["fixed_cost_s"]) and np.isnan(only_old.iloc[0]["timeline_setup_s"])
+    older = analysis.load_runs(tmp_path / "runs.csv").drop(columns=[c for c in rows[0] if "timeline" in c or "fixed" in c])
+    assert set(analysis.TIMELINE_COLUMNS) <= set(analysis.cell_stats(older).columns)  # the columns always exist
