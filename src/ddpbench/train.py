@@ -30,10 +30,10 @@ import contextlib
 import copy
 import csv
 import datetime
+import json
 import math
 import os
 import signal
-import json
 import sys
 import traceback
 from dataclasses import dataclass
