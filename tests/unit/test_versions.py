@@ -77,6 +77,10 @@ def test_same_seed_cpu_repeats_that_disagree_are_flagged():
     # a GPU is allowed nondeterministic kernels
     gpu = differ.assign(device="cuda")
     assert A.cell_stats(A.load_runs_frame(gpu)).iloc[0]["n_nondeterministic"] == 0
+    # counted per cell: two cells that each agree within themselves are not pooled
+    other = agree.assign(strategy="ddp", world_size=2, param_norm=[3.5, 3.5])
+    cells = A.cell_stats(A.load_runs_frame(pd.concat([agree, other, differ.assign(strategy="zero")], ignore_index=True)))
+    assert dict(zip(cells["strategy"], cells["n_nondeterministic"])) == {"single": 0, "ddp": 0, "zero": 2}
 
 
 def test_a_table_read_back_with_an_empty_reason_column_is_set_aside_too(tmp_path):
