@@ -67,8 +67,9 @@ else:
     from ddpbench import report
     rc = report.main(argv)
 with open(where, "w") as f:
-    json.dump({"self_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-               "children_kb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, "rc": rc}, f)
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    json.dump({"self_kb": me.ru_maxrss, "children_kb": kids.ru_maxrss, "rc": rc,
+               "cpu_s": me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime}, f)
 sys.exit(rc)
 """
 
@@ -83,7 +84,7 @@ def measured(args: list[str], scratch: pathlib.Path) -> dict:
     if proc.returncode != 0:
         raise SystemExit(f"{args} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
     use = json.loads(where.read_text())
-    return {"wall_s": wall, "peak_mb": use["self_kb"] / 1024, "child_peak_mb": use["children_kb"] / 1024}
+    return {"wall_s": wall, "cpu_s": use["cpu_s"], "peak_mb": use["self_kb"] / 1024, "child_peak_mb": use["children_kb"] / 1024}
 
 
 def folder_mb(path: pathlib.Path) -> float:
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     scratch = pathlib.Path(args.keep or tempfile.mkdtemp(prefix="ddpbench-report-scale-"))
     scratch.mkdir(parents=True, exist_ok=True)
-    print(f"{'size':>8s} {'runs':>6s} {'cells':>6s} | {'read s':>7s} | {'report s':>8s} {'peak MB':>8s} "
+    print(f"{'size':>8s} {'runs':>6s} {'cells':>6s} | {'read s':>7s} | {'report s':>8s} {'cpu s':>6s} {'peak MB':>8s} "
           f"{'child MB':>8s} {'html MB':>8s} {'folder MB':>9s} {'figures':>7s} {'groups':>6s}", flush=True)  # fmt: skip
     try:
         for name in args.sizes.split(","):
@@ -130,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
                 "cells": cells,
                 "read_s": round(statistics.median(r["wall_s"] for r in reads), 2),
                 "report_s": round(statistics.median(r["wall_s"] for r in reps), 2),
+                "cpu_s": round(statistics.median(r["cpu_s"] for r in reps), 1),
                 "peak_mb": round(max(r["peak_mb"] for r in reps), 1),
                 "child_peak_mb": round(max(r["child_peak_mb"] for r in reps), 1),
                 "html_mb": round((out / "report.html").stat().st_size / 2**20, 2),
@@ -138,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
                 "groups": len(prefixes) or 1,
             }
             results[name] = row
-            print(f"{name:>8s} {row['runs']:6d} {row['cells']:6d} | {row['read_s']:7.2f} | {row['report_s']:8.2f} "
+            print(f"{name:>8s} {row['runs']:6d} {row['cells']:6d} | {row['read_s']:7.2f} | {row['report_s']:8.2f} {row['cpu_s']:6.1f} "
                   f"{row['peak_mb']:8.0f} {row['child_peak_mb']:8.0f} {row['html_mb']:8.2f} {row['folder_mb']:9.1f} "
                   f"{row['figures']:7d} {row['groups']:6d}", flush=True)  # fmt: skip
             for key, limit in TARGETS.get(name, {}).items():
@@ -149,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(scratch, ignore_errors=True)
     load = os.getloadavg()
     print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} cores")
+    print("cpu s: the report's processor time, its workers' included (less sensitive to load than its wall time)")
     print("peak MB: the report process; child MB: its largest child (figure workers), 0 when it draws alone")
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps({**results, "loadavg": load, "cores": os.cpu_count()}, indent=2))

@@ -714,10 +714,12 @@ KINDS = {
 }
 
 
-def draw_all(d: Data):
-    """(kind, stem, title, figure) for every figure the data allow; parts after the first of a split
-    figure get _2, _3, ... after the stem."""
+def draw_all(d: Data, kinds=None):
+    """(kind, stem, title, figure) for every figure the data allow (of `kinds`, default all); parts
+    after the first of a split figure get _2, _3, ... after the stem."""
     for kind, draw in KINDS.items():
+        if kinds is not None and kind not in kinds:
+            continue
         figs = draw(d)
         count: dict = {}
         totals: dict = {}
@@ -774,12 +776,12 @@ def figure_groups(d: Data) -> list[tuple[str, dict, Data]]:
 
 
 def _draw_group(args) -> list[Figure]:
-    """Draw and write one group's figures (in a worker process, or in this one)."""
-    number, label, d, folder = args
+    """Draw and write one group's figures of some kinds (in a worker process, or in this one)."""
+    number, label, d, folder, kinds = args
     prefix = f"g{number:02d}-" if label else ""
     written = []
     with plt.rc_context(RC):
-        for kind, strategy, stem, title, fig in draw_all(d):
+        for kind, strategy, stem, title, fig in draw_all(d, kinds):
             if label:
                 fig.suptitle(f"{fig.get_suptitle()} — {label}" if fig.get_suptitle() else label, fontsize=10)
             for ext in ("svg", "pdf"):
@@ -794,20 +796,22 @@ def _draw_group(args) -> list[Figure]:
     return written
 
 
-def workers(n_groups: int) -> int:
-    """Processes that draw figure groups: one per group up to the usable cores (DDPBENCH_REPORT_WORKERS
+def workers(n_jobs: int) -> int:
+    """Processes that draw figures: one per job up to the usable cores (DDPBENCH_REPORT_WORKERS
     overrides; 1 draws in this process)."""
     env = os.environ.get("DDPBENCH_REPORT_WORKERS", "")
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     limit = int(env) if env.isdigit() and int(env) > 0 else cores
-    return max(1, min(limit, n_groups))
+    return max(1, min(limit, n_jobs))
 
 
 def make_figures(d: Data, out: pathlib.Path) -> list[Figure]:
-    """Draw every figure the data allow into out/figures, group by group (several groups: in
-    parallel worker processes); returns what was written, in group order."""
+    """Draw every figure the data allow into out/figures; returns what was written, in group order.
+    The figures are drawn in parallel worker processes, one job per group and kind: small jobs
+    keep the workers evenly busy (3 groups on 2 cores, as whole groups, left one core idle for a
+    third of the time, and a grid of one group was drawn on one core)."""
     folder = safe_io.real_dir(pathlib.Path(out) / "figures")
-    jobs = [(i, label, g, folder) for i, (label, _, g) in enumerate(figure_groups(d), 1)]
+    jobs = [(i, label, g, folder, [kind]) for i, (label, _, g) in enumerate(figure_groups(d), 1) for kind in KINDS]
     n = workers(len(jobs))
     if n == 1 or "fork" not in multiprocessing.get_all_start_methods():
         return [f for job in jobs for f in _draw_group(job)]
