@@ -88,6 +88,12 @@ def make_runs(
                             extra_oversubscribed=False, extra_measurement_short=False,
                             extra_comm_volume="none" if strategy == "single" else "allreduce",
                         )  # fmt: skip
+                        # a launch's timeline (seconds per span), as a 2-core machine measures one
+                        spans = dict(launcher=0.1, torchrun=2.3, imports=3.0, process_group=0.05 * p, setup=2.7,
+                                     warmup=3 * step, timed_steps=step * (steps - 3), evaluation=0.05, results=0.15,
+                                     teardown=2.0 + 0.5 * (p > 1), launcher_finish=0.1)  # fmt: skip
+                        row.update({f"timeline_{k}_s": v for k, v in spans.items()})
+                        row["fixed_cost_s"] = sum(spans.values()) - step * (steps - 3)
                         rows.append(row)
     runs = pd.DataFrame(rows)
     if failures:

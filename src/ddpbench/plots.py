@@ -119,6 +119,7 @@ TITLES = {
     "karp_flatt": "Karp–Flatt serial fraction vs workers",
     "rank_skew": "Rank skew vs workers",
     "comm_sweep": "All-reduce bus bandwidth vs message size",
+    "fixed_cost": "Where a run's wall time goes",
 }
 
 
@@ -479,6 +480,23 @@ OTHER_PHASE = ("phase_other_s", "other")
 PHASE_COLORS = ["#8c8c8c", "#4c72b0", "#55a868", "#ccb974", "#c44e52", "#dd8452"]  # data ... other
 
 
+def _stacked_bars(ax, g: pd.DataFrame, segments, colors) -> np.ndarray:
+    """One horizontal bar per row of `g` (a strategy), `segments` (column, name) stacked left to right;
+    the strategy names as tick labels in their colours. Returns the bars' right ends."""
+    pos = np.arange(len(g))  # positions, not categories: two rows whose shortened labels agree stay apart
+    left = np.zeros(len(g))
+    for (col, name), color in zip(segments, colors):
+        v = g[col].fillna(0).to_numpy()
+        ax.barh(pos, v, left=left, color=color, label=name, height=0.7)
+        left += v
+    ax.set_yticks(pos, [text(s, 18) for s in g["strategy"]])
+    for tick, s in zip(ax.get_yticklabels(), g["strategy"]):
+        tick.set_color(strategy_style(s)["color"])  # the strategy's colour, as in every other figure
+    ax.set_ylim(len(g) - 0.5, -0.5)
+    ax.grid(False, axis="y")
+    return left
+
+
 def fig_phases(d: Data):
     need = [c for c, _ in PHASES] + ["phase_comm_s", "timed_steps"]
     ok = d.runs[d.runs["status"] == "ok"]
@@ -500,25 +518,55 @@ def fig_phases(d: Data):
     hidden_any = ((med["phase_comm_s"] - med["phase_exposed_comm_s"]).clip(lower=0).fillna(0) > 0).any()
 
     def draw(ax, g):
-        pos = np.arange(len(g))  # positions, not categories: two rows whose shortened labels agree stay apart
-        left = np.zeros(len(g))
-        for (col, name), color in zip(phases, PHASE_COLORS):
-            v = g[col].fillna(0).to_numpy()
-            ax.barh(pos, v, left=left, color=color, label=name, height=0.7)
-            left += v
+        left = _stacked_bars(ax, g, phases, PHASE_COLORS)
         hidden = (g["phase_comm_s"] - g["phase_exposed_comm_s"]).clip(lower=0).fillna(0).to_numpy()
         if hidden_any:
-            ax.barh(pos, hidden, left=left, color="none", edgecolor="gray", hatch="///", height=0.7,
+            ax.barh(np.arange(len(g)), hidden, left=left, color="none", edgecolor="gray", hatch="///", height=0.7,
                     label="overlapped comm (hidden)")  # fmt: skip
-        ax.set_yticks(pos, [text(s, 18) for s in g["strategy"]])
-        for tick, s in zip(ax.get_yticklabels(), g["strategy"]):
-            tick.set_color(strategy_style(s)["color"])  # the strategy's colour, as in every other figure
-        ax.set_ylim(len(g) - 0.5, -0.5)
-        ax.grid(False, axis="y")
 
     n_rows = max(len(g) for _, g in panels)
     return _grid(f"{TITLES['phases']} (median over repeats; pacing rank)", panels, draw,
                  xlabel="seconds per timed step", ylabel="strategy (label colour: as in every figure)", sharex=True,
+                 panel_size=(3.0, 0.45 + 0.3 * n_rows), ncols=None if len(panels) > 2 else len(panels))  # fmt: skip
+
+
+# Where a run's wall time goes, launch to exit (summary.json timeline): the spans of
+# metrics.TIMELINE_SPANS, a few merged so the legend stays short; the timed steps stand out.
+RUN_SPANS = [
+    (("launcher", "launcher_finish"), "launcher", "#bdbdbd"),
+    (("torchrun",), "torchrun start", "#969696"),
+    (("imports",), "imports", "#737373"),
+    (("process_group",), "process group", "#9ecae1"),
+    (("setup",), "setup (data, model, optimizer)", "#6baed6"),
+    (("warmup",), "warm-up steps", "#fdae6b"),
+    (("timed_steps",), "timed steps (the measurement)", "#d62728"),
+    (("evaluation", "results"), "evaluation and results", "#a1d99b"),
+    (("teardown",), "teardown", "#525252"),
+]
+
+
+def fig_fixed_cost(d: Data):
+    """Median seconds per run in each span of its timeline, one bar per strategy, one panel per
+    world size: how much of a launch measures and where the fixed cost goes."""
+    cols = {label: [f"timeline_{s}_s" for s in spans] for spans, label, _ in RUN_SPANS}
+    need = [c for cs in cols.values() for c in cs]
+    ok = d.runs[d.runs["status"] == "ok"]
+    if ok.empty or not set(need) <= set(ok.columns) or ok[need].isna().all().all():
+        return []
+    per_run = pd.DataFrame({label: ok[cs].sum(axis=1, min_count=1) for label, cs in cols.items()})
+    per_run[["strategy", "world_size"]] = ok[["strategy", "world_size"]].astype({"strategy": str})
+    med = per_run.groupby(["strategy", "world_size"], sort=True).median().reset_index()
+    panels = []
+    for p, g in med.groupby("world_size", sort=True):
+        order = strategy_order(g["strategy"])
+        for part in _chunks(order, MAX_SERIES):
+            panels.append((f"p={int(p)}", g.set_index("strategy").loc[part].reset_index()))
+    segments = [(label, label) for _, label, _ in RUN_SPANS]
+    colors = [c for *_, c in RUN_SPANS]
+    n_rows = max(len(g) for _, g in panels)
+    return _grid("Where a run's wall time goes, launch to exit (median per run)", panels,
+                 lambda ax, g: _stacked_bars(ax, g, segments, colors), xlabel="seconds per run",
+                 ylabel="strategy (label colour: as in every figure)", sharex=True,
                  panel_size=(3.0, 0.45 + 0.3 * n_rows), ncols=None if len(panels) > 2 else len(panels))  # fmt: skip
 
 
@@ -711,6 +759,7 @@ KINDS = {
     "loss": fig_loss,
     "step_time": fig_step_time,
     "comm_sweep": fig_comm_sweep,
+    "fixed_cost": _one(fig_fixed_cost),
 }
 
 

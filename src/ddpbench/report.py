@@ -389,8 +389,23 @@ def methodology(runs: pd.DataFrame, cells: pd.DataFrame, n_boot: int, steps_give
         coverage_welch=_coverage("welch"),
         median_levels=", ".join(f"{pct(A.order_stat_rank(n)[1])} at n = {n}" for n in ns) or "–",
         max_rel_ci=pct(max_rel_ci),
+        run_cost=run_cost(ok),
         **trust(runs, cells),
     )
+
+
+def run_cost(ok: pd.DataFrame) -> str | None:
+    """How much of a launch measures: the median run's timed and fixed seconds and the timed fraction
+    over all ok runs (None for runs from before the timeline was recorded)."""
+    if not {"fixed_cost_s", "timed_wall_s"} <= set(ok.columns):
+        return None
+    both = ok[["fixed_cost_s", "timed_wall_s"]].apply(pd.to_numeric, errors="coerce").dropna()
+    if both.empty:
+        return None
+    fraction = both["timed_wall_s"].sum() / both.sum(axis=1).sum()
+    return (f"a run's median launch cost {num(both['fixed_cost_s'].median())} s besides its "
+            f"{num(both['timed_wall_s'].median())} s of timed steps; the timed steps are {100 * fraction:.0f}% of all "
+            f"{len(both)} runs' wall time")
 
 
 def threads_text(runs: pd.DataFrame) -> str:

@@ -242,6 +242,21 @@ def test_methodology_states_methods_levels_and_tested_coverage(full):
     assert "median interval level" in html
 
 
+def test_methodology_states_what_a_launch_costs_and_the_figure_shows_it(full, tmp_path):
+    runs = make_runs(world_sizes=(1, 2), strategies=("single", "ddp"), repeats=2, failures=False)
+    runs["fixed_cost_s"], runs["timed_wall_s"] = 9.0, 1.0
+    assert report.main(_write(tmp_path, runs)) == 0
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert "median launch cost 9 s besides its 1 s of timed steps; the timed steps are 10% of all 6 runs" in html
+    assert "timed steps (the measurement)" in (tmp_path / "out" / "figures" / "fixed_cost.svg").read_text()
+    # runs from before the timeline: no sentence, no figure
+    old = runs.drop(columns=["fixed_cost_s", *[c for c in runs if c.startswith("timeline_")]])
+    (tmp_path / "old").mkdir()
+    assert report.main(_write(tmp_path / "old", old)) == 0
+    assert "Cost of a launch" not in (tmp_path / "old" / "out" / "report.html").read_text()
+    assert not (tmp_path / "old" / "out" / "figures" / "fixed_cost.svg").exists()
+
+
 def test_phase_figure_draws_other_when_runs_carry_it(full, tmp_path):
     assert ">other<" in (full / "figures" / "phases.svg").read_text()
     runs = make_runs(world_sizes=(1, 2), strategies=("single", "ddp"), repeats=1, failures=False)
