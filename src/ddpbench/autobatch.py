@@ -28,6 +28,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ddpbench import metrics
+from ddpbench.strategies.base import SGD
 
 MAX_BATCH = 2**16
 CLEAR_REFS = "/proc/self/clear_refs"
@@ -70,7 +71,7 @@ def cpu_budget_bytes(memory_budget_gb: float, local_ranks: int) -> int:
 def trial_step(model: nn.Module, shape: tuple[int, ...], batch: int, device: torch.device) -> None:
     """One training step at `batch` on a copy of `model` (its memory freed afterwards)."""
     net = copy.deepcopy(model).to(device)
-    opt = torch.optim.SGD(net.parameters(), lr=0.0, momentum=0.9)
+    opt = SGD(net.parameters(), lr=0.0, momentum=0.9)  # the harness's optimizer: the same state, no torch._dynamo
     x = torch.zeros(batch, *shape, device=device)
     y = torch.zeros(batch, dtype=torch.long, device=device)
     nn.functional.cross_entropy(net(x), y).backward()

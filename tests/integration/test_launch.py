@@ -72,6 +72,40 @@ def test_every_mark_of_the_timeline_is_there_in_order_on_a_real_world_size_2_run
     assert summary["fixed_cost_s"] == pytest.approx(wall - summary["timed_wall_s"])
 
 
+# Loaded by every Python process of a launch (PYTHONPATH): each rank records at exit
+# whether torch._dynamo was imported.
+DYNAMO_PROBE = """
+import atexit, json, os, sys
+
+def _report():
+    if "RANK" in os.environ:
+        path = os.path.join(os.environ["DYNAMO_PROBE"], "rank" + os.environ["RANK"] + ".json")
+        with open(path, "w") as f:
+            json.dump({"dynamo": "torch._dynamo" in sys.modules, "torch": "torch" in sys.modules}, f)
+
+atexit.register(_report)
+"""
+
+
+def test_a_real_cell_never_imports_torch_dynamo(tmp_path):
+    """Importing torch._dynamo costs each rank about 1.2 s (more under load) and a slower
+    exit (issue 19), and no cell compiles anything: torch.optim.Optimizer's methods import
+    it, so the strategies step with strategies.base.SGD. A regression fails here. (The
+    DistributedDataParallel strategies - ddp, ddp_fp16, powersgd, zero - import it in
+    DDP's own constructor, pipeline in torch.distributed.pipelining's import: torch's own
+    code is what they measure.)"""
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    (probe / "sitecustomize.py").write_text(DYNAMO_PROBE)
+    path = os.pathsep.join(filter(None, [str(probe), os.environ.get("PYTHONPATH")]))
+    summary, _, _ = launch(tmp_path / "run", "--strategy", "allreduce", env={"PYTHONPATH": path, "DYNAMO_PROBE": str(probe)})
+    assert summary["status"] == "ok", summary["reason"]
+    reports = {p.name: json.loads(p.read_text()) for p in probe.glob("rank*.json")}
+    assert set(reports) == {"rank0.json", "rank1.json"}
+    assert all(r["torch"] for r in reports.values())  # the probe saw the ranks' imports
+    assert not any(r["dynamo"] for r in reports.values()), reports
+
+
 def test_bad_value_exits_2_before_anything_starts(tmp_path):
     cmd = [sys.executable, "-m", "ddpbench.launch", "--out", str(tmp_path / "x"), "--model", "alexnet"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)

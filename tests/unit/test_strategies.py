@@ -1,5 +1,7 @@
 """The strategy registry and the pieces of the explicit strategies (no process groups)."""
 
+import copy
+
 import pytest
 import torch
 
@@ -198,6 +200,38 @@ def test_nbytes_and_optimizer_state_bytes():
     opt.step()
     assert state_bytes(opt) == 8 * 4  # one float32 momentum buffer per parameter
     assert Strategy().optimizer_state_bytes(opt) == 32
+
+
+@pytest.mark.parametrize("momentum", [0.9, 0.0])
+@pytest.mark.parametrize("set_to_none", [True, False])
+def test_the_harness_sgd_steps_as_torch_optim_sgd_bit_for_bit(momentum, set_to_none):
+    """strategies.base.SGD (torch's functional sgd, without torch.optim.Optimizer, whose
+    first use imports torch._dynamo) leaves the same parameters and momentum buffers as
+    torch.optim.SGD, exactly, step after step; a parameter without a gradient is left alone."""
+    from ddpbench.strategies.base import SGD, state_bytes
+
+    torch.manual_seed(0)
+    ours = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.ReLU(), torch.nn.Linear(7, 3), torch.nn.Linear(3, 3))
+    theirs = copy.deepcopy(ours)
+    for model in (ours, theirs):
+        model[3].requires_grad_(False)  # never gets a gradient
+    opt_ours = SGD(ours.parameters(), lr=0.05, momentum=momentum)
+    opt_theirs = torch.optim.SGD(theirs.parameters(), lr=0.05, momentum=momentum)
+    for step in range(4):
+        x, y = torch.randn(6, 5), torch.randint(0, 3, (6,))
+        for model, opt in ((ours, opt_ours), (theirs, opt_theirs)):
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=set_to_none)
+        for a, b in zip(ours.parameters(), theirs.parameters()):
+            assert torch.equal(a, b) and (a.grad is None) == (b.grad is None)
+            assert a.grad is None or torch.equal(a.grad, b.grad)
+        assert state_bytes(opt_ours) == state_bytes(opt_theirs)
+        for a, b in zip(ours.parameters(), theirs.parameters()):
+            mine, torchs = opt_ours.state.get(a, {}), opt_theirs.state.get(b, {})
+            assert (mine.get("momentum_buffer") is None) == (torchs.get("momentum_buffer") is None)
+            if mine.get("momentum_buffer") is not None:
+                assert torch.equal(mine["momentum_buffer"], torchs["momentum_buffer"])
 
 
 @pytest.mark.parametrize("name", strategies.names())

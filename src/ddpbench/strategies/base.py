@@ -83,7 +83,7 @@ class Strategy:
         return model
 
     def make_optimizer(self, model: nn.Module, ctx: Context) -> torch.optim.Optimizer:
-        return torch.optim.SGD(model.parameters(), lr=ctx.params.lr, momentum=ctx.params.momentum)
+        return SGD(model.parameters(), lr=ctx.params.lr, momentum=ctx.params.momentum)
 
     def forward_backward(
         self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, scale: float, timer: "StepTimer"
@@ -198,6 +198,66 @@ class BucketedSum(Strategy):
                     offset += g.numel()
 
 
+class SGD:
+    """torch.optim.SGD's step, bit for bit, without torch.optim.Optimizer around it.
+
+    torch.optim.Optimizer's methods (add_param_group in the constructor, step, zero_grad)
+    import torch._dynamo on first use (torch._disable_dynamo, graph breaks for
+    torch.compile): about 1.2 s per rank on a quiet 2-core machine, more under load, and a
+    slower interpreter exit, in every cell, while no cell compiles anything. This class
+    keeps the state as torch.optim.SGD does (param_groups, state[p]["momentum_buffer"]) and
+    updates it through torch's documented functional API, torch.optim.sgd.sgd, with the
+    arguments torch.optim.SGD.step passes (its foreach/fused choice included), under
+    no_grad as that API asks; tests/unit/test_strategies.py checks it against
+    torch.optim.SGD step by step. Only what the harness uses: no closures, hooks or
+    state_dict. (`zero` keeps torch's optimizer: ZeroRedundancyOptimizer is one.)
+    """
+
+    def __init__(self, params, lr: float, momentum: float = 0.0) -> None:
+        from torch.optim.sgd import sgd
+
+        self._sgd = sgd
+        self.defaults = {
+            "lr": lr, "momentum": momentum, "dampening": 0.0, "weight_decay": 0.0, "nesterov": False,
+            "maximize": False, "foreach": None, "differentiable": False, "fused": None,
+        }  # fmt: skip
+        params = list(params)
+        if not params:
+            raise ValueError("SGD got an empty parameter list")
+        self.param_groups = [{"params": params, **self.defaults}]
+        self.state: dict[torch.Tensor, dict[str, Any]] = {}
+
+    @torch.no_grad()
+    def step(self) -> None:
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            grads = [p.grad for p in params]
+            momentum = group["momentum"] != 0
+            buffers = [self.state.get(p, {}).get("momentum_buffer") for p in params] if momentum else []
+            self._sgd(
+                params, grads, buffers, has_sparse_grad=any(g.is_sparse for g in grads), foreach=group["foreach"],
+                fused=group["fused"], weight_decay=group["weight_decay"], momentum=group["momentum"],
+                lr=group["lr"], dampening=group["dampening"], nesterov=group["nesterov"], maximize=group["maximize"],
+            )  # fmt: skip
+            if momentum:
+                for p, buf in zip(params, buffers, strict=True):
+                    self.state.setdefault(p, {})["momentum_buffer"] = buf
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if set_to_none:
+                    p.grad = None
+                else:
+                    if p.grad.grad_fn is not None:
+                        p.grad.detach_()
+                    else:
+                        p.grad.requires_grad_(False)
+                    p.grad.zero_()
+
+
 def allreduce_bytes(nbytes: int, world: int) -> int:
     """Bytes one rank sends in an all-reduce of `nbytes`, counted as a bandwidth-optimal
     ring does (2(p-1)/p of the message; nccl-tests' bus-bandwidth convention)."""
@@ -213,4 +273,4 @@ def state_bytes(optimizer: torch.optim.Optimizer) -> int:
     return sum(nbytes(v) for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v))
 
 
-__all__ = ["Context", "Strategy", "BucketedSum", "timed_blocking", "gradients", "buckets", "allreduce_bytes", "nbytes", "state_bytes", "dist"]
+__all__ = ["Context", "Strategy", "SGD", "BucketedSum", "timed_blocking", "gradients", "buckets", "allreduce_bytes", "nbytes", "state_bytes", "dist"]

@@ -27,7 +27,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 
-from ddpbench.strategies.base import Strategy, nbytes
+from ddpbench.strategies.base import SGD, Strategy, nbytes
 
 SETTINGS = ("micro_batches",)  # the strategy-specific cell parameters it reads
 
@@ -132,7 +132,7 @@ class Pipeline(Strategy):
         return samples if ctx.rank == ctx.world - 1 else 0
 
     def make_optimizer(self, model, ctx):
-        return torch.optim.SGD(model.stage_module.parameters(), lr=ctx.params.lr, momentum=ctx.params.momentum)
+        return SGD(model.stage_module.parameters(), lr=ctx.params.lr, momentum=ctx.params.momentum)
 
     def forward_backward(self, model, x, y, scale, timer):
         m = model.ctx.params.micro_batches
