@@ -5,7 +5,8 @@
 
 Validates the cell flags first (exit 2 naming the bad parameter, nothing started), runs
 `torchrun --standalone` (a free port per cell, so concurrent cells never collide) or a
-c10d rendezvous across nodes, enforces the wall-clock limit timeout_s + grace, and
+c10d rendezvous across nodes (torchrun as `python -m ddpbench.torchrun`: the same
+torch.distributed.run, with a cheaper exit), enforces the wall-clock limit timeout_s + grace, and
 guarantees DIR/summary.json (on node 0): if the ranks did not write one (a crash, a kill,
 the limit), it writes status failed or timeout; on any failure the summary's `failure`
 block names the rank, kind, step and phase (ddpbench.diagnose). Exits 0 whenever a
@@ -112,7 +113,7 @@ def launch(args: argparse.Namespace, params: CellParams) -> int:
     # A workflow stops a job with SIGTERM: turn it into an exception so that the ranks,
     # in their own session, are stopped too instead of being orphaned.
     signal.signal(signal.SIGTERM, _terminated)
-    cmd = [sys.executable, "-m", "torch.distributed.run", *rendezvous(args, out)]
+    cmd = [sys.executable, "-m", "ddpbench.torchrun", *rendezvous(args, out)]  # torchrun, with a cheaper exit
     cmd += ["--nproc-per-node", str(args.nproc_per_node), "--max-restarts", "0"]
     cmd += ["-m", "ddpbench.train", "--out", str(out), *params.to_argv()]
     if args.dump_params:

@@ -48,6 +48,7 @@ from ddpbench import autobatch, diagnose, metrics, models, safe_io, storage, str
 from ddpbench.metrics import write_json
 from ddpbench.params import CellParams
 from ddpbench.strategies.base import Context, Strategy
+from ddpbench.torchrun import freeze_for_exit
 
 IMPORTS_DONE = time.time()  # timeline mark imports_done: torch and the harness imported
 
@@ -685,4 +686,6 @@ def write_steps(path: Path, records: list[dict[str, Any]]) -> None:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    code = main()  # the summary, steps and error files are written and closed, the group destroyed
+    freeze_for_exit()
+    raise SystemExit(code)
