@@ -322,6 +322,16 @@ class StrategyTraits:
         return world < self.min_world or (self.max_world is not None and world > self.max_world)
 
 
+def world_size_refusal(strategy: str, world: int, min_world: int, max_world: int | None) -> str | None:
+    """Why `strategy` cannot run at `world` ranks (the skipped summary's reason), or None:
+    one text for base.Strategy.unsupported (the ranks) and the launcher, which decides it
+    from strategy_traits before starting torchrun."""
+    if world < min_world or (max_world is not None and world > max_world):
+        hi = "" if max_world is None else f" and <= {max_world}"
+        return f"strategy {strategy} needs a world size >= {min_world}{hi}, got {world}"
+    return None
+
+
 @functools.cache
 def _strategy_classes() -> dict[str, tuple[list[str], dict[str, Any], set[str]]]:
     """Every class of the strategy package: name -> (base names, literal class

@@ -149,6 +149,34 @@ def test_oversubscribed_cell_is_skipped_before_any_rank_starts(tmp_path):
     assert elapsed < 60
 
 
+def test_a_strategy_refusing_the_world_size_is_skipped_without_torchrun(tmp_path):
+    """ddp at one rank: the launcher writes the skipped summary the ranks would write (the
+    same reason, the whole summary), in a fraction of a second, and starts no torchrun."""
+    from ddpbench import train
+    from ddpbench.metrics import METRIC_KEYS
+
+    out = tmp_path / "run"
+    import argparse
+
+    flags = [*FLAGS, "--strategy", "ddp"]
+    cmd = [sys.executable, "-m", "ddpbench.launch", "--nproc-per-node", "1", "--out", str(out), *flags]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    by_ranks = tmp_path / "ranks"
+    _, params = CellParams.parse_args(argparse.ArgumentParser(), flags)
+    assert train.run(params, by_ranks) == 0  # what the ranks write (they still check)
+    theirs = json.loads((by_ranks / "summary.json").read_text())
+    assert summary["status"] == theirs["status"] == "skipped"
+    assert summary["reason"] == theirs["reason"] == "strategy ddp needs a world size >= 2, got 1"
+    assert set(summary) == set(theirs) and all(k in summary for k in METRIC_KEYS)
+    assert summary["params"] == theirs["params"] and summary["world_size"] == theirs["world_size"] == 1
+    assert summary["env"]["threads_per_rank"] == theirs["env"]["threads_per_rank"]
+    assert not (out / "train.log").exists() and "torchrun_started" not in summary["timeline"]  # never started
+    assert summary["timeline"]["launcher_exit"] - summary["timeline"]["launcher_start"] < 5
+    assert proc.stdout.strip() == f"[ddpbench] {out}: skipped - samples/s ({summary['reason']})"
+
+
 def test_oversubscribed_cell_runs_when_allowed(tmp_path):
     summary, stdout, _ = launch_oversubscribed(tmp_path / "run", "--allow-oversubscribe")
     assert summary["status"] == "ok", summary["reason"]

@@ -1,6 +1,7 @@
 """Every summary carries the whole provenance block (sysinfo.PROVENANCE_KEYS), whoever
-wrote it: rank 0 of a run, rank 0 of a cell the ranks skip, the launcher for a cell it
-skips before any rank starts."""
+wrote it: rank 0 of a run, the launcher for a cell it skips before any rank starts (a
+strategy refusing the world size, an oversubscribed cell). Rank 0 of a cell the ranks
+skip: tests/unit/test_train.py."""
 
 import datetime
 import json
@@ -33,7 +34,7 @@ def summaries(tmp_path_factory):
     root = tmp_path_factory.mktemp("provenance")
     cells = {
         "ok": ["--strategy", "single"],
-        "skipped_by_rank": ["--strategy", "ddp"],  # ddp needs >= 2 ranks: rank 0 says so
+        "skipped_by_rank": ["--strategy", "ddp"],  # ddp needs >= 2 ranks: the launcher says so, as rank 0 would
         "skipped_by_launcher": ["--strategy", "single", *OVER],
     }
     env = {k: v for k, v in os.environ.items() if k != sysinfo.LAUNCH_COMMAND_ENV}

@@ -57,8 +57,13 @@ def test_gloo_on_cuda_skips_point_to_point_strategies_and_lets_ranks_share_a_gpu
 
 
 def test_multi_rank_strategy_at_world_one_is_skipped(tmp_path):
+    """The ranks' own check (the launcher decides the same before starting torchrun: the
+    integration tests compare the two summaries), with the whole provenance."""
+    from ddpbench import sysinfo
+
     s = run(tmp_path, strategy="ddp")
     assert s["status"] == "skipped" and "world size" in s["reason"]
+    assert not [k for k in sysinfo.PROVENANCE_KEYS if k not in s["env"]]
 
 
 def test_missing_data_is_a_failed_summary(tmp_path):

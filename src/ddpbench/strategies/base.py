@@ -66,10 +66,9 @@ class Strategy:
 
     def unsupported(self, world: int) -> str | None:
         """Why this strategy cannot run at `world` ranks (None: it can)."""
-        if world < self.min_world or (self.max_world is not None and world > self.max_world):
-            hi = "" if self.max_world is None else f" and <= {self.max_world}"
-            return f"strategy {self.name} needs a world size >= {self.min_world}{hi}, got {world}"
-        return None
+        from ddpbench.params import world_size_refusal
+
+        return world_size_refusal(self.name, world, self.min_world, self.max_world)
 
     def steady_step(self, ctx: Context) -> int:
         """The first step of the steady state (e.g. when compression starts): the first
