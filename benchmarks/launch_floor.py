@@ -3,7 +3,7 @@ job and of a ddpbench cell with one timed step, interleaved in one run, per worl
 their ratio (issue 19's target: cell / minimal <= 1.15 at world size 2), and where the
 cell's time goes (the median seconds between consecutive marks of its summary's timeline).
 
-    python benchmarks/launch_floor.py [--world-sizes 1,2] [--repeats 5] [--keep DIR]
+    python benchmarks/launch_floor.py [--world-sizes 1,2] [--repeats 5] [--strategy ddp] [--keep DIR]
 
 Minimal job: `torchrun --standalone --nproc-per-node N` of this file, whose ranks only do
 init_process_group("gloo"), barrier(), destroy_process_group() (they stamp the same
@@ -11,11 +11,11 @@ marks a cell does, so the two breakdowns line up). Cell: `python -m ddpbench.lau
 --nproc-per-node N --strategy ddp --model mlp --batch-size 128 --dataset-size 512
 --warmup-steps 0 --max-steps 2 --min-timed-steps 1 --min-timed-s 0` (step 0 untimed,
 step 1 timed; the default test set of 512 samples is evaluated; at world size 1, where
-ddp is refused, `--strategy single`). Both are started as
-subprocesses and timed from outside (perf_counter around the whole process). Rounds
-alternate the order (minimal first, then cell first), so drift in the machine's load hits
-both alike. `--world-sizes 1,2,4` adds 4 ranks; where they exceed the usable cores the
-cell gets --allow-oversubscribe (one thread per rank) and the numbers say more about the
+ddp is refused, `--strategy single`; `--strategy S` picks another for world sizes > 1).
+Both are started as subprocesses and timed from outside (perf_counter around the whole
+process). Rounds alternate the order (minimal first, then cell first), so drift in the
+machine's load hits both alike. `--world-sizes 1,2,4` adds 4 ranks; where they exceed the
+usable cores the cell gets --allow-oversubscribe (one thread per rank) and the numbers say more about the
 machine than the harness. Not a test: quote the load average it prints, and repeat on a
 quiet machine. The cell table's `outside_marks` is the outer wall minus the launcher's
 (the launcher's Python starting before its first mark and exiting after its last).
@@ -75,12 +75,12 @@ def run_minimal(world: int, tmp: Path) -> tuple[float, dict[str, float]]:
     return wall, {f"{a}->{b}": m[b] - m[a] for a, b in zip(names, names[1:])}
 
 
-def run_cell(world: int, out: Path) -> tuple[float, dict]:
+def run_cell(world: int, out: Path, strategy: str = "ddp") -> tuple[float, dict]:
     """The outer wall of one cell and its summary."""
     from ddpbench import sysinfo
 
     cmd = [sys.executable, "-m", "ddpbench.launch", "--nproc-per-node", str(world), "--out", str(out), *CELL_FLAGS]
-    cmd += ["--strategy", "ddp" if world > 1 else "single"]
+    cmd += ["--strategy", strategy if world > 1 else "single"]
     if world > sysinfo.usable_cores():
         cmd.append("--allow-oversubscribe")
     t0 = time.perf_counter()
@@ -103,6 +103,7 @@ def main() -> int:
     parser.add_argument("--world-sizes", default="1,2", help="comma-separated (default 1,2; 4 where cores allow)")
     parser.add_argument("--repeats", type=int, default=5, help="runs of each job per world size (default 5)")
     parser.add_argument("--keep", type=Path, help="keep the cells' run folders here (default: a temporary folder)")
+    parser.add_argument("--strategy", default="ddp", help="the cell's strategy at world sizes > 1 (default ddp)")
     args = parser.parse_args()
     worlds = [int(w) for w in args.world_sizes.split(",")]
 
@@ -125,14 +126,15 @@ def main() -> int:
                         minimal[w].append(wall)
                         minimal_spans[w].append(spans)
                     else:
-                        wall, summary = run_cell(w, root / f"w{w}" / f"r{r}")
+                        wall, summary = run_cell(w, root / f"w{w}" / f"r{r}", args.strategy)
                         cell[w].append(wall)
                         summaries[w].append(summary)
                 print(f"# round {r + 1}/{args.repeats} world size {w}: minimal {minimal[w][-1]:.2f} s, "
                       f"cell {cell[w][-1]:.2f} s", file=sys.stderr, flush=True)  # fmt: skip
     load_after = os.getloadavg()
 
-    print(f"# launch_floor: {args.repeats} of each per world size, interleaved; outer wall of each process")
+    print(f"# launch_floor: {args.repeats} of each per world size, interleaved; outer wall of each process; "
+          f"cell strategy {args.strategy} (single at world size 1)")  # fmt: skip
     print(f"# load average (1, 5, 15 min) before {'/'.join(f'{x:.2f}' for x in load_before)}, "
           f"after {'/'.join(f'{x:.2f}' for x in load_after)}; {os.cpu_count()} cores")  # fmt: skip
     print(f"{'world':>5} {'minimal [s]':>18} {'cell [s]':>18} {'cell/minimal':>13} {'fixed_cost_s':>13} {'timed [s]':>10}")
