@@ -691,6 +691,7 @@ def comparison_section(base_path: str, runs: pd.DataFrame, out: pathlib.Path, ba
                       f"{f' ({len(changed) - COMPARISON_NAMED} more in comparison.csv)' if len(changed) > COMPARISON_NAMED else ''}"),
         one_sided=len(cmp.one_sided),
         warnings=cmp.warnings,
+        noise=compare.noise_text(cmp.job_noise),
         finding=comparison_finding(counts, diff, len(cmp.one_sided), csv),
     )
 

@@ -279,7 +279,7 @@ def test_same_distribution_gives_false_verdicts_at_most_at_the_stated_rate(repea
     kw = dict(strategies=("single", "ddp"), world_sizes=(1, 2), others_at_1=False, repeats=repeats, noise=0.03,
               failures=False, dataset_sizes=tuple(range(4096, 4096 + 500 * 64, 64)))  # fmt: skip
     base, new = (A.load_runs_frame(make_runs(seed=s, **kw)) for s in (10 + repeats, 20 + repeats))
-    cmp = C.compare_frames(base, new)
+    cmp = C.compare_frames(base, new, job_noise=0)  # no job effect simulated: the repeats' interval alone
     for metric in ("samples_per_s", "speedup"):
         v = cmp.matched.loc[cmp.matched["metric"] == metric, "verdict"]
         assert len(v) >= 500 and (v.isin([C.FASTER, C.SLOWER, C.NO_DIFFERENCE])).all()
@@ -288,6 +288,50 @@ def test_same_distribution_gives_false_verdicts_at_most_at_the_stated_rate(repea
         # not vacuously conservative (Welch at 3 vs 3 equal spreads is somewhat conservative: about 3.4 %)
         assert false >= stats.binom.ppf(0.001, n, 0.025), (metric, false, n)
     assert len(cmp.matched.drop_duplicates(cmp.axes)) == 1000
+
+
+def _with_job_effect(runs: pd.DataFrame, sd: float, seed: int) -> pd.DataFrame:
+    """Every cell's runs shifted together by one log-normal factor: what its job did to it."""
+    runs = runs.copy()
+    cells = runs.groupby(A.axes(runs), dropna=False).ngroup()
+    factor = np.exp(np.random.default_rng(seed).normal(0, sd, cells.max() + 1))[cells]
+    for col in ("epoch_time_s", "step_time_median_s", "step_time_mean_s", "phase_exposed_comm_s"):
+        runs[col] = runs[col] * factor
+    runs["samples_per_s"] = runs["samples_per_s"] / factor
+    return runs
+
+
+@pytest.mark.parametrize("repeats", [3, 6])
+def test_between_job_noise_is_in_the_interval_so_an_unchanged_rerun_stays_unchanged(repeats):
+    """Two jobs from one distribution, each cell shifted by its job (3 % log-normal, the default
+    job_noise): with the repeats' interval alone about a fifth of the cells would be called faster
+    or slower; with the job noise in it, at most the stated 5 % (binomial tolerance as above)."""
+    kw = dict(strategies=("single", "ddp"), world_sizes=(1, 2), others_at_1=False, repeats=repeats, noise=0.03,
+              failures=False, dataset_sizes=tuple(range(4096, 4096 + 500 * 64, 64)))  # fmt: skip
+    base, new = (A.load_runs_frame(_with_job_effect(make_runs(seed=s, **kw), C.JOB_NOISE, s))
+                 for s in (30 + repeats, 40 + repeats))  # fmt: skip
+    for job_noise, within in ((C.JOB_NOISE, True), (0, False)):
+        m = C.compare_frames(base, new, job_noise=job_noise).matched
+        for metric in ("samples_per_s", "speedup"):
+            v = m.loc[m["metric"] == metric, "verdict"]
+            n, false = len(v), int(v.isin([C.FASTER, C.SLOWER]).sum())
+            assert n >= 500
+            if within:
+                assert stats.binom.ppf(0.001, n, 0.01) <= false <= stats.binom.ppf(0.999, n, 0.05), (metric, false, n)
+            else:
+                assert false > stats.binom.ppf(0.999, n, 0.05), (metric, false, n)  # why the job noise is needed
+
+
+def test_job_noise_widens_the_interval_and_a_real_slowdown_still_shows():
+    base, new = sides()
+    new = new.assign(samples_per_s=new["samples_per_s"] / 1.3)
+    tight = C.compare_frames(A.load_runs_frame(base), A.load_runs_frame(new), job_noise=0).matched
+    wide = C.compare_frames(A.load_runs_frame(base), A.load_runs_frame(new)).matched
+    t, w = (x[x["metric"] == "samples_per_s"] for x in (tight, wide))
+    assert ((w["ratio_ci_high"] - w["ratio_ci_low"]) > (t["ratio_ci_high"] - t["ratio_ci_low"])).all()
+    assert (w["verdict"] == C.SLOWER).all() and (w["ratio"] == t["ratio"]).all()
+    with pytest.raises(ValueError, match="job_noise"):
+        C.compare_frames(A.load_runs_frame(base), A.load_runs_frame(new), job_noise=-0.1)
 
 
 # -- the console command --------------------------------------------------------------------------

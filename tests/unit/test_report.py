@@ -362,7 +362,9 @@ def test_compare_to_adds_the_comparison_first_and_writes_its_page(tmp_path):
     assert "9.9.9" in section and 'href="comparison.html"' in section
     changed = _table_rows(html, "comparison-changed")
     assert len(changed) == 1 and "strategy=ddp" in changed[0] and "slower" in changed[0]
-    assert "Against the baseline" in (out / "report.tex").read_text()
+    assert "a between-job noise of 3 % per side" in section  # how the intervals were made
+    tex = (out / "report.tex").read_text()
+    assert "Against the baseline" in tex and "decides it, from the repeats and a between-job noise of 3" in tex
     # no comparison asked: no section, no comparison files written anew
     (out / "comparison.html").unlink()
     assert report.main(_write(tmp_path, new)) == 0
