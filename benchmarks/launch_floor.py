@@ -12,6 +12,9 @@ marks a cell does, so the two breakdowns line up). Cell: `python -m ddpbench.lau
 --warmup-steps 0 --max-steps 2 --min-timed-steps 1 --min-timed-s 0` (step 0 untimed,
 step 1 timed; the default test set of 512 samples is evaluated; at world size 1, where
 ddp is refused, `--strategy single`; `--strategy S` picks another for world sizes > 1).
+`--minimal-ddp`: the minimal job also wraps a Linear(4, 4) in DistributedDataParallel at
+world sizes > 1 -- the floor of any DDP program, since torch's DDP constructor imports
+torch._dynamo (about 1.8 s here, and a slower exit) whoever calls it.
 Both are started as subprocesses and timed from outside (perf_counter around the whole
 process). Rounds alternate the order (minimal first, then cell first), so drift in the
 machine's load hits both alike. `--world-sizes 1,2,4` adds 4 ranks; where they exceed the
@@ -34,6 +37,7 @@ import time
 from pathlib import Path
 
 MARKS_ENV = "LAUNCH_FLOOR_MARKS"  # where a minimal job's rank 0 writes its marks (JSON)
+DDP_ENV = "LAUNCH_FLOOR_DDP"  # set: the minimal job also builds a DistributedDataParallel module
 CELL_FLAGS = [
     "--model", "mlp", "--batch-size", "128", "--dataset-size", "512",
     "--warmup-steps", "0", "--max-steps", "2", "--min-timed-steps", "1", "--min-timed-s", "0",
@@ -51,6 +55,11 @@ def child() -> int:
     dist.barrier()
     rank = dist.get_rank()
     marks["barrier_done"] = time.time()
+    if os.environ.get(DDP_ENV):  # what any DDP program pays: torch's constructor imports torch._dynamo
+        import torch
+
+        torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4))
+        marks["ddp_built"] = time.time()
     dist.destroy_process_group()
     marks["destroyed"] = time.time()
     if rank == 0 and os.environ.get(MARKS_ENV):
@@ -58,14 +67,16 @@ def child() -> int:
     return 0
 
 
-def run_minimal(world: int, tmp: Path) -> tuple[float, dict[str, float]]:
-    """The outer wall of one minimal job and its spans (launch: process start to rank 0's start)."""
+def run_minimal(world: int, tmp: Path, ddp: bool = False) -> tuple[float, dict[str, float]]:
+    """The outer wall of one minimal job (with `ddp`, one that also wraps a Linear in DDP) and its spans
+    (launch: process start to rank 0's start)."""
     marks_file = tmp / "minimal_marks.json"
     marks_file.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(world), __file__]
     start = time.time()
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, MARKS_ENV: str(marks_file)})
+    env = {**os.environ, MARKS_ENV: str(marks_file), **({DDP_ENV: "1"} if ddp else {})}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t0
     end = time.time()
     if proc.returncode != 0:
@@ -104,6 +115,9 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5, help="runs of each job per world size (default 5)")
     parser.add_argument("--keep", type=Path, help="keep the cells' run folders here (default: a temporary folder)")
     parser.add_argument("--strategy", default="ddp", help="the cell's strategy at world sizes > 1 (default ddp)")
+    parser.add_argument("--minimal-ddp", action="store_true",
+                        help="the minimal job also builds a DistributedDataParallel module (at world sizes > 1): the "
+                             "floor of any DDP program, for the DDP family's cells")
     args = parser.parse_args()
     worlds = [int(w) for w in args.world_sizes.split(",")]
 
@@ -122,7 +136,7 @@ def main() -> int:
                 order = ("minimal", "cell") if r % 2 == 0 else ("cell", "minimal")
                 for kind in order:
                     if kind == "minimal":
-                        wall, spans = run_minimal(w, tmp)
+                        wall, spans = run_minimal(w, tmp, args.minimal_ddp and w > 1)
                         minimal[w].append(wall)
                         minimal_spans[w].append(spans)
                     else:
@@ -161,10 +175,10 @@ def main() -> int:
         print(f"{span:<16}" + "".join(f"{v:>9.3f}" for v in row))
 
     print("\n# minimal job: median seconds between its marks (start/end: the outer process; the rest rank 0's)")
-    names = list(minimal_spans[worlds[0]][0])
+    names = list(dict.fromkeys(n for w in worlds for n in minimal_spans[w][0]))  # with --minimal-ddp p > 1 has more
     print(f"{'span':<38}" + "".join(f"{'w=' + str(w):>9}" for w in worlds))
     for name in names:
-        print(f"{name:<38}" + "".join(f"{median([s[name] for s in minimal_spans[w]]):>9.3f}" for w in worlds))
+        print(f"{name:<38}" + "".join(f"{median([s[name] for s in minimal_spans[w] if name in s]):>9.3f}" for w in worlds))
     return 0
 
 
