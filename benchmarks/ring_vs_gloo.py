@@ -1,7 +1,7 @@
 """The hand-written ring against gloo's own all_reduce: bus bandwidth of `ring_all_reduce`
 (`ddpbench.collectives.ring_allreduce_`) and `all_reduce` side by side in ONE commbench
-sweep, per message size, and their ratio (target: ring/gloo >= 0.9 from 4 MiB at world
-size 2).
+sweep, per message size, their calls alternating (commbench --interleave), and their ratio
+(target: ring/gloo >= 0.9 from 4 MiB at world size 2).
 
     python benchmarks/ring_vs_gloo.py [--world 2] [--min-mib 4] [--max-mib 64]
         [--iters 50] [--time-budget-s 1.0] [--segment-kib K] [--slots S] [--csv FILE]
@@ -11,8 +11,9 @@ It launches `torchrun --standalone --nproc-per-node WORLD` on this file, which r
 --min-mib to --max-mib (float32, gloo on CPU, one thread per rank, every call checked for
 exact sums; commbench's timing: barrier + max over ranks, median over the timed calls;
 see docs/report.md, "Collective sweep"). Both collectives share the run, so the machine's
-load hits both alike; the two still run one after the other per size, so on a busy
-machine repeat the run and quote the spread, with the load average it prints.
+load hits both alike, call by call (--back-to-back: all sizes of gloo's, then the ring's,
+as before); on a busy machine repeat the run and quote the spread, with the load average
+it prints.
 
 --segment-kib and --slots override the ring's pipeline (SEGMENT_BYTES, RECV_SLOTS in
 ddpbench.collectives) for that run: the way its defaults were chosen. To measure another
@@ -64,6 +65,8 @@ def main() -> int:
     parser.add_argument("--time-budget-s", type=float, default=1.0, help="timed seconds per size (commbench)")
     parser.add_argument("--segment-kib", type=int, default=None, help="ring segment size (default: the module's)")
     parser.add_argument("--slots", type=int, default=None, help="ring reduce-scatter slots (default: the module's)")
+    parser.add_argument("--back-to-back", action="store_true",
+                        help="measure gloo over every size, then the ring (before --interleave existed)")
     parser.add_argument("--csv", default=None, help="keep commbench's CSV here (default: a temporary file)")
     args = parser.parse_args()
 
@@ -75,6 +78,8 @@ def main() -> int:
         cmd += [os.path.abspath(__file__), "--out", out, "--collectives", "all_reduce,ring_all_reduce"]
         cmd += ["--min-bytes", str(args.min_mib * MiB), "--max-bytes", str(args.max_mib * MiB)]
         cmd += ["--iters", str(args.iters), "--time-budget-s", str(args.time_budget_s), "--memcpy-bytes", "0"]
+        if not args.back_to_back:  # calls alternate size by size: both see the same moments of the machine
+            cmd.append("--interleave")
         if args.segment_kib is not None:
             cmd += ["--segment-kib", str(args.segment_kib)]
         if args.slots is not None:

@@ -7,6 +7,9 @@
 gloo on CPU, NCCL on CUDA, float32 buffers. Message sizes double from --min-bytes to
 --max-bytes. For every (collective, size): --warmup untimed calls, then up to --iters
 timed calls, fewer where the time budget per size is spent (at least --min-iters).
+With --interleave the collectives are measured size by size, their calls alternating
+(ABAB...) with one iteration count, so two collectives compared at a size saw the same
+moments of the machine (without it: every size of one collective, then the next).
 Every call is bracketed by a barrier and a device synchronisation; a call's time is the
 maximum over ranks (the slowest rank sets the pace). Median and 95th percentile over the
 timed calls go to the CSV with algbw = bytes / t and busbw = algbw x factor, exactly as
@@ -224,6 +227,35 @@ class Sweep:
         self.raise_if_failed(case, failed_rank, error, "timed")
         return iters, times
 
+    def measure_interleaved(self, cases: list[Case]) -> list[tuple[int, list[float]]]:
+        """`measure` for several cases of one size at once, their calls alternating (ABAB...): drift
+        in the machine's speed hits them alike, so their ratio is steadier than from runs back to
+        back. The same iteration count for all, from the time budget of all of them together."""
+        a, n = self.args, len(cases)
+        errors: list[str | None] = [None] * n
+        warm: list[list[float]] = [[] for _ in cases]
+        for _ in range(a.warmup):
+            for i, case in enumerate(cases):
+                sec, err = self.call(case)
+                warm[i].append(sec)
+                errors[i] = errors[i] or err
+        agreed = self.agree_max([min(w) if w else 0.0 for w in warm] + [self.rank + 1.0 if e else 0.0 for e in errors])
+        for case, failed_rank, error in zip(cases, agreed[n:], errors):
+            self.raise_if_failed(case, failed_rank, error, "warm-up")
+        iters, round_s = a.iters, sum(agreed[:n])
+        if round_s > 0:
+            iters = max(min(a.min_iters, a.iters), min(a.iters, int(n * a.time_budget_s / round_s)))
+        times: list[list[float]] = [[] for _ in cases]
+        for _ in range(iters):
+            for i, case in enumerate(cases):
+                sec, err = self.call(case)
+                times[i].append(sec)
+                errors[i] = errors[i] or err
+        agreed = self.agree_max([t for ts in times for t in ts] + [self.rank + 1.0 if e else 0.0 for e in errors])
+        for case, failed_rank, error in zip(cases, agreed[n * iters :], errors):
+            self.raise_if_failed(case, failed_rank, error, "timed")
+        return [(iters, agreed[i * iters : (i + 1) * iters]) for i in range(n)]
+
     def raise_if_failed(self, case: Case, failed_rank: float, error: str | None, phase: str) -> None:
         if failed_rank == 0:
             return
@@ -317,6 +349,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="timed seconds per size: iters = clamp(budget / warm-up time, min-iters, iters) (default 1.0)",
     )
     p.add_argument(
+        "--interleave",
+        action="store_true",
+        help="measure the collectives size by size with their calls alternating, so a comparison of two "
+        "(e.g. all_reduce,ring_all_reduce) is not a comparison of two moments of the machine",
+    )
+    p.add_argument(
         "--memcpy-bytes",
         type=int,
         default=None,
@@ -370,20 +408,26 @@ def run(args: argparse.Namespace) -> int:
                 flush=True,
             )
         rows = []
-        plan = [(c, s) for c in args.collectives for s in sizes]
+        # Collective by collective over every size, or with --interleave size by size, the
+        # collectives' calls alternating (each a list of cases measured together).
+        if args.interleave:
+            plan = [[(c, s) for c in args.collectives] for s in sizes]
+        else:
+            plan = [[(c, s)] for c in args.collectives for s in sizes]
         memcpy_bytes = args.max_bytes if args.memcpy_bytes is None else args.memcpy_bytes
         if memcpy_bytes > 0:
-            plan.append((MEMCPY, memcpy_bytes))
-        for collective, nbytes in plan:
-            case = make_case(collective, nbytes, rank, world, device)
-            if case is None:
+            plan.append([(MEMCPY, memcpy_bytes)])
+        for group in plan:
+            cases = [c for c in (make_case(collective, nbytes, rank, world, device) for collective, nbytes in group) if c]
+            if not cases:
                 continue
-            iters, times = sweep.measure(case)
-            row = result_row(case, backend, device, world, iters, times)
-            rows.append(row)
-            if rank == 0:
-                print_row(row)
-            del case
+            measured = sweep.measure_interleaved(cases) if len(cases) > 1 else [sweep.measure(cases[0])]
+            for case, (iters, times) in zip(cases, measured):
+                row = result_row(case, backend, device, world, iters, times)
+                rows.append(row)
+                if rank == 0:
+                    print_row(row)
+            del cases
         if rank == 0:
             write_csv(args.out, rows)
             print(f"# wrote {len(rows)} rows to {args.out} (load average {os.getloadavg()[0]:.2f} at end)", flush=True)

@@ -84,3 +84,18 @@ def test_corrupted_collective_is_an_error(tmp_path):
     assert "wrong result of ring_all_reduce at 64 bytes" in proc.stderr
     assert "on rank 1: element 15 of 16 is" in proc.stderr
     assert not out.exists()
+
+
+def test_interleaved_sweep_alternates_collectives_size_by_size_and_still_checks(tmp_path):
+    names = ["all_reduce", "ring_all_reduce"]
+    out, proc = torchrun_sweep(tmp_path, 2, "--min-bytes", "64", "--max-bytes", "1024", "--collectives",
+                               ",".join(names), "--memcpy-bytes", "0", "--interleave")  # fmt: skip
+    rows = read_rows(out)
+    check_rows([*rows, dict(rows[0], collective="memcpy")], 2, names)
+    # size by size, both collectives at each size, with one iteration count
+    assert [(r["collective"], int(r["bytes"])) for r in rows] == [(c, 2**k) for k in range(6, 11) for c in names]
+    for a, b in zip(rows[::2], rows[1::2]):
+        assert a["iters"] == b["iters"]
+    _, bad = torchrun_sweep(tmp_path, 2, "--min-bytes", "64", "--max-bytes", "128", "--collectives", ",".join(names),
+                            "--interleave", "--inject-error", "ring_all_reduce", check=False)  # fmt: skip
+    assert bad.returncode != 0 and "wrong result of ring_all_reduce at 64 bytes" in bad.stderr
