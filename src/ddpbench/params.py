@@ -318,8 +318,8 @@ class StrategyTraits:
     shards_per_rank: bool  # base data_shard: each rank reads its own slice of the global batch
 
     def unsupported(self, world: int) -> bool:
-        """base.Strategy.unsupported: the harness records such a cell as skipped."""
-        return world < self.min_world or (self.max_world is not None and world > self.max_world)
+        """base.Strategy.unsupported: the harness records such a cell as skipped (world_size_refusal's rule)."""
+        return world_size_refusal("", world, self.min_world, self.max_world) is not None
 
 
 def world_size_refusal(strategy: str, world: int, min_world: int, max_world: int | None) -> str | None:
