@@ -89,6 +89,21 @@ def main(argv: list[str] | None = None) -> int:
     return run(params, args.out, args.dump_params)
 
 
+def forked_main(*argv: str) -> None:
+    """A rank forked by ddpbench.torchrun from an agent that had imported this module: it
+    starts now with its imports done. A failure exits non-zero, as `main` as a script would.
+    The agent's signal handlers (SIGTERM raising an exception inside whatever the rank was
+    doing) are reset to a new interpreter's, so a rank the agent stops dies of the signal."""
+    global RANK_STARTED, IMPORTS_DONE
+    RANK_STARTED = IMPORTS_DONE = time.time()
+    for name in ("SIGTERM", "SIGHUP", "SIGQUIT"):
+        signal.signal(getattr(signal, name), signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    code = main(list(argv))
+    if code:
+        raise SystemExit(code)
+
+
 def run(params: CellParams, out: Path, dump_params: Path | None = None) -> int:
     """Set up this rank (threads, device, process group), train, and always leave a
     status behind: skipped/failed summaries from rank 0, error_rank{R}.txt from a failing rank."""

@@ -73,7 +73,8 @@ def test_every_mark_of_the_timeline_is_there_in_order_on_a_real_world_size_2_run
 
 
 # Loaded by every Python process of a launch (PYTHONPATH): each rank records at exit
-# whether torch._dynamo was imported.
+# whether torch._dynamo was imported. A rank the agent forked (CPU cells) leaves through
+# os._exit, which skips atexit: the probe wraps it.
 DYNAMO_PROBE = """
 import atexit, json, os, sys
 
@@ -83,7 +84,14 @@ def _report():
         with open(path, "w") as f:
             json.dump({"dynamo": "torch._dynamo" in sys.modules, "torch": "torch" in sys.modules}, f)
 
+_exit = os._exit
+
+def _exit_reporting(code):
+    _report()
+    _exit(code)
+
 atexit.register(_report)
+os._exit = _exit_reporting
 """
 
 
