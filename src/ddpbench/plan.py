@@ -17,7 +17,7 @@ Pure Python (no torch): gradient sizes come from the committed catalog.
 
 from __future__ import annotations
 
-import csv
+import json
 import statistics
 from pathlib import Path
 from typing import Any, Iterable
@@ -26,8 +26,8 @@ from ddpbench import catalog
 
 BUCKETED = ("ddp", "ddp_fp16", "powersgd", "bucketed_allreduce")
 # Seconds a run costs beyond its timed steps before any is measured here: launch, imports,
-# process group, data, warm-up, evaluation (the default grid's runs on a 2-core VM: ~6 s).
-FIXED_RUN_S = 6.0
+# process group, data, warm-up, evaluation (the default grid's runs on a 2-core VM: 3-5 s).
+FIXED_RUN_S = 4.0
 PREFIX = "ddpbench plan: "
 
 
@@ -112,14 +112,15 @@ def fit_warnings(cells: list[dict[str, Any]]) -> list[str]:
 
 
 def measured_run_s(results: Path, limit: int = 200) -> list[float]:
-    """Wall seconds of this results folder's runs (Snakemake's benchmark files of the train rule)."""
+    """Wall seconds of this results folder's runs: launcher start to exit, from their summaries'
+    timelines. (Not Snakemake's `benchmark:` files: its timer samples a job's memory through
+    /proc/PID/smaps while the job runs, 8-15 % of a core taken from the timed steps.)"""
     seconds = []
-    for tsv in (results / "benchmarks" / "train").rglob("*.tsv"):
+    for path in (results / "runs").rglob("summary.json"):
         try:
-            with open(tsv, newline="") as f:
-                row = next(csv.DictReader(f, delimiter="\t"))
-            seconds.append(float(row["s"]))
-        except (OSError, StopIteration, KeyError, ValueError):
+            marks = json.loads(path.read_text()).get("timeline") or {}
+            seconds.append(float(marks["launcher_exit"]) - float(marks["launcher_start"]))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue
         if len(seconds) >= limit:
             break

@@ -1,5 +1,7 @@
 """The plan's warnings fire on the grids they describe and stay quiet otherwise."""
 
+import json
+
 from ddpbench import catalog, plan
 from ddpbench.params import CellParams
 
@@ -41,10 +43,13 @@ def test_fits_the_world_sizes_cannot_support_are_named_with_what_to_add():
 
 def test_the_time_estimate_uses_measured_runs_when_there_are_some(tmp_path):
     cells = [cell(min_timed_s=5.0)]
-    assert "12 s a run, a default" in plan.time_estimate(cells, 3, 3, tmp_path)
-    bench = tmp_path / "benchmarks" / "train" / "a"
-    bench.mkdir(parents=True)
+    assert "10 s a run, a default" in plan.time_estimate(cells, 3, 3, tmp_path)
+    runs = tmp_path / "runs" / "a"
     for i, s in enumerate((20.0, 30.0, 40.0)):
-        (bench / f"repeat~{i}.tsv").write_text(f"s\th:m:s\tmax_rss\n{s}\t0:00:{s:.0f}\t1\n")
+        (runs / f"repeat~{i}").mkdir(parents=True)
+        timeline = {"launcher_start": 1000.0, "launcher_exit": 1000.0 + s}
+        (runs / f"repeat~{i}" / "summary.json").write_text(json.dumps({"status": "ok", "timeline": timeline}))
+    (runs / "repeat~9").mkdir()
+    (runs / "repeat~9" / "summary.json").write_text(json.dumps({"status": "failed"}))  # no timeline: left out
     line = plan.time_estimate(cells, 3, 10, tmp_path)
     assert "30 s a run, the median of 3 runs measured here" in line and "about 5 min" in line

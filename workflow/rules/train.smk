@@ -17,8 +17,6 @@ rule train:
         summary=f"{RUN_DIR}/summary.json",
     log:
         f"{RESULTS}/logs/train/{{cell}}/repeat~{{repeat}}.log",
-    benchmark:
-        f"{RESULTS}/benchmarks/train/{{cell}}/repeat~{{repeat}}.tsv"
     priority: repeat_priority
     conda:
         "../../envs/ddpbench.yaml"
