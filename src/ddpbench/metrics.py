@@ -398,7 +398,7 @@ def write_json(path: Path, obj: Any) -> None:
 TIMELINE_MARKS = (
     "launcher_start",  # the launcher's module is loaded (before its own imports)
     "torchrun_started",  # the launcher has checked the cell and starts torchrun
-    "ranks_started",  # train's module is loaded, before it imports torch (the last rank's)
+    "ranks_started",  # train's module is loaded, before it imports torch, or the rank forked (the last rank's)
     "imports_done",  # torch and the harness imported, train.run begins (the last rank's)
     "process_group_ready",  # init_process_group returned (rank 0)
     "model_data_ready",  # dataset, model, strategy, optimizer and loader built (rank 0)
@@ -414,7 +414,7 @@ TIMELINE_MARKS = (
 TIMELINE_SPANS = {
     "launcher": ("launcher_start", "torchrun_started"),  # argument checks, storage probe, clearing an old attempt
     "torchrun": ("torchrun_started", "ranks_started"),  # torchrun's start (it imports torch), rendezvous, spawning
-    "imports": ("ranks_started", "imports_done"),  # each rank imports torch and ddpbench
+    "imports": ("ranks_started", "imports_done"),  # each rank imports torch and ddpbench (0: forked)
     "process_group": ("imports_done", "process_group_ready"),  # threads, skip checks, init_process_group
     "setup": ("process_group_ready", "model_data_ready"),  # dataset, model, wrap, optimizer, loader
     "warmup": ("model_data_ready", "warmup_done"),  # untimed steps: the first and warmup_steps
