@@ -203,34 +203,12 @@ class Sweep:
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return t.tolist()
 
-    def measure(self, case: Case) -> tuple[int, list[float]]:
-        """Warm up, pick the iteration count, time the calls. Returns (iters, per-call max-over-rank times)."""
-        a = self.args
-        error = None
-        warm = []
-        for _ in range(a.warmup):
-            sec, err = self.call(case)
-            warm.append(sec)
-            error = error or err
-        # The same iteration count on every rank, from the slowest rank's fastest warm-up call.
-        t_warm, failed_rank = self.agree_max([min(warm) if warm else 0.0, self.rank + 1.0 if error else 0.0])
-        self.raise_if_failed(case, failed_rank, error, "warm-up")
-        iters = a.iters
-        if warm and t_warm > 0:
-            iters = max(min(a.min_iters, a.iters), min(a.iters, int(a.time_budget_s / t_warm)))
-        times = []
-        for _ in range(iters):
-            sec, err = self.call(case)
-            times.append(sec)
-            error = error or err
-        *times, failed_rank = self.agree_max(times + [self.rank + 1.0 if error else 0.0])
-        self.raise_if_failed(case, failed_rank, error, "timed")
-        return iters, times
-
-    def measure_interleaved(self, cases: list[Case]) -> list[tuple[int, list[float]]]:
-        """`measure` for several cases of one size at once, their calls alternating (ABAB...): drift
-        in the machine's speed hits them alike, so their ratio is steadier than from runs back to
-        back. The same iteration count for all, from the time budget of all of them together."""
+    def measure(self, cases: list[Case]) -> list[tuple[int, list[float]]]:
+        """Warm up, pick the iteration count, time the calls; per case (iters, per-call max-over-rank
+        times). Several cases (of one size) are measured together, their calls alternating (ABAB...):
+        drift in the machine's speed hits them alike, so their ratio is steadier than from runs back
+        to back. The same iteration count on every rank and for every case, from the slowest rank's
+        fastest warm-up calls and the time budget of all the cases together."""
         a, n = self.args, len(cases)
         errors: list[str | None] = [None] * n
         warm: list[list[float]] = [[] for _ in cases]
@@ -421,8 +399,7 @@ def run(args: argparse.Namespace) -> int:
             cases = [c for c in (make_case(collective, nbytes, rank, world, device) for collective, nbytes in group) if c]
             if not cases:
                 continue
-            measured = sweep.measure_interleaved(cases) if len(cases) > 1 else [sweep.measure(cases[0])]
-            for case, (iters, times) in zip(cases, measured):
+            for case, (iters, times) in zip(cases, sweep.measure(cases)):
                 row = result_row(case, backend, device, world, iters, times)
                 rows.append(row)
                 if rank == 0:
