@@ -3,8 +3,9 @@
     python benchmarks/ring_ceiling.py [--world 2] [--sizes-mib 4,8,16,64] [--iters 40]
 
 Under `torchrun --standalone --nproc-per-node WORLD` (it launches itself), per message size
-M (float32, one thread per rank), calls alternating round by round so the machine's state
-hits every variant alike; each call timed from a barrier, max over ranks, median of --iters:
+M (float32, one thread per rank), measured by commbench's Sweep: calls alternating round by
+round so the machine's state hits every variant alike, each from a barrier, max over ranks,
+median of --iters; the two all-reduces checked for exact sums on every call:
 
   gloo all_reduce     dist.all_reduce(M), gloo's own algorithm
   hand ring           ddpbench.collectives.ring_allreduce_ (segmented, pipelined, exact)
@@ -26,80 +27,64 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 
 MiB = 1 << 20
-_RECV: dict = {}  # receive buffer of `ring_transfers`, per message size
 
 
-def ring_transfers(flat, pg, world: int, rank: int) -> None:
-    """2(p-1) steps: send chunk to the right, receive one from the left, wait, next step."""
+def transfer_case(name: str, nbytes: int, rank: int, world: int, steps: int):
+    """A commbench Case that only moves bytes: `steps` rounds of sending 1/parts of a buffer to the
+    right and receiving as much from the left (nothing to check: its result is its own buffer)."""
     import torch
+    import torch.distributed as dist
 
+    from ddpbench.commbench import Case
+
+    pg = dist.group.WORLD
     right, left = (rank + 1) % world, (rank - 1) % world
-    chunks = torch.tensor_split(flat, world)
-    recv = _RECV.get(flat.numel())
-    if recv is None:  # allocated once per size, as the hand ring keeps its scratch buffer
-        recv = _RECV[flat.numel()] = torch.empty(chunks[0].numel(), dtype=flat.dtype)
-    for step in range(2 * (world - 1)):
-        send = chunks[(rank - step) % world]
-        dst = recv[: chunks[(rank - step - 1) % world].numel()]
-        works = [pg.send([send], right, step), pg.recv([dst], left, step)]
-        for w in works:
-            w.wait()
+    parts = world if steps > 1 else 1  # a ring moves a chunk per step; one exchange moves it all
+    flat = torch.zeros(nbytes // 4)
+    chunks = torch.tensor_split(flat, parts)
+    recv = torch.empty(chunks[0].numel())
 
+    def run() -> None:
+        for step in range(steps):  # step after step, as a ring must: it sends what it received
+            send, dst = chunks[(rank - step) % parts], recv[: chunks[(rank - step - 1) % parts].numel()]
+            for work in [pg.send([send], right, step), pg.recv([dst], left, step)]:
+                work.wait()
 
-def one_exchange(flat, other, pg, world: int, rank: int) -> None:
-    works = [pg.send([flat], (rank + 1) % world, 99), pg.recv([other], (rank - 1) % world, 99)]
-    for w in works:
-        w.wait()
+    return Case(name, nbytes, lambda: None, run, lambda: recv, recv)
 
 
 def child(args: argparse.Namespace) -> int:
     import torch
     import torch.distributed as dist
 
-    from ddpbench import collectives
+    from ddpbench import commbench
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
-    pg, world, rank = dist.group.WORLD, dist.get_world_size(), dist.get_rank()
+    world, rank = dist.get_world_size(), dist.get_rank()
+    # Exactly --iters timed calls per variant (min_iters = iters: the time budget never trims them).
+    sweep_args = argparse.Namespace(warmup=3, iters=args.iters, min_iters=args.iters, time_budget_s=0.0, inject_error=None)
+    sweep = commbench.Sweep(sweep_args, rank, world, torch.device("cpu"))
     rows = []
     for mib in args.sizes_mib:
-        n = mib * MiB // 4
-        x = torch.full((n,), float(rank + 1))
-        other = torch.empty(n)
-        variants = {
-            "gloo all_reduce": lambda: dist.all_reduce(x),
-            "hand ring": lambda: collectives.ring_allreduce_(x),
-            "ring transfers": lambda: ring_transfers(x, pg, world, rank),
-            "one exchange": lambda: one_exchange(x, other, pg, world, rank),
-        }
-        times = {name: [] for name in variants}
-        for i in range(args.iters + 3):  # 3 untimed rounds first
-            for name, fn in variants.items():
-                x.fill_(float(rank + 1))
-                dist.barrier()
-                t0 = time.perf_counter()
-                fn()
-                elapsed = torch.tensor([time.perf_counter() - t0])
-                dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
-                if i >= 3:
-                    times[name].append(elapsed.item())
-                if name in ("gloo all_reduce", "hand ring"):  # the two that must be exact
-                    expected = float(world * (world + 1) // 2)
-                    if not bool((x == expected).all()):
-                        raise SystemExit(f"{name} gave a wrong sum at {mib} MiB")
-        med = {name: statistics.median(v) for name, v in times.items()}
-        rows.append((mib, med))
+        nbytes = mib * MiB
+        cases = [
+            commbench.make_case("all_reduce", nbytes, rank, world, torch.device("cpu")),
+            commbench.make_case("ring_all_reduce", nbytes, rank, world, torch.device("cpu")),
+            transfer_case("ring transfers", nbytes, rank, world, steps=2 * (world - 1)),
+            transfer_case("one exchange", nbytes, rank, world, steps=1),
+        ]
+        rows.append((mib, [statistics.median(times) for _, times in sweep.measure(cases)]))
     if rank == 0:
+        names = ["gloo all_reduce", "hand ring", "ring transfers", "one exchange"]
         print(f"# ring_ceiling: world {world}, gloo on CPU, 1 thread per rank, median of {args.iters} calls, interleaved")
         print(f"# load average before/after (1 min): {args.load_before} / {os.getloadavg()[0]:.2f}")
-        names = list(rows[0][1])
         print(f"{'MiB':>5} " + " ".join(f"{n + ' [ms]':>20}" for n in names) + "   relative to gloo all_reduce")
         for mib, med in rows:
-            rel = " ".join(f"{med[n] / med['gloo all_reduce']:.2f}" for n in names[1:])
-            print(f"{mib:>5} " + " ".join(f"{med[n] * 1e3:>20.3f}" for n in names) + f"   {rel}")
+            rel = " ".join(f"{t / med[0]:.2f}" for t in med[1:])
+            print(f"{mib:>5} " + " ".join(f"{t * 1e3:>20.3f}" for t in med) + f"   {rel}")
     dist.destroy_process_group()
     return 0
 
