@@ -103,6 +103,8 @@ def _value_schema(f: dataclasses.Field) -> dict[str, Any]:
     for key, json_key in (("minimum", "minimum"), ("maximum", "maximum"), ("exclusive_minimum", "exclusiveMinimum")):
         if key in f.metadata:
             schema[json_key] = f.metadata[key]
+    if "pattern" in f.metadata:
+        schema["pattern"] = f"^({f.metadata['pattern']})$"
     if f.metadata.get("auto"):
         schema = {"anyOf": [schema, {"const": "auto"}]}
     return schema
@@ -117,7 +119,7 @@ def _with_text_pattern(schema: dict[str, Any]) -> dict[str, Any]:
     """Free-text axis values (strategy names, paths) limited to AXIS_TEXT_PATTERN."""
     if "anyOf" in schema:
         return {"anyOf": [_with_text_pattern(part) for part in schema["anyOf"]]}
-    if schema.get("type") == "string" and "enum" not in schema:
+    if schema.get("type") == "string" and "enum" not in schema and "pattern" not in schema:
         return {**schema, "pattern": AXIS_TEXT_PATTERN}
     return schema
 

@@ -27,6 +27,11 @@ MODELS = ("mlp", "simple_cnn", "vgg11", "resnet18", "resnet50", "densenet121")
 DATASETS = ("synthetic", "cifar10", "mnist", "imagenette")
 SYNTHETIC_SHAPES = ("cifar10", "mnist", "imagenette")
 BACKENDS = ("auto", "gloo", "nccl")
+# Between the nodes of a multi-node cell: none (the machine's own network, or a cluster's),
+# or two network namespaces on this machine joined by a veth pair (ddpbench.netlab),
+# unshaped or shaped to a token-bucket rate.
+NO_LINK, UNSHAPED_LINK = "none", "unshaped"
+LINK_PATTERN = r"none|unshaped|[0-9]+(\.[0-9]+)?(kbit|mbit|gbit)"
 
 
 # A free-text value (a path): printable, bounded. Commands always quote it; this keeps
@@ -135,6 +140,11 @@ class CellParams:
     sync_period: int = _p(4, "local_sgd: steps between parameter averaging", minimum=1, maximum=10**6)
     micro_batches: int = _p(4, "pipeline: micro-batches per step", minimum=1, maximum=4096)
     memory_budget_gb: float = _p(0.0, "batch-size auto on CPU: memory budget (0: half of available RAM)", minimum=0.0, maximum=1e6)
+    link: str = _p(
+        NO_LINK, "network between the 2 nodes of a cell: none (this machine's or the cluster's), or two network namespaces "
+        "on this machine joined by a veth link, unshaped or shaped to a rate (root; nodes 2)", pattern=LINK_PATTERN,
+        pattern_text="none, unshaped or a rate like 10gbit, 1gbit, 100mbit, 500kbit",
+    )
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -213,6 +223,8 @@ def _allowed_text(f: dataclasses.Field) -> str:
     choices = _choices(f)
     if choices is not None:
         return " | ".join(choices)
+    if "pattern_text" in f.metadata:
+        return f.metadata["pattern_text"]
     kind = {int: "an integer", float: "a finite number", str: "a non-empty string without control characters"}[_base_type(f)]
     bounds = []
     if "minimum" in f.metadata:
@@ -255,6 +267,8 @@ def _check(f: dataclasses.Field, value: Any) -> Any:
     if choices is not None and value not in choices:
         raise ParamError(f.name, value, allowed)
     md = f.metadata
+    if "pattern" in md and not re.fullmatch(md["pattern"], value):
+        raise ParamError(f.name, value, allowed)
     if ("minimum" in md and value < md["minimum"]) or ("maximum" in md and value > md["maximum"]):
         raise ParamError(f.name, value, allowed)
     if "exclusive_minimum" in md and value <= md["exclusive_minimum"]:
