@@ -40,7 +40,7 @@ import sys
 from pathlib import Path
 
 from ddpbench import diagnose, progress, safe_io, storage, sysinfo
-from ddpbench.params import CellParams
+from ddpbench.params import NO_LINK, CellParams
 
 REASON_CHARS = 2000
 ALLOW_OVERSUBSCRIBE_ENV = "DDPBENCH_ALLOW_OVERSUBSCRIBE"
@@ -74,7 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     args.command = shlex.join(["python", "-m", "ddpbench.launch", *map(str, sys.argv[1:] if argv is None else argv)])
     if args.nproc_per_node < 1 or args.nnodes < 1:
         parser.exit(2, "error: --nproc-per-node and --nnodes must be >= 1\n")
-    if args.nnodes > 1 and not args.rdzv_endpoint:
+    lab = params.link != NO_LINK and not args.rdzv_endpoint  # the two nodes are namespaces here (netlab)
+    if params.link != NO_LINK and args.nnodes != 2:
+        parser.exit(2, f"error: --link {params.link} joins two nodes: it needs --nnodes 2 (not {args.nnodes})\n")
+    if args.nnodes > 1 and not args.rdzv_endpoint and not lab:
         from ddpbench import slurm
 
         if not slurm.in_allocation():
@@ -97,14 +100,18 @@ def main(argv: list[str] | None = None) -> int:
 
 def launch(args: argparse.Namespace, params: CellParams) -> int:
     """Run the validated cell (main's work once the flags are parsed)."""
+    lab = params.link != NO_LINK and not args.rdzv_endpoint
     if not args.allow_oversubscribe:
-        cores = sysinfo.usable_cores()
+        # A lab's nodes share this machine: each gets its half of the cores (netlab.node_cpus).
+        cores = sysinfo.usable_cores() // (args.nnodes if lab else 1) or 1
         reason = oversubscription(params.device, params.threads_per_rank, args.nproc_per_node, args.nnodes, cores)
         if reason:
             return skip(args, params, reason, sysinfo.rank_threads(params.threads_per_rank, args.nproc_per_node, cores))
     refusal = world_size_skip(params.strategy, args.nproc_per_node * args.nnodes)
     if refusal:  # the ranks would only say so: the same skipped summary, without torchrun's seconds
         return skip(args, params, refusal, sysinfo.rank_threads(params.threads_per_rank, args.nproc_per_node))
+    if lab:
+        return across_lab_nodes(args, params)
     if args.nnodes > 1 and not args.rdzv_endpoint:
         return across_slurm_nodes(args, params, args.argv)
 
@@ -292,6 +299,28 @@ def across_slurm_nodes(args: argparse.Namespace, params: CellParams, argv: list[
             command=args.command,
         )  # fmt: skip
         args.output.say(f"[ddpbench] {out}: failed - samples/s ({reason})")
+    return 0
+
+
+def across_lab_nodes(args: argparse.Namespace, params: CellParams) -> int:
+    """--link: the two nodes are network namespaces on this machine joined by a veth link
+    shaped to the rate (ddpbench.netlab; root). Without namespaces the cell is skipped with the
+    reason, never failed. A signal stops the nodes and deletes the namespaces before exit."""
+    from ddpbench import netlab
+
+    out: Path = args.out
+    reason = netlab.available()
+    if reason:
+        return skip(args, params, f"link {params.link}: {reason}", sysinfo.rank_threads(params.threads_per_rank, args.nproc_per_node))
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _terminated)  # SystemExit: run_cell's cleanup runs
+    try:
+        cell_args = params.to_argv() + (["--allow-oversubscribe"] if args.allow_oversubscribe else [])
+        summary = netlab.run_cell(out, params.link, args.nproc_per_node, cell_args, params.timeout_s + args.grace_s)
+    except netlab.NetlabError as err:
+        write_failure(out, params, args.nproc_per_node * 2, 2, "failed", f"netlab: {err}"[-REASON_CHARS:], command=args.command)
+        summary = json.loads((out / "summary.json").read_text())
+    args.output.say(with_progress(progress_line(out, summary)))
     return 0
 
 

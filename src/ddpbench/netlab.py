@@ -12,7 +12,13 @@ netem), so the same cell can be measured over an unshaped link, 1 Gbit/s, 100 Mb
 rendezvous on node 0, gloo bound to the veth interface (GLOO_SOCKET_IFNAME) and torchrun's
 ``--local-addr`` set through PET_LOCAL_ADDR (both namespaces share the host name, which
 resolves to 127.0.0.1, so the default address would be wrong); rank 0 (node 0) writes the
-summary. Namespaces are always deleted on exit (their veth ends go with them).
+summary. Each node is pinned to its half of the usable cores, as two real nodes would have
+their own (ranks size their thread pools by it, the launcher judges oversubscription by it).
+Before the nodes start, a short TCP probe between the namespaces measures the bandwidth the
+link achieves; the summary records it (extra.link_achieved_bps) beside the set rate.
+Namespaces are always deleted on exit (their veth ends go with them), also when the cell
+fails, times out or is stopped by a signal; a lab whose process was SIGKILLed is swept by
+the next one (its namespaces carry the dead process id).
 
 Command line (root)::
 
@@ -29,6 +35,7 @@ Traffic stays on loopback and on the namespace addresses; nothing outside is rea
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -49,6 +56,10 @@ IFNAME = "ddpb0"  # the veth end's name inside each namespace
 UNSHAPED = "unshaped"
 _RATE_RE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit)$")
 _RATE_SCALE = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
+_LAB_NAME = re.compile(r"^ddpb-(\d+)-n[01]$")  # a lab's namespaces: ddpb-<owner pid>-n0/n1
+_LAB_VETH = re.compile(r"^ddpb(\d+)[ab]$")  # its veth ends before they move into them
+PROBE_S = 0.5  # seconds of traffic the bandwidth probe aims for (the bucket's 10 ms burst: <= 2 % of it)
+PROBE_BYTES = (1 << 20, 256 << 20)  # its bounds; unshaped sends the most
 
 
 class NetlabError(RuntimeError):
@@ -94,6 +105,41 @@ def _run(cmd: Sequence[str], check: bool = True) -> subprocess.CompletedProcess:
     return proc
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def sweep_stale() -> list[str]:
+    """Delete what labs of dead processes left (a SIGKILLed owner cleans up nothing): their
+    namespaces and veth ends still in the root namespace. Returns the names deleted."""
+    gone = []
+    listing = _run(["ip", "netns", "list"], check=False).stdout
+    for name in (line.split()[0] for line in listing.splitlines() if line.strip()):
+        m = _LAB_NAME.match(name)
+        if m and not _alive(int(m.group(1))):
+            _run(["ip", "netns", "del", name], check=False)
+            gone.append(name)
+    for dev in Path("/sys/class/net").iterdir():
+        m = _LAB_VETH.match(dev.name)
+        if m and not _alive(int(m.group(1))):
+            _run(["ip", "link", "del", dev.name], check=False)
+            gone.append(dev.name)
+    return gone
+
+
+def node_cpus(node: int) -> set[int] | None:
+    """Node `node`'s half of the usable cores (None with one core: both share it)."""
+    cores = sorted(os.sched_getaffinity(0))
+    half = len(cores) // 2
+    return set(cores[node * half : (node + 1) * half]) if half else None
+
+
 def available() -> str | None:
     """None when a lab can be made here, else why not."""
     if os.geteuid() != 0:
@@ -128,6 +174,7 @@ class TwoNodeLab:
         reason = available()
         if reason:
             raise NetlabError(reason)
+        sweep_stale()
         try:
             for ns in self.namespaces:
                 _run(["ip", "netns", "add", ns])
@@ -174,13 +221,40 @@ class TwoNodeLab:
         ]
 
     def popen(self, node: int, cmd: Sequence[str], env: dict | None = None, **kw) -> subprocess.Popen:
-        """Start a command inside node `node`'s namespace (its own process group)."""
+        """Start a command inside node `node`'s namespace (its own process group), on the node's cores."""
+        cpus = node_cpus(node)
         return subprocess.Popen(
             ["ip", "netns", "exec", self.namespaces[node], *cmd],
             env=env,
             start_new_session=True,
+            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
             **kw,
         )
+
+    def probe(self, port: int) -> dict:
+        """The bandwidth the link achieves: node 1 sends about PROBE_S seconds of traffic over TCP
+        to node 0, which times it from its first received chunk to the last (so connection set-up
+        and the first burst are not counted). Returns extra.link_* entries of the summary."""
+        rate = self.link.rate_bps
+        total = PROBE_BYTES[1] if rate is None else int(min(max(rate / 8 * PROBE_S, PROBE_BYTES[0]), PROBE_BYTES[1]))
+        limit = 10 + (3 * total * 8 / rate if rate else 10)
+        receiver = self.popen(0, [sys.executable, "-c", _RECEIVER, ADDRESSES[0], str(port)],
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+        sender = None
+        try:
+            if receiver.stdout.readline().strip() != "ready":
+                raise NetlabError("bandwidth probe: the receiver did not start")
+            sender = self.popen(1, [sys.executable, "-c", _SENDER, ADDRESSES[0], str(port), str(total)])
+            out, _ = receiver.communicate(timeout=limit)
+            sender.wait(timeout=10)
+            got = json.loads(out.strip().splitlines()[-1])
+        except (subprocess.TimeoutExpired, ValueError, IndexError) as err:
+            raise NetlabError(f"bandwidth probe over {self.link.name} failed: {err!r}") from None
+        finally:
+            _terminate([p for p in (receiver, sender) if p is not None])
+        seconds = got["seconds"]
+        return {"link_probe_bytes": got["bytes"], "link_probe_s": seconds,
+                "link_achieved_bps": got["bytes"] * 8 / seconds if seconds > 0 else None}  # fmt: skip
 
     def node_env(self, node: int, base: dict | None = None) -> dict:
         env = dict(os.environ if base is None else base)
@@ -191,6 +265,46 @@ class TwoNodeLab:
         env["PET_RDZV_CONF"] = f"is_host={1 if node == 0 else 0}"
         env.pop("NCCL_SOCKET_IFNAME", None)
         return env
+
+
+# The probe's two ends, run with the namespaces' Python: plain sockets, nothing imported.
+_RECEIVER = r"""
+import json, socket, sys, time
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2])))
+s.listen(1)
+print("ready", flush=True)
+c, _ = s.accept()
+buf, n, first, last = bytearray(1 << 20), 0, None, None
+while True:
+    k = c.recv_into(buf)
+    if not k:
+        break
+    now = time.perf_counter()
+    if first is None:
+        first, k0 = now, k
+    last, n = now, n + k
+c.close()
+print(json.dumps({"bytes": n - k0 if first else 0, "seconds": (last - first) if first else 0.0}), flush=True)
+"""
+_SENDER = r"""
+import socket, sys, time
+host, port, left = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+for _ in range(200):
+    try:
+        c = socket.create_connection((host, port), timeout=10)
+        break
+    except OSError:
+        time.sleep(0.05)
+chunk = bytes(1 << 20)
+while left > 0:
+    c.sendall(chunk[: min(left, len(chunk))])
+    left -= len(chunk)
+c.shutdown(socket.SHUT_WR)
+c.recv(1)
+c.close()
+"""
 
 
 def _terminate(procs: Sequence[subprocess.Popen]) -> None:
@@ -269,6 +383,7 @@ def launch_command(
         f"{ADDRESSES[0]}:{port}",
         "--out",
         str(out),
+        "--stop-with-parent",  # a killed lab leaves no rank running (SIGTERM on the owner's death)
         *cell_args,
     ]
 
@@ -282,8 +397,9 @@ def run_cell(
     port: int = 29400,
     lab: TwoNodeLab | None = None,
 ) -> dict:
-    """Run one 2-node cell over a link of the given rate; return its summary.json
-    (with `link` added under "extra"). Makes (and deletes) a lab unless one is given."""
+    """Run one 2-node cell over a link of the given rate; return its summary.json (with the
+    set rate and the probe's achieved bandwidth under "extra"). Makes (and deletes) a lab
+    unless one is given."""
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").unlink(missing_ok=True)  # an earlier attempt's must not pass
@@ -293,6 +409,7 @@ def run_cell(
         lab.__enter__()
     try:
         lab.shape(link)
+        measured = lab.probe(port + 1)
         codes = run_on_nodes(
             lab,
             lambda node: launch_command(node, out, nproc_per_node, cell_args, port),
@@ -307,17 +424,18 @@ def run_cell(
                 if log.exists():
                     tails.append(f"node{node}: " + log.read_text()[-2000:])
             raise NetlabError(f"no summary.json in {out} (exit codes {codes})\n" + "\n".join(tails))
-        return _tag_link(out, lab.link)
+        return _tag_link(out, lab.link, measured)
     finally:
         if own:
             lab.close()
 
 
-def _tag_link(out: Path, link: Link) -> dict:
-    """Add extra.link to a run's summary (atomically) and return the summary."""
+def _tag_link(out: Path, link: Link, measured: dict | None = None) -> dict:
+    """Add the link's set rate (bits/s; None unshaped) and what the probe measured to a run's
+    summary (atomically) and return the summary."""
     path = out / "summary.json"
     summary = json.loads(path.read_text())
-    summary.setdefault("extra", {})["link"] = link.name
+    summary.setdefault("extra", {}).update(link_rate_bps=link.rate_bps, **(measured or {}))
     write_json(path, summary)
     return summary
 
@@ -326,7 +444,7 @@ def _write_failure(out: Path, link: Link, params, nproc_per_node: int, reason: s
     from ddpbench.launch import write_failure
 
     out.mkdir(parents=True, exist_ok=True)
-    write_failure(out, params, nproc_per_node * 2, 2, "failed", reason[-2000:])
+    write_failure(out, dataclasses.replace(params, link=link.name), nproc_per_node * 2, 2, "failed", reason[-2000:])
     return _tag_link(out, link)
 
 
@@ -369,7 +487,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         with TwoNodeLab() as lab:
             for link, out in zip(links, outs):
                 try:
-                    done[out] = run_cell(out, link, args.nproc_per_node, cell_args, params.timeout_s + 60, args.port, lab=lab)
+                    done[out] = run_cell(out, link, args.nproc_per_node, [*cell_args, "--link", link.name],
+                                         params.timeout_s + 60, args.port, lab=lab)  # fmt: skip
                 except NetlabError as e:
                     done[out] = _write_failure(out, link, params, args.nproc_per_node, f"netlab: {e}")
     except NetlabError as e:  # no lab (not root, no iproute2): every run fails, each with a summary

@@ -89,11 +89,14 @@ def unread_settings(strategy: str) -> tuple[str, ...]:
 
 
 def effective_params(values: Mapping[str, Any]) -> dict[str, Any]:
-    """`values` with the strategy settings its strategy does not read at their defaults:
-    two cells that differ only there are one measurement (one run folder, one set of runs),
-    and a change to such a setting changes none of that strategy's runs."""
+    """`values` with the strategy settings its strategy does not read at their defaults (and
+    the link at none for a one-node cell): two cells that differ only there are one measurement
+    (one run folder, one set of runs), and a change to such a setting changes none of that
+    strategy's runs."""
     defaults = {f.name: f.default for f in dataclasses.fields(CellParams)}
     unread = unread_settings(values["strategy"])
+    if int(values.get("nodes", 1)) == 1:
+        unread += ("link",)  # a link joins nodes: one node's cells are one measurement whatever it is
     return {k: (defaults[k] if k in unread else v) for k, v in values.items()}
 
 
@@ -421,6 +424,9 @@ def check_cell(values: Mapping[str, Any]) -> None:
     smaller than world_size; pipeline with a global batch that micro_batches do not
     split evenly. batch_size 'auto' is only known at run time: not checked."""
     world = int(values["world_size"])
+    nodes = int(values.get("nodes", 1))
+    if values.get("link", NO_LINK) != NO_LINK and nodes > 2:
+        raise CellConflict(("link", "nodes"), f"link {values['link']} joins the two nodes of a lab on this machine, not {nodes}")
     strategy, model, dataset = values["strategy"], values["model"], values["dataset"]
     traits = strategy_traits(strategy)
     if traits.unsupported(world):

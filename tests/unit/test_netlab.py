@@ -60,7 +60,8 @@ def test_without_a_lab_every_run_still_gets_a_failed_summary(tmp_path, monkeypat
     for link in ("unshaped", "20mbit"):
         s = json.loads((tmp_path / f"link~{link}" / "summary.json").read_text())
         assert s["status"] == "failed" and "needs root" in s["reason"]
-        assert s["world_size"] == 4 and s["nodes"] == 2 and s["extra"]["link"] == link
+        assert s["world_size"] == 4 and s["nodes"] == 2 and s["params"]["link"] == link
+        assert s["extra"]["link_rate_bps"] == netlab.Link(link).rate_bps
         assert s["params"]["max_steps"] == 2
 
 

@@ -34,6 +34,7 @@ from ddpbench.config_schema import (  # noqa: E402
 )
 from ddpbench.launch import oversubscription  # noqa: E402
 from ddpbench.params import (  # noqa: E402
+    NO_LINK,
     CellParams,
     ParamError,
     check_auto_batch_scaling,
@@ -318,12 +319,14 @@ def warn_oversubscribed_cells(cells):
     count = 0
     for cell in cells.to_dict(orient="records"):
         nodes = cell.get("nodes", 1)
+        # A link's two nodes are namespaces sharing this machine's cores.
+        on_lab = cell.get("link", FIXED_PARAMS["link"]) != NO_LINK
         if oversubscription(
             cell.get("device", FIXED_PARAMS["device"]),
             cell.get("threads_per_rank", FIXED_PARAMS["threads_per_rank"]),
             cell["world_size"] // nodes,
             nodes,
-            cores,
+            cores // nodes or 1 if on_lab else cores,
         ):
             count += 1
     if count and config["allow_oversubscribe"]:
@@ -363,6 +366,26 @@ def compare_to_table(path, results):
     return str(table)
 
 
+def warn_link_cells(cells):
+    """Cells over a link need two network namespaces on this machine (root, iproute2): where
+    none can be made the launcher records them as skipped with the reason; say so now.
+    """
+    from ddpbench import netlab
+
+    links = (
+        cells["link"]
+        if "link" in cells
+        else pd.Series([FIXED_PARAMS["link"]] * len(cells))
+    )
+    count = int((links != NO_LINK).sum())
+    reason = netlab.available() if count else None
+    if reason:
+        logger.warning(
+            f"ddpbench: {count} cell(s) over a link will be recorded as skipped on this machine: "
+            f"two network namespaces {reason}"
+        )
+
+
 validate_config(config)
 AXES = grid_axes(config)
 check_exclusions(config["exclude"], AXES)
@@ -373,6 +396,7 @@ BASE_PARAMS = base_cell_params(config)
 CELLS = effective_cells(expand_grid(AXES, config["exclude"]), BASE_PARAMS)
 check_cell_combinations(CELLS)
 warn_oversubscribed_cells(CELLS)
+warn_link_cells(CELLS)
 RESULTS = config["results"].rstrip("/")
 COMPARE_TO = compare_to_table(config["compare_to"], RESULTS)
 REPEATS = list(range(config["repeats"]))
