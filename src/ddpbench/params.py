@@ -88,14 +88,14 @@ def unread_settings(strategy: str) -> tuple[str, ...]:
     return tuple(s for s in STRATEGY_SETTINGS if s not in strategy_settings(strategy))
 
 
-def effective_params(values: Mapping[str, Any]) -> dict[str, Any]:
+def effective_params(values: Mapping[str, Any], nodes: int | None = None) -> dict[str, Any]:
     """`values` with the strategy settings its strategy does not read at their defaults (and
     the link at none for a one-node cell): two cells that differ only there are one measurement
     (one run folder, one set of runs), and a change to such a setting changes none of that
-    strategy's runs."""
+    strategy's runs. `nodes`: the cell's, where `values` (cell parameters only) lacks it."""
     defaults = {f.name: f.default for f in dataclasses.fields(CellParams)}
     unread = unread_settings(values["strategy"])
-    if int(values.get("nodes", 1)) == 1:
+    if int(values.get("nodes", 1) if nodes is None else nodes) == 1:
         unread += ("link",)  # a link joins nodes: one node's cells are one measurement whatever it is
     return {k: (defaults[k] if k in unread else v) for k, v in values.items()}
 

@@ -69,3 +69,38 @@ def test_progress_line_is_the_launchers(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(netlab, "available", lambda: "needs root (network namespaces)")
     netlab.main(["--link", "1gbit", "--out", str(tmp_path / "r"), "--max-steps", "2"])
     assert f"[ddpbench] {tmp_path / 'r'}: failed - samples/s (link 1gbit)" in capsys.readouterr().out
+
+
+def test_a_link_is_read_by_two_node_cells_only_and_checked_by_pattern():
+    from ddpbench.params import CellConflict, CellParams, ParamError, check_cell, effective_params
+
+    cell = {**CellParams(strategy="allreduce").as_dict(), "link": "100mbit"}
+    assert effective_params(cell, nodes=2)["link"] == "100mbit"
+    assert effective_params(cell, nodes=1)["link"] == "none"  # one node: one measurement whatever the link
+    assert effective_params({**cell, "nodes": 2})["link"] == "100mbit"
+    with pytest.raises(CellConflict, match="link 100mbit"):
+        check_cell({**cell, "world_size": 4, "nodes": 4})
+    for bad in ("fast", "100 mbit", "1gbps", "-1mbit"):
+        with pytest.raises(ParamError, match="'link'"):
+            CellParams(link=bad)
+    assert CellParams(link="2.5gbit").link == "2.5gbit"
+
+
+def test_launcher_refuses_a_link_without_two_nodes(tmp_path, capsys):
+    from ddpbench import launch
+
+    with pytest.raises(SystemExit) as e:
+        launch.main(["--nproc-per-node", "2", "--out", str(tmp_path / "r"), "--link", "1gbit"])
+    assert e.value.code == 2 and "needs --nnodes 2" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
+def test_link_cell_without_namespaces_is_skipped_with_the_reason(tmp_path, monkeypatch):
+    import json
+
+    from ddpbench import launch
+
+    monkeypatch.setattr(netlab, "available", lambda: "needs root (network namespaces)")
+    rc = launch.main(["--nproc-per-node", "1", "--nnodes", "2", "--out", str(tmp_path / "r"), "--link", "100mbit"])
+    s = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert rc == 0 and s["status"] == "skipped" and "needs root" in s["reason"] and s["params"]["link"] == "100mbit"

@@ -291,3 +291,25 @@ def test_oversubscribed_cell_is_a_skipped_row_with_a_plan_time_warning(tmp_path)
     (run,) = read_runs(tmp_path)
     assert run["status"] == "skipped" and run["reason"].startswith(f"oversubscribed: {ranks} ranks x 1 thread = {ranks} >")
     assert not list((tmp_path / RESULTS / "runs").rglob("train.log"))  # no rank started
+
+
+PRESETS = sorted((ROOT / "configs").rglob("*.yaml"))
+
+
+@pytest.mark.parametrize("preset", PRESETS, ids=[str(p.relative_to(ROOT / "configs")) for p in PRESETS])
+def test_every_preset_plans(tmp_path, preset):
+    """Each preset in configs/ (studies included) is a valid grid: the dry run plans it."""
+    out = snakemake(tmp_path, "-n", "--quiet", "rules", configfile=preset).stdout
+    assert "train" in out
+
+
+def test_interconnect_plans_link_cells_on_two_nodes_and_one_node_cells_once(tmp_path):
+    out = snakemake(tmp_path, "-n", "-p", configfile=ROOT / "configs" / "studies" / "interconnect.yaml").stdout
+    runs = set(re.findall(r"results/interconnect/runs/(\S+?)/repeat~\d+/summary\.json", out))
+    linked = {r for r in runs if "link~" in r}
+    assert linked and all("nodes~2" in r for r in linked)
+    assert {re.search(r"link~(\w+)", r).group(1) for r in linked} == {"unshaped", "1gbit", "100mbit"}
+    # A one-node cell reads no link: one run folder per strategy, not one per link.
+    one_node = [r for r in runs if "nodes~" not in r]
+    assert len(one_node) == 7 and not any("link~" in r for r in one_node)
+    assert "--link 100mbit" in out and "--nnodes 2" in out

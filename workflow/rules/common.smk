@@ -425,7 +425,7 @@ def params_of_cell(cell):
     """Every CellParams field of this cell: the shared values, then its axis values; the
     strategy settings its strategy does not read at their defaults."""
     values = {name: cell.get(name, FIXED_PARAMS[name]) for name in CellParams.names()}
-    return effective_params(values)
+    return effective_params(values, nodes=cell.get("nodes", 1))
 
 
 def launcher_flags(wildcards):
