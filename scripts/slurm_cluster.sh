@@ -355,8 +355,23 @@ stop() {
     done
     if is_this_conf; then
         rm -f -- "$CONF"
-    elif is_ours_conf; then
-        log "$CONF belongs to the cluster whose state is elsewhere ($(head -n1 "$CONF")); left alone"
+    else
+        remove_orphaned_conf
+    fi
+}
+
+# A config of ours that no running controller reads (its cluster's state folder gone, a test
+# killed before its stop) would send every client to an address nobody serves: a bare
+# `squeue` in the root namespace hung on a two-namespace cluster's 198.18.0.1. Remove it.
+remove_orphaned_conf() {
+    is_ours_conf || return 0
+    if pgrep -f -- "slurmctld .*-f $CONF" >/dev/null; then
+        log "$CONF belongs to the running cluster whose state is elsewhere ($(head -n1 "$CONF")); left alone"
+    else
+        local head
+        head=$(head -n1 "$CONF")
+        rm -f -- "$CONF"
+        log "removed $CONF: no controller of it runs (${head#"$MARKER" })"
     fi
 }
 
@@ -387,7 +402,7 @@ main() {
         DIR=$(private_dir "$DIR" "" "state folder (DDPBENCH_SLURM_DIR)") || exit 1
     else
         log "no state folder $DIR: nothing of this script's to $cmd there"
-        if [ "$cmd" = stop ] && is_this_conf; then rm -f -- "$CONF"; fi
+        if [ "$cmd" = stop ]; then remove_orphaned_conf; fi
         [ "$cmd" = status ] && status
         return 0
     fi
