@@ -451,7 +451,7 @@ def _type_text(prop: dict[str, Any]) -> str:
         if key in prop
     ]
     if "pattern" in prop:
-        bounds.append(f"matching `{prop['pattern']}`")
+        bounds.append(f"matching `{prop['pattern']}`".replace("|", "\\|"))  # a table cell: | would end it
     return text + (" " + ", ".join(bounds) if bounds else "")
 
 
