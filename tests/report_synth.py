@@ -139,3 +139,69 @@ def make_comm(world_sizes=(2, 4), alpha=50e-6, bandwidth=2e9) -> pd.DataFrame:
                              time_median_s=t, time_p95_s=1.1 * t, algbw_gbps=algbw,
                              busbw_gbps=algbw * 2 * (p - 1) / p))  # fmt: skip
     return pd.DataFrame(rows)
+
+
+# Per strategy, a p = 2 step's communication: collective calls, bytes sent by the busiest rank, and
+# whether it hides behind backward (DDP's overlap). Different proportions of calls to bytes let a
+# latency-bandwidth fit tell α from B.
+LINK_COMM = {"ddp": (4, 4e6, True), "allreduce": (10, 4e6, False), "gather_scatter": (16, 8e6, False)}
+# Link setting -> the bits/s its probe achieves (a little under the shaped rate, as TCP does)
+LINK_ACHIEVED = {"10gbit": 9.8e9, "1gbit": 0.96e9, "100mbit": 97e6, "20mbit": 19.6e6}
+_UNIT = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
+
+
+def make_link_runs(
+    strategies=("ddp", "allreduce", "gather_scatter"),
+    links=None,
+    alpha=100e-6,
+    compute_share=0.55,
+    hide_share=0.3,
+    repeats=3,
+    noise=0.0,
+    probe_noise=0.0,
+    comm=None,
+    seed=0,
+) -> pd.DataFrame:
+    """A link study: `single` at p = 1 (link none), every strategy's loopback cell at p = 2 (nodes 1,
+    link none) and its two-node cell (nodes 2, world size 2) on every link of `links` (setting ->
+    achieved bits/s; default LINK_ACHIEVED).
+
+    On a link, a step computes `compute_share` of the single step's time and communicates exactly
+    comm_s = alpha·calls + bytes·8/achieved (calls, bytes per `comm`, default LINK_COMM), times
+    (1 + noise·N(0, 1)); a strategy that hides behind backward exposes only what exceeds
+    `hide_share` of its computation. So a non-hiding strategy's time per sample is exactly
+    a + b/B with a = (compute + alpha·calls)/batch, b = 8·bytes/batch: its crossing with the single
+    process is known. The probe reads achieved·(1 + probe_noise·N(0, 1))."""
+    rng = np.random.default_rng(seed + 1)
+    links = LINK_ACHIEVED if links is None else links
+    comm = LINK_COMM if comm is None else comm
+    base = make_runs(strategies=("single", *strategies), world_sizes=(1, 2), repeats=repeats, noise=noise,
+                     failures=False, others_at_1=False, seed=seed)  # fmt: skip
+    base["link"] = "none"
+    single_step = float(base.loc[base["strategy"] == "single", "step_time_median_s"].median())
+    rows = []
+    for template in base[base["world_size"] == 2].to_dict("records"):
+        calls, sent, hides = comm.get(template["strategy"], (4, 4e6, False))
+        compute = compute_share * single_step
+        timed, gbatch, n = template["timed_steps"], template["global_batch"], template["dataset_size"]
+        for link, achieved in links.items():
+            unit = next((u for u in _UNIT if str(link).endswith(u)), None)
+            nominal = float(str(link)[: -len(unit)]) * _UNIT[unit] if unit else np.nan
+            t_comm = (alpha * calls + sent * 8 / achieved) * (1 + noise * rng.standard_normal())
+            exposed = max(t_comm - hide_share * compute, 0.0) if hides else t_comm
+            step = compute + exposed
+            row = dict(template)
+            row.update(
+                link=link, nodes=2, run_dir=f"results/runs/{template['strategy']}-p2-{link}/r{template['repeat']}",
+                extra_link_rate_bps=nominal, extra_link_achieved_bps=achieved * (1 + probe_noise * rng.standard_normal()),
+                comm_calls_per_step=calls, comm_bytes_per_step=sent,
+                step_time_median_s=step, step_time_mean_s=step, step_time_p95_s=step * 1.1,
+                samples_per_s=gbatch / step, epoch_time_s=n * step / gbatch, timed_wall_s=step * timed,
+                phase_data_s=0.05 * compute * timed, phase_forward_s=0.35 * compute * timed,
+                phase_backward_s=0.5 * compute * timed, phase_optimizer_s=0.1 * compute * timed,
+                phase_comm_s=t_comm * timed, phase_exposed_comm_s=exposed * timed, phase_total_s=step * timed,
+                phase_other_s=0.0, frac_other=0.0, frac_comm=t_comm / step, frac_exposed_comm=exposed / step,
+                compute_comm_ratio=compute / exposed if exposed else None,
+            )  # fmt: skip
+            rows.append(row)
+    return pd.concat([base, pd.DataFrame(rows)], ignore_index=True)

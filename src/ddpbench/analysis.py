@@ -7,11 +7,14 @@ other metrics medians with order-statistic intervals of their exact level, ratio
 strategy vs strategy) Welch t-intervals on log differences; speedup S(p) = T_baseline / T_p
 with T the time for a fixed amount of work (one epoch), efficiency E = S/p, Amdahl,
 Gustafson, Karp–Flatt and the communication cost model with each strategy's volume law.
+Two-node cells over a measured network link get `links_table`: the latency-bandwidth fit per
+link and the bandwidth below which each strategy loses to one process.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,7 +22,7 @@ import pandas as pd
 from scipy import optimize, stats
 
 from ddpbench import commfit, metrics
-from ddpbench.params import CellParams
+from ddpbench.params import NO_LINK, CellParams
 
 LEVEL = 0.95
 N_BOOT = 500  # resamples of the cost model's bootstrap
@@ -32,7 +35,7 @@ LAUNCH_AXES = ("world_size", "nodes")
 # matches exactly (e.g. the workflow ran `single` once instead of once per bucket size).
 IRRELEVANT_AT_BASELINE = (
     "scaling", "bucket_mb", "powersgd_rank", "powersgd_start_iter", "sync_period", "micro_batches",
-    "timeout_s", "data_root",
+    "timeout_s", "data_root", "link",
 )  # fmt: skip
 BASELINE_STRATEGY = "single"
 
@@ -383,6 +386,8 @@ def cell_stats(runs: pd.DataFrame, max_rel_ci: float = MAX_REL_CI) -> pd.DataFra
     and the stability check on the throughput interval."""
     cols = axes(runs)
     nondeterministic = nondeterministic_mask(timed_runs(runs[runs["status"] == "ok"]), cols)
+    # The link's bandwidth as the probe at each run's start measured it (runs without a link: none)
+    achieved = _col(runs, ACHIEVED) / 1e9 if ACHIEVED in runs else None
     rows = []
     for key, g in runs.groupby(cols, dropna=False, sort=True):
         ok = g[g["status"] == "ok"]
@@ -410,12 +415,15 @@ def cell_stats(runs: pd.DataFrame, max_rel_ci: float = MAX_REL_CI) -> pd.DataFra
                 row.update({m: iv.estimate, f"{m}_ci_low": iv.low, f"{m}_ci_high": iv.high, f"{m}_ci_level": iv.level})
         row.update({c: float(pd.to_numeric(used[c], errors="coerce").median()) if c in used else np.nan
                     for c in TIMELINE_COLUMNS})  # fmt: skip
+        if achieved is not None:
+            row["link_gbps"] = float(achieved[used.index].median())
         rows.append(row)
     counts = ["n_runs", "n_repeats", "n_untimed", "n_failed", "n_timeout", "n_skipped", "n_superseded", "n_busy",
               "n_oversubscribed", "n_off_lock", "n_nondeterministic", "n_diverged"]  # fmt: skip
     flags = ["unstable", "unstable_cause", "throughput_rel_ci"]
     stats_cols = [f"{m}{s}" for m in METRICS if m in runs for s in ("", "_ci_low", "_ci_high", "_ci_level")]
-    return pd.DataFrame(rows, columns=[*cols, *counts, *flags, *stats_cols, *TIMELINE_COLUMNS])
+    link = ["link_gbps"] if achieved is not None else []
+    return pd.DataFrame(rows, columns=[*cols, *counts, *flags, *stats_cols, *TIMELINE_COLUMNS, *link])
 
 
 # -- speedup and efficiency --------------------------------------------------------------
@@ -935,3 +943,148 @@ def _baseline_step_time(runs: pd.DataFrame, info: dict, baseline_strategy: str) 
             ok = ok[ok[c].astype(str) == str(v)]
     col = "step_time_mean_s" if "step_time_mean_s" in ok else "step_time_median_s"
     return float(ok[col].median()) if len(ok) else None
+
+
+# -- links: the two nodes of a cell over a measured network link -------------------------------
+#
+# A multi-node cell on a link (params.link: unshaped, or shaped by tc to a rate) runs its two
+# nodes in two network namespaces; a short TCP probe between them at the cell's start records
+# the bandwidth the link achieved (extra_link_achieved_bps). Over the links, communication per
+# step follows t = α·calls + bytes/B, and a strategy's time per sample t(B) = a + b/B: where
+# that crosses the one-process time per sample, the strategy stops paying off.
+
+ACHIEVED = "extra_link_achieved_bps"  # bits/s the probe measured at the cell's start
+NOMINAL = "extra_link_rate_bps"  # bits/s the link was shaped to (none when unshaped)
+_RATE = re.compile(r"([0-9]+(?:\.[0-9]+)?)(kbit|mbit|gbit)")
+_RATE_UNIT = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}  # tc's units are decimal
+LOSES_BELOW, NEVER_LOSES, ALWAYS_LOSES, NOT_FITTED = "loses below", "never loses", "always loses", "not fitted"
+LINK_TABLE_COLUMNS = [
+    "kind", "link", "strategy", "nominal_gbps", "achieved_gbps", "achieved_gbps_ci_low", "achieved_gbps_ci_high",
+    "achieved_gbps_ci_level", "n_runs", "alpha_s", "bandwidth_gbps", "r2", "single_s", "a_s", "b_s_gbps",
+    "crossing_gbps", "verdict", "extrapolated", "measured_min_gbps", "measured_max_gbps", "note",
+]  # fmt: skip
+
+
+def link_rate_bps(name) -> float:
+    """The nominal rate of a link setting in bits/s ('100mbit' -> 1e8); NaN for none and unshaped."""
+    m = _RATE.fullmatch(str(name).strip().lower())
+    return float(m[1]) * _RATE_UNIT[m[2]] if m else np.nan
+
+
+def link_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """The ok timed runs of multi-node cells over a link whose bandwidth was measured."""
+    if "link" not in runs or ACHIEVED not in runs or "status" not in runs:
+        return runs.iloc[:0]
+    ok = timed_runs(runs[runs["status"] == "ok"])
+    keep = (ok["link"].astype(str) != NO_LINK) & (_col(ok, ACHIEVED) > 0)
+    if "nodes" in ok:
+        keep &= _col(ok, "nodes") > 1
+    return ok[keep]
+
+
+def link_group_axes(on_link: pd.DataFrame) -> list[str]:
+    """What tells apart link studies within the link runs: their varying axes but strategy, link and nodes."""
+    return [c for c in varying(on_link, axes(on_link)) if c not in ("strategy", "link", "nodes")]
+
+
+def fit_time_per_sample(bandwidth_gbps, seconds) -> tuple[float, float] | None:
+    """a [s] and b [s·Gbit/s] in t(B) = a + b/B: the time a strategy takes per sample at bandwidth B
+    (computation plus per-call costs, and bytes over the link). Non-negative least squares on relative
+    error, as fit_latency_bandwidth; None without two distinct bandwidths."""
+    b = np.asarray(bandwidth_gbps, float)
+    t = np.asarray(seconds, float)
+    keep = (t > 0) & (b > 0) & np.isfinite(b) & np.isfinite(t)
+    if len(np.unique(b[keep])) < 2:
+        return None
+    design = np.column_stack([np.ones(keep.sum()), 1 / b[keep]]) / t[keep, None]
+    (a, slope), _ = optimize.nnls(design, np.ones(keep.sum()))
+    return float(a), float(slope)
+
+
+def crossing_bandwidth(a: float, b: float, t_single: float, lo: float = np.nan, hi: float = np.nan):
+    """(B*, verdict, extrapolated): the bandwidth below which a strategy with time per sample a + b/B is
+    slower than one process taking t_single per sample, B* = b / (t_single − a). With a ≥ t_single it is
+    slower at any bandwidth (always loses), with b = 0 faster at any (never loses): no B*. Extrapolated
+    when B* lies outside the measured bandwidths [lo, hi]."""
+    if not (np.isfinite(a) and np.isfinite(b) and np.isfinite(t_single)):
+        return np.nan, NOT_FITTED, False
+    if a >= t_single:
+        return np.nan, ALWAYS_LOSES, False
+    if b <= 0:
+        return np.nan, NEVER_LOSES, False
+    cross = b / (t_single - a)
+    return float(cross), LOSES_BELOW, bool(not lo <= cross <= hi)
+
+
+def _alpha_beta(g: pd.DataFrame) -> dict:
+    """α [s per call] and the effective bandwidth [Gbit/s] of one link from its runs' communication
+    per step (fit_latency_bandwidth), or a note saying why not."""
+    calls, sent = _col(g, "comm_calls_per_step").to_numpy(), _col(g, "comm_bytes_per_step").to_numpy()
+    secs = (_col(g, "phase_comm_s") / _col(g, "timed_steps")).to_numpy()
+    keep = (secs > 0) & np.isfinite(calls) & np.isfinite(sent)
+    # One proportion of calls to bytes (one strategy, say) cannot separate latency from bandwidth.
+    if keep.sum() < 2 or np.linalg.matrix_rank(np.column_stack([calls, sent])[keep] / secs[keep, None]) < 2:
+        return dict(note="α and B not fitted: needs runs with different proportions of calls to bytes "
+                         "(several strategies)")  # fmt: skip
+    alpha, bps = fit_latency_bandwidth(calls[keep], sent[keep], secs[keep])
+    pred = alpha * calls[keep] + sent[keep] / bps
+    return dict(alpha_s=alpha, bandwidth_gbps=bps * 8 / 1e9 if np.isfinite(bps) else np.nan, r2=_r2(secs[keep], pred),
+                note="" if np.isfinite(bps) else "bandwidth term not resolved")  # fmt: skip
+
+
+def _baseline_per_sample(runs: pd.DataFrame, g: pd.DataFrame, baseline_strategy: str) -> float:
+    """Seconds per sample of the baseline strategy's p = 1 runs with the settings of the link runs `g`
+    (every axis but strategy, launch, link and the settings that cannot matter to it): geometric mean."""
+    base = timed_runs(runs[(runs["status"] == "ok") & (_col(runs, "world_size") == 1)])
+    if "strategy" in base:
+        base = base[base["strategy"].astype(str) == baseline_strategy]
+    for c in axes(g):
+        if c in ("strategy", *LAUNCH_AXES, *IRRELEVANT_AT_BASELINE) or c not in base:
+            continue
+        values = set(g[c].astype(str))
+        if len(values) == 1:
+            base = base[base[c].astype(str) == values.pop()]
+    return log_t_interval(1 / _col(base, "samples_per_s")).estimate if len(base) else np.nan
+
+
+def links_table(runs: pd.DataFrame, baseline_strategy: str = BASELINE_STRATEGY) -> pd.DataFrame:
+    """links.csv, per link study (a combination of link_group_axes): rows of kind "link", one per link --
+    nominal rate, the probe's achieved bandwidth (median over the link's runs, order-statistic interval),
+    α and the effective bandwidth of t = α·calls + bytes/B over its runs of every strategy -- and rows of
+    kind "crossing", one per strategy: t(B) = a + b/B fitted to its time per sample (1/throughput) over
+    the links, the baseline's time per sample and the crossing bandwidth B* (crossing_bandwidth)."""
+    on_link = link_runs(runs)
+    if on_link.empty:
+        return pd.DataFrame(columns=LINK_TABLE_COLUMNS)
+    gcols = link_group_axes(on_link)
+    on_link = on_link.assign(_gbps=_col(on_link, ACHIEVED) / 1e9, _per_sample=1 / _col(on_link, "samples_per_s"))
+    rows = []
+    for key, g in on_link.groupby(gcols, dropna=False, sort=True) if gcols else [((), on_link)]:
+        info = dict(zip(gcols, key if isinstance(key, tuple) else (key,)))
+        links = []
+        for link, lg in g.groupby(g["link"].astype(str), sort=False):
+            iv = order_stat_interval(lg["_gbps"])
+            nominal = _col(lg, NOMINAL).median() if NOMINAL in lg and _col(lg, NOMINAL).notna().any() else link_rate_bps(link)
+            links.append(dict(info, kind="link", link=link, nominal_gbps=nominal / 1e9, achieved_gbps=iv.estimate,
+                              achieved_gbps_ci_low=iv.low, achieved_gbps_ci_high=iv.high,
+                              achieved_gbps_ci_level=iv.level, n_runs=len(lg), **_alpha_beta(lg)))  # fmt: skip
+        rows += sorted(links, key=lambda r: -r["achieved_gbps"])  # fastest link first
+        t_single = _baseline_per_sample(runs, g, baseline_strategy)
+        for strategy, sg in g.groupby(g["strategy"].astype(str), sort=True):
+            lo, hi = sg["_gbps"].min(), sg["_gbps"].max()
+            row = dict(info, kind="crossing", strategy=strategy, single_s=t_single, n_runs=len(sg),
+                       measured_min_gbps=lo, measured_max_gbps=hi)  # fmt: skip
+            fit = fit_time_per_sample(sg["_gbps"], sg["_per_sample"])
+            if fit is None:
+                row.update(verdict=NOT_FITTED, extrapolated=False, note="measured on one link: t(B) needs two")
+            elif not np.isfinite(t_single):
+                row.update(a_s=fit[0], b_s_gbps=fit[1], verdict=NOT_FITTED, extrapolated=False,
+                           note=f"no {baseline_strategy} run at p = 1 with these settings to compare with")  # fmt: skip
+            else:
+                cross, verdict, outside = crossing_bandwidth(*fit, t_single, lo, hi)
+                pred = fit[0] + fit[1] / sg["_gbps"]
+                row.update(a_s=fit[0], b_s_gbps=fit[1], crossing_gbps=cross, verdict=verdict, extrapolated=outside,
+                           r2=_r2(sg["_per_sample"], pred),
+                           note="extrapolated: outside the measured bandwidths" if outside else "")  # fmt: skip
+            rows.append(row)
+    return pd.DataFrame(rows).reindex(columns=[*gcols, *LINK_TABLE_COLUMNS])

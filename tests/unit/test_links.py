@@ -1,0 +1,143 @@
+"""The link axis in the analysis (issue 14): two-node cells over a measured link, the
+latency-bandwidth fit per link and the bandwidth below which a strategy loses to one process. Synthetic runs follow an exact alpha-beta model
+(report_synth.make_link_runs), so every fitted number has a known answer."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from report_synth import LINK_COMM, make_link_runs, make_runs
+
+from ddpbench import analysis as A
+
+GBATCH = 64  # make_runs' default batch: global batch of every cell (strong scaling)
+COMPUTE_SHARE = 0.55  # make_link_runs' default
+
+
+def _expected_crossing(runs: pd.DataFrame, strategy: str, alpha: float, comm=LINK_COMM) -> float:
+    """B* [Gbit/s] of a strategy that does not hide communication, from the synthetic model itself:
+    t(B) = (compute + α·calls)/batch + 8·bytes/(batch·B) against the single step / batch."""
+    single_step = runs.loc[runs["strategy"] == "single", "step_time_median_s"].median()
+    calls, sent, _ = comm[strategy]
+    a = (COMPUTE_SHARE * single_step + alpha * calls) / GBATCH
+    b = 8 * sent / GBATCH / 1e9
+    return b / (single_step / GBATCH - a)
+
+
+def _links(**kw):
+    runs = A.load_runs_frame(make_link_runs(**kw))
+    return runs, A.links_table(runs)
+
+
+# -- analysis ------------------------------------------------------------------------------------
+
+
+def test_the_fit_recovers_alpha_and_the_bandwidth_of_every_link():
+    achieved = {"10gbit": 9.4e9, "1gbit": 0.93e9, "100mbit": 96e6}
+    _, table = _links(alpha=150e-6, links=achieved)
+    per_link = table[table["kind"] == "link"].set_index("link")
+    assert list(per_link.index) == ["10gbit", "1gbit", "100mbit"]  # fastest first
+    for link, bps in achieved.items():
+        r = per_link.loc[link]
+        assert r["alpha_s"] == pytest.approx(150e-6, rel=1e-6)
+        assert r["bandwidth_gbps"] == pytest.approx(bps / 1e9, rel=1e-6)  # bits, not bytes
+        assert r["achieved_gbps"] == pytest.approx(bps / 1e9)
+        assert r["r2"] == pytest.approx(1.0)
+        assert r["n_runs"] == 9  # three strategies, three repeats
+    assert per_link.loc["1gbit", "nominal_gbps"] == pytest.approx(1.0)
+
+
+def test_one_proportion_of_calls_to_bytes_gives_no_alpha_and_says_why():
+    _, table = _links(strategies=("allreduce",))
+    per_link = table[table["kind"] == "link"]
+    assert per_link["alpha_s"].isna().all() and per_link["bandwidth_gbps"].isna().all()
+    assert per_link["note"].str.contains("different proportions of calls to bytes").all()
+
+
+def test_nominal_rate_from_the_setting_when_the_run_does_not_record_it():
+    assert A.link_rate_bps("100mbit") == 1e8
+    assert A.link_rate_bps("2.5gbit") == 2.5e9
+    assert A.link_rate_bps("500kbit") == 5e5
+    assert np.isnan(A.link_rate_bps("unshaped")) and np.isnan(A.link_rate_bps("none"))
+    runs = A.load_runs_frame(make_link_runs(strategies=("allreduce", "gather_scatter")).drop(columns=A.NOMINAL))
+    per_link = A.links_table(runs).set_index("link")
+    assert per_link.loc["20mbit", "nominal_gbps"] == pytest.approx(0.02)
+
+
+def test_crossing_bandwidth_and_its_verdicts():
+    # t(B) = 1 + 2/B against 2 per sample: equal at B = 2
+    assert A.crossing_bandwidth(1.0, 2.0, 2.0, 0.5, 10.0) == (2.0, A.LOSES_BELOW, False)
+    assert A.crossing_bandwidth(1.0, 2.0, 2.0, 3.0, 10.0) == (2.0, A.LOSES_BELOW, True)  # below the slowest link
+    cross, verdict, _ = A.crossing_bandwidth(2.5, 2.0, 2.0, 0.5, 10.0)
+    assert np.isnan(cross) and verdict == A.ALWAYS_LOSES  # slower even at unlimited bandwidth
+    cross, verdict, _ = A.crossing_bandwidth(1.0, 0.0, 2.0, 0.5, 10.0)
+    assert np.isnan(cross) and verdict == A.NEVER_LOSES  # nothing depends on the link
+    assert A.crossing_bandwidth(np.nan, 1.0, 2.0)[1] == A.NOT_FITTED
+
+
+def test_time_per_sample_fit_recovers_a_and_b():
+    bw = np.array([0.02, 0.1, 1.0, 10.0])
+    a, b = A.fit_time_per_sample(bw, 0.3 + 0.7 / bw)
+    assert (a, b) == (pytest.approx(0.3), pytest.approx(0.7))
+    assert A.fit_time_per_sample([1.0, 1.0], [2.0, 2.1]) is None  # one bandwidth: no slope
+
+
+def test_crossing_on_synthetic_links_is_the_known_one():
+    runs, table = _links(strategies=("allreduce", "gather_scatter"), alpha=100e-6)
+    cross = table[table["kind"] == "crossing"].set_index("strategy")
+    for s in ("allreduce", "gather_scatter"):
+        assert cross.loc[s, "crossing_gbps"] == pytest.approx(_expected_crossing(runs, s, 100e-6), rel=1e-6)
+        assert cross.loc[s, "verdict"] == A.LOSES_BELOW and not cross.loc[s, "extrapolated"]
+    assert cross.loc["allreduce", "single_s"] == pytest.approx(runs.loc[runs["strategy"] == "single", "step_time_median_s"].median() / GBATCH)
+
+
+def test_crossing_with_noise_stays_near_the_truth():
+    runs, table = _links(strategies=("allreduce", "gather_scatter"), noise=0.03, probe_noise=0.02, repeats=5)
+    truth = _links(strategies=("allreduce", "gather_scatter"))[0]
+    cross = table[table["kind"] == "crossing"].set_index("strategy")
+    for s in ("allreduce", "gather_scatter"):
+        assert cross.loc[s, "crossing_gbps"] == pytest.approx(_expected_crossing(truth, s, 100e-6), rel=0.15)
+
+
+def test_a_strategy_that_cannot_win_always_loses_and_one_beyond_the_links_is_extrapolated():
+    comm = dict(LINK_COMM, allreduce=(300, 4e6, False))  # 300 calls of 100 µs: slower than one process anyway
+    _, table = _links(strategies=("allreduce", "gather_scatter"), comm=comm)
+    cross = table[table["kind"] == "crossing"].set_index("strategy")
+    assert cross.loc["allreduce", "verdict"] == A.ALWAYS_LOSES and np.isnan(cross.loc["allreduce", "crossing_gbps"])
+    # gather_scatter crosses near 5.3 Gbit/s: with only faster links measured, that is an extrapolation
+    _, table = _links(strategies=("allreduce", "gather_scatter"), links={"40gbit": 38e9, "20gbit": 19e9})
+    cross = table[table["kind"] == "crossing"].set_index("strategy")
+    assert cross.loc["gather_scatter", "verdict"] == A.LOSES_BELOW and cross.loc["gather_scatter", "extrapolated"]
+    assert cross.loc["gather_scatter", "crossing_gbps"] < cross.loc["gather_scatter", "measured_min_gbps"]
+
+
+def test_a_strategy_on_one_link_is_not_fitted():
+    runs = make_link_runs(strategies=("allreduce", "gather_scatter"))
+    runs = runs[~((runs["strategy"] == "allreduce") & ~runs["link"].isin(["none", "1gbit"]))]
+    cross = A.links_table(A.load_runs_frame(runs)).set_index("strategy")
+    assert cross.loc["allreduce", "verdict"] == A.NOT_FITTED and "one link" in cross.loc["allreduce", "note"]
+    assert cross.loc["gather_scatter", "verdict"] == A.LOSES_BELOW
+
+
+def test_single_at_p1_is_the_baseline_of_the_link_cells():
+    runs = A.load_runs_frame(make_link_runs())
+    speed = A.speedup_table(runs)
+    on_link = speed[speed["link"] != "none"]
+    assert len(on_link) == 12 and (on_link["baseline"] == "single").all()
+    r = on_link[(on_link["strategy"] == "allreduce") & (on_link["link"] == "1gbit")].iloc[0]
+    t_single = runs.loc[runs["strategy"] == "single", "epoch_time_s"].median()
+    t = runs.loc[(runs["strategy"] == "allreduce") & (runs["link"] == "1gbit"), "epoch_time_s"].median()
+    assert r["speedup"] == pytest.approx(t_single / t)
+
+
+def test_cells_carry_the_measured_bandwidth():
+    runs = A.load_runs_frame(make_link_runs(probe_noise=0.05, seed=3))
+    cells = A.cell_stats(runs).set_index(["strategy", "link"])
+    probes = runs[(runs["strategy"] == "ddp") & (runs["link"] == "100mbit")]["extra_link_achieved_bps"]
+    assert cells.loc[("ddp", "100mbit"), "link_gbps"] == pytest.approx(probes.median() / 1e9)
+    assert np.isnan(cells.loc[("single", "none"), "link_gbps"])
+    assert "link_gbps" not in A.cell_stats(A.load_runs_frame(make_runs(failures=False)))  # grids without links
+
+
+def test_no_link_runs_give_an_empty_table():
+    table = A.links_table(A.load_runs_frame(make_runs()))
+    assert table.empty and list(table.columns) == A.LINK_TABLE_COLUMNS
