@@ -120,6 +120,7 @@ TITLES = {
     "rank_skew": "Rank skew vs workers",
     "comm_sweep": "All-reduce bus bandwidth vs message size",
     "fixed_cost": "Where a run's wall time goes",
+    "link": "Throughput and communication vs link bandwidth",
 }
 
 
@@ -719,6 +720,88 @@ def fig_step_time(d: Data):
     return _per_strategy_steps(d, "step_time", "total_s", "max", "step time [s] (slowest rank)")
 
 
+# -- against the link's measured bandwidth -------------------------------------------------------
+
+
+def bandwidth_text(gbps: float) -> str:
+    """A bandwidth in Gbit/s as people write it: '10 Gbit/s', '100 Mbit/s', '500 kbit/s'."""
+    for scale, unit in ((1, "Gbit/s"), (1e-3, "Mbit/s"), (1e-6, "kbit/s")):
+        if gbps >= scale:
+            return f"{gbps / scale:.3g} {unit}"
+    return f"{gbps * 1e9:.3g} bit/s"
+
+
+LINK_REF = "single process (p = 1)"
+
+
+def fig_link(d: Data):
+    """Per link study (A.link_group_axes: one panel row per combination), three panels against the
+    bandwidth each link achieved (the probe's, log scale): throughput with the single process's as a
+    dashed line, communication and exposed communication per step. Strategies are the series; drawn
+    only with two links or more."""
+    on_link = A.link_runs(d.runs)
+    if on_link.empty or on_link["link"].astype(str).nunique() < 2:
+        return []
+    cols = A.axes(on_link)
+    per_step = on_link.assign(_x=_numeric(on_link[A.ACHIEVED]) / 1e9,
+                              _comm=on_link["phase_comm_s"] / on_link["timed_steps"],
+                              _exposed=on_link["phase_exposed_comm_s"] / on_link["timed_steps"])  # fmt: skip
+    # Per cell: medians over its runs (comm per step), as cells.csv has the throughput's geometric mean.
+    runs_med = per_step.groupby(cols, dropna=False, sort=True)[["_x", "_comm", "_exposed"]].median().reset_index()
+    c = d.cells
+    x = _numeric(c["link_gbps"]) if "link_gbps" in c else pd.Series(np.nan, index=c.index)
+    on = (x > 0) & (_numeric(c["nodes"]) > 1 if "nodes" in c else True)
+    cells = c[on].assign(_x=x[on])
+    base = d.cells[(d.cells["strategy"].astype(str) == A.BASELINE_STRATEGY) & (_numeric(d.cells["world_size"]) == 1)]
+    pcols = A.link_group_axes(on_link)
+    metrics = [("samples_per_s", "throughput [samples/s]"), ("_comm", "communication per step [s]"),
+               ("_exposed", "exposed communication per step [s]")]  # fmt: skip
+    strategies = strategy_order(runs_med["strategy"].astype(str).unique())
+    out = []
+    for chunk in _chunks(strategies, MAX_SERIES):
+        panels = []
+        for key, g in _panels(runs_med[runs_med["strategy"].astype(str).isin(chunk)], pcols):
+            info = dict(zip(pcols, key))
+            where = _key_label(pcols, key)
+            sel = _select(cells, info)
+            # The single process at these settings: world size and what cannot matter to it aside.
+            ref = _select(base, {k: v for k, v in info.items() if k not in (*A.LAUNCH_AXES, *A.IRRELEVANT_AT_BASELINE)})
+            for m, ylabel in metrics:
+                frame = sel if m == "samples_per_s" else g
+                if len(frame) and m in frame and frame[m].notna().any():
+                    panels.append((f"{ylabel}\n{where}" if pcols else ylabel, (frame, m, ylabel, ref)))
+
+        def draw(ax, payload, chunk=chunk):
+            g, m, ylabel, ref = payload
+            for i, s in enumerate(chunk):
+                r = g[g["strategy"].astype(str) == s].dropna(subset=[m, "_x"]).sort_values("_x")
+                if r.empty:
+                    continue
+                st = strategy_style(s)
+                off = (i - (len(chunk) - 1) / 2) * DODGE
+                yerr = _yerr(r, m) if f"{m}_ci_low" in r else None
+                ax.errorbar(r["_x"] * 2**off, r[m], yerr=yerr, marker=st["marker"], color=st["color"], ms=5,
+                            capsize=3, lw=1.2, label=strategy_label(s))  # fmt: skip
+            if m == "samples_per_s" and len(ref) and ref["samples_per_s"].notna().any():
+                ax.axhline(float(ref["samples_per_s"].median()), ls="--", color="gray", lw=1, label=LINK_REF)
+            ax.set_xscale("log")
+            ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: bandwidth_text(v)))
+            ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+            if (g[m].dropna() > 0).all() and g[m].notna().any():
+                ax.set_yscale("log")
+                ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+                ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+            else:
+                ax.set_ylim(bottom=0)
+            ax.set_ylabel(ylabel)
+
+        notes = level_note(cells, "samples_per_s")
+        out += _grid(f"{TITLES['link']} (throughput {notes}; communication: medians)", panels, draw,
+                     xlabel="link bandwidth achieved (TCP probe at the cell's start; log scale)", ylabel=None,
+                     ncols=len(metrics), legend_order=[strategy_label(s) for s in chunk] + [LINK_REF])  # fmt: skip
+    return out
+
+
 def fig_comm_sweep(d: Data):
     cm = d.comm
     if cm is None or cm.empty:
@@ -760,6 +843,7 @@ KINDS = {
     "step_time": fig_step_time,
     "comm_sweep": fig_comm_sweep,
     "fixed_cost": _one(fig_fixed_cost),
+    "link": _one(fig_link),
 }
 
 
@@ -789,7 +873,7 @@ def draw_all(d: Data, kinds=None):
 # Axes a reader filters on: every varying grid axis that no figure puts on its x axis or tells
 # apart as series. Each combination of them is a figure group (one model on one device, ...):
 # its own small multiples, never one figure holding every cell.
-PLOTTED_AXES = ("strategy", "world_size", "nodes", "batch_size", "dataset_size")
+PLOTTED_AXES = ("strategy", "world_size", "nodes", "batch_size", "dataset_size", "link")
 
 
 def group_axes(runs: pd.DataFrame) -> list[str]:

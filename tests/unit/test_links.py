@@ -1,5 +1,5 @@
-"""The link axis in the analysis (issue 14): two-node cells over a measured link, the
-latency-bandwidth fit per link and the bandwidth below which a strategy loses to one process. Synthetic runs follow an exact alpha-beta model
+"""The link axis in the analysis and the report (issue 14): two-node cells over a measured link, the
+latency-bandwidth fit per link, the bandwidth below which a strategy loses to one process and the figure. Synthetic runs follow an exact alpha-beta model
 (report_synth.make_link_runs), so every fitted number has a known answer."""
 
 import numpy as np
@@ -8,6 +8,7 @@ import pytest
 from report_synth import LINK_COMM, make_link_runs, make_runs
 
 from ddpbench import analysis as A
+from ddpbench import plots
 
 GBATCH = 64  # make_runs' default batch: global batch of every cell (strong scaling)
 COMPUTE_SHARE = 0.55  # make_link_runs' default
@@ -141,3 +142,55 @@ def test_cells_carry_the_measured_bandwidth():
 def test_no_link_runs_give_an_empty_table():
     table = A.links_table(A.load_runs_frame(make_runs()))
     assert table.empty and list(table.columns) == A.LINK_TABLE_COLUMNS
+
+
+# -- figure ---------------------------------------------------------------------------------------
+
+
+def _data(runs):
+    runs = A.load_runs_frame(runs)
+    cells = A.cell_stats(runs)
+    speed = A.speedup_table(runs)
+    return plots.Data(runs, cells, speed, A.fits_table(runs, speed, None, A.BASELINE_STRATEGY, 20))
+
+
+def _link_figures(runs):
+    figs = [f for kind, *_, f in plots.draw_all(_data(runs), kinds=["link"])]
+    yield from figs
+    for f in figs:
+        plots.plt.close(f)
+
+
+def test_link_figure_plots_throughput_and_communication_against_the_measured_bandwidth():
+    runs = make_link_runs()
+    (fig,) = list(_link_figures(runs))
+    assert fig.get_suptitle().startswith(plots.TITLES["link"])
+    axes = fig.axes
+    assert [ax.get_ylabel() for ax in axes] == ["throughput [samples/s]", "communication per step [s]",
+                                                "exposed communication per step [s]"]  # fmt: skip
+    assert all(ax.get_xscale() == "log" for ax in axes)
+    # the single process's throughput as the dashed reference line
+    ref = [line for line in axes[0].get_lines() if line.get_label() == plots.LINK_REF]
+    single = runs.loc[runs["strategy"] == "single", "samples_per_s"]
+    assert ref and ref[0].get_ydata()[0] == pytest.approx(single.median(), rel=1e-6)
+    # gather_scatter's communication per step at each link, at that link's bandwidth (dodged a little)
+    bars = next(c for c in axes[1].containers if c.get_label() == "strategy=gather_scatter")
+    x, y = bars.lines[0].get_xdata(), bars.lines[0].get_ydata()
+    calls, sent, _ = LINK_COMM["gather_scatter"]
+    assert y == pytest.approx(100e-6 * calls + sent * 8 / (np.asarray(x) / 2**plots.DODGE * 1e9), rel=1e-6)
+    assert sorted(np.asarray(x) / 2**plots.DODGE) == pytest.approx([0.0196, 0.097, 0.96, 9.8])
+    assert fig.legends and plots.LINK_REF in [t.get_text() for t in fig.legends[0].get_texts()]
+
+
+def test_link_figure_needs_two_links_and_links_are_not_figure_groups():
+    assert not list(_link_figures(make_runs()))
+    assert not list(_link_figures(make_link_runs(links={"1gbit": 0.95e9})))
+    d = _data(make_link_runs())
+    assert "link" in A.varying(d.runs, A.axes(d.runs))
+    assert [label for label, *_ in plots.figure_groups(d)] == [""]
+
+
+def test_bandwidth_labels():
+    assert plots.bandwidth_text(9.8) == "9.8 Gbit/s"
+    assert plots.bandwidth_text(0.1) == "100 Mbit/s"
+    assert plots.bandwidth_text(0.0005) == "500 kbit/s"

@@ -66,7 +66,7 @@ def _texts(fig):
 
 def test_every_kind_is_drawn_and_split_parts_are_named(many):
     kinds = {k for k, *_ in many}
-    assert kinds == set(plots.KINDS)
+    assert kinds == set(plots.KINDS) - {"link"}  # link needs two-node cells over links: test_links.py
     stems = [stem for _, _, stem, _, _ in many]
     assert len(stems) == len(set(stems))
     assert "speedup" in stems and "speedup_2" in stems  # the first part keeps the stable name
