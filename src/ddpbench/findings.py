@@ -25,6 +25,10 @@ Rules (every sentence must be true of the data given):
   batch_size (dataset_size) varies, the best strategy's throughput at the largest value over
   that at the smallest, at the largest world size where both exist: a Welch log-t ratio over
   the runs when they are given, else the ratio of the two cells' estimates, labelled so.
+- **link** (anchors "fig-link" and "links"): per link study of `analysis.links_table`, the bandwidth
+  below which each strategy loses to one process (the crossing of its fitted time per sample with
+  the single process's), marked extrapolated outside the measured links, or that it never loses
+  or never beats it; and the latency-bandwidth fit's effective bandwidth against the probe's.
 - **fit** (anchor "fits"): Amdahl's serial fraction f (Gustafson's α for weak scaling) with its
   interval per fitted group, best first; the best group's prediction at the largest p, labelled
   an extrapolation; when no group could be fitted, one sentence saying why.
@@ -46,12 +50,12 @@ import pandas as pd
 
 from ddpbench import analysis
 
-KINDS = ("winner", "scaling", "time", "batch", "dataset", "fit", "warning")
-ANCHORS = ("comparisons", "speedup-table", "cells", "fits", "problems", "fig-phases", "fig-throughput_vs_batch",
-           "fig-dataset_size")  # fmt: skip
+KINDS = ("winner", "scaling", "time", "batch", "dataset", "link", "fit", "warning")
+ANCHORS = ("comparisons", "speedup-table", "cells", "fits", "problems", "links", "fig-phases", "fig-throughput_vs_batch",
+           "fig-dataset_size", "fig-link")  # fmt: skip
 # At most this many findings per kind before the overall limit is applied.
-PER_KIND = {"winner": 3, "scaling": 3, "time": 2, "batch": 1, "dataset": 1, "fit": 3, "warning": 6}
-TRIM_FIRST = ("scaling", "fit", "winner", "time", "batch", "dataset", "warning")  # who gives up extras first
+PER_KIND = {"winner": 3, "scaling": 3, "time": 2, "batch": 1, "dataset": 1, "link": 2, "fit": 3, "warning": 6}
+TRIM_FIRST = ("scaling", "fit", "winner", "time", "batch", "dataset", "link", "warning")  # who gives up extras first
 LARGE_IMBALANCE = 0.1
 NAMED = 3  # cells named in a warning before "and N more"
 PHASES = ("data", "forward", "backward", "exposed_comm", "optimizer", "other")  # they partition a step
@@ -489,6 +493,78 @@ def axis_findings(axis: str, kind: str, anchor: str, runs: pd.DataFrame, cells: 
     return [Finding(kind, text, anchor)]
 
 
+# -- links --------------------------------------------------------------------------------------
+
+
+def bandwidth_text(gbps) -> str:
+    """'9.8 Gbit/s', '310 Mbit/s', '500 kbit/s' (3 significant digits)."""
+    if not _finite(gbps):
+        return "–"
+    for scale, unit in ((1, "Gbit/s"), (1e-3, "Mbit/s"), (1e-6, "kbit/s")):
+        if float(gbps) >= scale:
+            return f"{sig3(float(gbps) / scale)} {unit}"
+    return f"{sig3(float(gbps) * 1e9)} bit/s"
+
+
+def _crossing_clause(r, first: bool) -> str:
+    who, verdict = str(r["strategy"]), str(r.get("verdict", ""))
+    if verdict == analysis.LOSES_BELOW:
+        where = ""
+        if _truthy(r.get("extrapolated", False)):
+            slower = _num(r, "crossing_gbps") < _num(r, "measured_min_gbps")
+            where = f" (extrapolated: {'below the slowest' if slower else 'above the fastest'} link measured)"
+        return f"{who} {'loses to one process ' if first else ''}below ~{bandwidth_text(r['crossing_gbps'])}{where}"
+    if verdict == analysis.NEVER_LOSES:
+        return f"{who} never loses to {'one process' if first else 'it'}"
+    if verdict == analysis.ALWAYS_LOSES:
+        return f"{who} never beats {'one process' if first else 'it'}, even at unlimited bandwidth"
+    return f"{who} could not be compared with {'one process' if first else 'it'} ({r.get('note', '') or 'not fitted'})"
+
+
+def link_findings(links: pd.DataFrame) -> list[Finding]:
+    """Per link study: where each strategy stops beating one process; then how the latency-bandwidth
+    fit's effective bandwidth compares with the probe's."""
+    if links.empty or "kind" not in links:
+        return []
+    gcols = [c for c in links.columns if c not in analysis.LINK_TABLE_COLUMNS]
+    out = []
+    for _, g in links.groupby(gcols, dropna=False, sort=True) if gcols else [((), links)]:
+        where = _setting(g.iloc[0], gcols)
+        where = f", at {where}" if where else ""
+        link_rows = g[g["kind"] == "link"]
+        cross = g[g["kind"] == "crossing"]
+        if len(cross) and len(link_rows):
+            order = {analysis.LOSES_BELOW: 0, analysis.ALWAYS_LOSES: 1, analysis.NEVER_LOSES: 2}
+            cross = cross.assign(_o=cross["verdict"].map(order).fillna(3),
+                                 _c=-pd.to_numeric(cross["crossing_gbps"], errors="coerce").fillna(0))
+            cross = cross.sort_values(["_o", "_c", "strategy"], kind="stable")
+            clauses = [_crossing_clause(r, i == 0) for i, (_, r) in enumerate(cross.iterrows())]
+            n_lose = int((cross["verdict"] == analysis.LOSES_BELOW).sum())  # losers in one list, the rest after
+            said = "; ".join(([", ".join(clauses[:n_lose])] if n_lose else []) + clauses[n_lose:])
+            bw = pd.to_numeric(link_rows["achieved_gbps"], errors="coerce")
+            text = (f"Over links of {bandwidth_text(bw.min())} to {bandwidth_text(bw.max())} (measured){where}, "
+                    f"{said} (time per sample fitted as a + b/bandwidth).")
+            out.append(Finding("link", text, "fig-link"))
+        fitted = link_rows[pd.to_numeric(link_rows["bandwidth_gbps"], errors="coerce") > 0]
+        if len(fitted):
+            ratio = pd.to_numeric(fitted["bandwidth_gbps"]) / pd.to_numeric(fitted["achieved_gbps"])
+            alpha = pd.to_numeric(fitted["alpha_s"]) * 1e6
+            if len(fitted) == 1:
+                r = fitted.iloc[0]
+                text = (f"On link {r['link']}{where}, communication per step fits α = {sig3(alpha.iloc[0])} µs per call "
+                        f"and an effective {bandwidth_text(r['bandwidth_gbps'])}, {sig3(ratio.iloc[0])}× the "
+                        f"{bandwidth_text(r['achieved_gbps'])} the probe measured.")
+            else:
+                lo, hi = sig3(ratio.min()), sig3(ratio.max())
+                # α shows on the fastest link, where a call's latency is not buried under the bytes
+                fast = pd.to_numeric(fitted["achieved_gbps"], errors="coerce").idxmax()
+                text = (f"Over {len(fitted)} links{where}, communication per step fits an effective bandwidth "
+                        f"{lo if lo == hi else f'{lo}–{hi}'}× the probe's (t = α·calls + bytes/B), with "
+                        f"α = {sig3(alpha[fast])} µs per call on the fastest, {fitted.loc[fast, 'link']}.")
+            out.append(Finding("link", text, "links"))
+    return out
+
+
 # -- fits ---------------------------------------------------------------------------------------
 
 
@@ -647,15 +723,15 @@ def _trim(groups: dict[str, list[Finding]], max_items: int) -> list[Finding]:
         if len(kept[longest]) > 1:
             kept[longest].pop()
         else:  # every kind down to one: drop whole kinds from the end, warnings last
-            victim = next(k for k in ("fit", "dataset", "batch", "time", "scaling", "winner", "warning") if kept[k])
+            victim = next(k for k in ("fit", "dataset", "batch", "link", "time", "scaling", "winner", "warning") if kept[k])
             kept[victim].pop()
     return [f for k in KINDS for f in kept[k]]
 
 
-def findings(runs, cells, speed, comparisons, fits, max_items: int = 12) -> list[Finding]:
+def findings(runs, cells, speed, comparisons, fits, max_items: int = 12, links=None) -> list[Finding]:
     """The report's findings, most actionable first: winners, scaling, where the time goes,
-    batch and dataset size, fits, warnings (see the module docstring for the rules)."""
-    runs, cells, speed, comparisons, fits = map(_frame, (runs, cells, speed, comparisons, fits))
+    batch and dataset size, links, fits, warnings (see the module docstring for the rules)."""
+    runs, cells, speed, comparisons, fits, links = map(_frame, (runs, cells, speed, comparisons, fits, links))
     # Tables without the columns a rule needs count as empty; optional columns are added as missing.
     speed = _needs(speed, ["world_size", "speedup"], analysis.SPEEDUP_COLUMNS)
     if not speed.empty:
@@ -669,6 +745,7 @@ def findings(runs, cells, speed, comparisons, fits, max_items: int = 12) -> list
         "time": time_findings(runs, cells, speed, shown),
         "batch": axis_findings("batch_size", "batch", "fig-throughput_vs_batch", runs, cells, speed, shown),
         "dataset": axis_findings("dataset_size", "dataset", "fig-dataset_size", runs, cells, speed, shown),
+        "link": link_findings(links),
         "fit": fit_findings(fits, speed, runs),
         "warning": warning_findings(runs, cells, shown),
     }

@@ -1,5 +1,6 @@
 """The link axis in the analysis and the report (issue 14): two-node cells over a measured link, the
-latency-bandwidth fit per link, the bandwidth below which a strategy loses to one process and the figure. Synthetic runs follow an exact alpha-beta model
+latency-bandwidth fit per link, the bandwidth below which a strategy loses to one process, the figure
+and the finding. Synthetic runs follow an exact alpha-beta model
 (report_synth.make_link_runs), so every fitted number has a known answer."""
 
 import numpy as np
@@ -8,6 +9,7 @@ import pytest
 from report_synth import LINK_COMM, make_link_runs, make_runs
 
 from ddpbench import analysis as A
+from ddpbench import findings as F
 from ddpbench import plots
 
 GBATCH = 64  # make_runs' default batch: global batch of every cell (strong scaling)
@@ -193,4 +195,28 @@ def test_link_figure_needs_two_links_and_links_are_not_figure_groups():
 def test_bandwidth_labels():
     assert plots.bandwidth_text(9.8) == "9.8 Gbit/s"
     assert plots.bandwidth_text(0.1) == "100 Mbit/s"
-    assert plots.bandwidth_text(0.0005) == "500 kbit/s"
+    assert F.bandwidth_text(0.0196) == "19.6 Mbit/s"
+    assert F.bandwidth_text(0.0005) == "500 kbit/s"
+
+
+# -- finding --------------------------------------------------------------------------------------
+
+
+def test_finding_names_each_strategy_s_crossing_and_links_the_figure():
+    runs, table = _links(strategies=("allreduce", "gather_scatter"))
+    out = [f for f in F.findings(runs, None, None, None, None, links=table) if f.kind == "link"]
+    crossing = next(f for f in out if f.anchor == "fig-link")
+    gs, ar = (F.bandwidth_text(_expected_crossing(runs, s, 100e-6)) for s in ("gather_scatter", "allreduce"))
+    assert crossing.text.startswith("Over links of 19.6 Mbit/s to 9.80 Gbit/s (measured), ")
+    assert f"gather_scatter loses to one process below ~{gs}, allreduce below ~{ar}" in crossing.text
+    fit = next(f for f in out if f.anchor == "links")
+    assert "1.00× the probe's" in fit.text and "α = 100 µs per call on the fastest, 10gbit" in fit.text
+    assert not [f for f in F.findings(runs, None, None, None, None) if f.kind == "link"]
+
+
+def test_finding_says_which_never_beats_one_process_and_what_is_extrapolated():
+    comm = dict(LINK_COMM, allreduce=(300, 4e6, False))
+    runs, table = _links(strategies=("allreduce", "gather_scatter"), comm=comm, links={"40gbit": 38e9, "20gbit": 19e9})
+    (f,) = [f for f in F.findings(runs, None, None, None, None, links=table) if f.anchor == "fig-link"]
+    assert "gather_scatter loses to one process below ~" in f.text
+    assert "(extrapolated: below the slowest link measured); allreduce never beats it, even at unlimited bandwidth" in f.text
