@@ -2,8 +2,9 @@
 
     python -m ddpbench.report --runs runs.csv [--steps steps.csv] [--comm comm.csv] [--max-rel-ci 0.05] --out DIR
 
-writes DIR/cells.csv, speedup.csv, fits.csv, comparisons.csv, figures/, report.html (self-contained: SVGs
-inline, no network), report.tex and, where latexmk is installed, report.pdf. Prints the
+writes DIR/cells.csv, speedup.csv, fits.csv, comparisons.csv, links.csv (header only without two-node
+cells over a link), figures/, report.html (self-contained: SVGs inline, no network), report.tex and,
+where latexmk is installed, report.pdf. Prints the
 path of report.html last. Works without Snakemake; the workflow's report rule calls it.
 
 The out folder and the tables are untrusted (issue 22: people exchange result folders):
@@ -38,7 +39,7 @@ import yaml
 
 from ddpbench import analysis as A
 from ddpbench import plots, safe_io, storage
-from ddpbench.findings import Finding, findings
+from ddpbench.findings import Finding, bandwidth_text, findings
 
 
 def _report_dir() -> pathlib.Path:
@@ -231,6 +232,64 @@ def fits_table(fits: pd.DataFrame) -> Table:
                  ["prediction" if k == "prediction" else "" for k in numeric["kind"]])  # fmt: skip
 
 
+LINK_METHOD = (
+    "Each two-node cell on a link ran its nodes in two network namespaces of this machine joined by a veth link, "
+    "unshaped or shaped by tc to a rate; a short TCP probe between the namespaces at the cell's start measured the "
+    "bandwidth the link achieved, and the link figure, fits and findings use that measured bandwidth (the nominal rate "
+    "is a label). Per link, the communication time per step of every strategy's runs there is fitted as "
+    "t = α·calls + bytes/B (non-negative least squares on relative error): α the cost of a collective call, B the "
+    "effective bandwidth. Per strategy, the time per sample (1/throughput) over the links is fitted as "
+    "t(B) = a + b/B the same way; it equals the single process's time per sample at B* = b/(t_single − a), the "
+    "bandwidth below which the strategy loses to one process: a point estimate without interval, marked "
+    "extrapolated outside the measured bandwidths; a ≥ t_single means it loses at any bandwidth."
+)
+
+
+def _bandwidth_with_ci(r) -> str:
+    est = bandwidth_text(r["achieved_gbps"])
+    if pd.isna(r["achieved_gbps_ci_low"]) or pd.isna(r["achieved_gbps_ci_high"]):
+        return est
+    level = "" if abs(float(r["achieved_gbps_ci_level"]) - A.LEVEL) < 1e-3 else f" ({pct(r['achieved_gbps_ci_level'])})"
+    return f"{est} [{bandwidth_text(r['achieved_gbps_ci_low'])}, {bandwidth_text(r['achieved_gbps_ci_high'])}]{level}"
+
+
+def links_tables(links: pd.DataFrame) -> dict | None:
+    """The Links section: one table per link (rate, measured bandwidth, latency-bandwidth fit) and one
+    per strategy (time per sample against bandwidth, the crossing with one process); None without links."""
+    if links.empty:
+        return None
+    gcols = [c for c in links.columns if c not in A.LINK_TABLE_COLUMNS]
+    per_link = links[links["kind"] == "link"]
+    rows = [[str(r[c]) for c in gcols]
+            + [r["link"], "unshaped" if pd.isna(r["nominal_gbps"]) else bandwidth_text(r["nominal_gbps"]),
+               _bandwidth_with_ci(r), num(r["n_runs"]), num(r["alpha_s"] * 1e6), bandwidth_text(r["bandwidth_gbps"]),
+               num(r["r2"]), "" if pd.isna(r["note"]) else str(r["note"])]
+            for _, r in per_link.iterrows()]  # fmt: skip
+    link_table = Table(gcols + ["link", "nominal rate", "measured [interval]", "runs", "α [µs per call]",
+                                "effective bandwidth", "R²", "note"], rows,
+                       "measured: the TCP probe at each run's start, median over the link's runs [order-statistic "
+                       "interval, level when not 95%]; α and the effective bandwidth B: t = α·calls + bytes/B "
+                       "fitted to the communication per step of every strategy's runs on the link.")  # fmt: skip
+    cross = links[links["kind"] == "crossing"]
+    ms = lambda v: num(float(v) * 1e3)  # noqa: E731 — seconds per sample as ms
+    rows, classes = [], []
+    for _, r in cross.iterrows():
+        extrapolated = str(r["extrapolated"]).lower() in ("true", "1", "1.0")
+        verdict = str(r["verdict"]) + (" (EXTRAPOLATED)" if extrapolated else "")
+        rows.append([str(r[c]) for c in gcols]
+                    + [r["strategy"], ms(r["a_s"]), ms(r["b_s_gbps"]), ms(r["single_s"]), verdict,
+                       bandwidth_text(r["crossing_gbps"]),
+                       f"{bandwidth_text(r['measured_min_gbps'])} – {bandwidth_text(r['measured_max_gbps'])}",
+                       num(r["n_runs"]), num(r["r2"]), "" if pd.isna(r["note"]) else str(r["note"])])  # fmt: skip
+        classes.append("prediction" if extrapolated else "")
+    crossing_table = Table(gcols + ["strategy", "a [ms/sample]", "b [ms·Gbit/s per sample]", "one process [ms/sample]",
+                                    "against one process", "loses below", "bandwidths measured", "runs", "R²", "note"],
+                           rows, "time per sample t(B) = a + b/B fitted over the links (B: measured, Gbit/s); one "
+                           "process: the baseline's time per sample at p = 1; loses below B* = b/(one process − a), "
+                           "a point estimate; EXTRAPOLATED: B* outside the bandwidths measured.", classes)  # fmt: skip
+    return dict(per_link=link_table, crossings=crossing_table)
+
+
 def unfitted_summary(fits: pd.DataFrame) -> str:
     """One sentence per law and reason for the groups a law could not be fitted to."""
     missing = fits[~fits["kind"].isin(KIND_ORDER)]
@@ -390,6 +449,7 @@ def methodology(runs: pd.DataFrame, cells: pd.DataFrame, n_boot: int, steps_give
         median_levels=", ".join(f"{pct(A.order_stat_rank(n)[1])} at n = {n}" for n in ns) or "–",
         max_rel_ci=pct(max_rel_ci),
         run_cost=run_cost(ok),
+        links=LINK_METHOD if not A.link_runs(runs).empty else "",
         **trust(runs, cells),
     )
 
@@ -467,7 +527,7 @@ DEFINITIONS = [
 ]  # fmt: skip
 
 
-PAGE_ANCHORS = ("comparisons", "speedup-table", "cells", "fits", "problems")
+PAGE_ANCHORS = ("comparisons", "speedup-table", "cells", "fits", "problems", "links")
 
 
 def linked_findings(found: list, figures: list) -> list:
@@ -738,13 +798,15 @@ def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.P
     out.mkdir(parents=True, exist_ok=True)
     runs = inp.runs
     cells, speed, fits, comparisons = tables(inp)
-    for name, table in (("cells", cells), ("speedup", speed), ("fits", fits), ("comparisons", comparisons)):
+    links = A.links_table(runs, inp.baseline_strategy)
+    for name, table in (("cells", cells), ("speedup", speed), ("fits", fits), ("comparisons", comparisons),
+                        ("links", links)):  # fmt: skip
         with safe_io.atomic_write(out / f"{name}.csv", newline="") as handle:
             table.to_csv(handle, index=False)
     figures = plots.make_figures(plots.Data(runs, cells, speed, fits, inp.steps, inp.comm), out)
     against = (comparison_section(inp.compare_to, runs, out, inp.baseline_strategy, inp.max_rel_ci)
                if inp.compare_to else None)  # fmt: skip
-    found = linked_findings(findings(runs, cells, speed, comparisons, fits), figures)
+    found = linked_findings(findings(runs, cells, speed, comparisons, fits, links=links), figures)
     if against and not against["error"]:
         found.insert(0, against["finding"])
 
@@ -765,6 +827,7 @@ def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.P
         speedup=speedup_table(speed, shown),
         comparisons=comparisons_table(comparisons, shown),
         fits=fits_table(fits),
+        links=links_tables(links),
         problems=problems_table(runs, shown),
         figures=[dict(title=f.title, kind=f.kind, caption=caps.get(f.kind, ""), svg=f.svg, pdf=TexRaw(f.pdf),
                       group=f.group) for f in figures],

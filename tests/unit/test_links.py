@@ -1,6 +1,6 @@
 """The link axis in the analysis and the report (issue 14): two-node cells over a measured link, the
-latency-bandwidth fit per link, the bandwidth below which a strategy loses to one process, the figure
-and the finding. Synthetic runs follow an exact alpha-beta model
+latency-bandwidth fit per link, the bandwidth below which a strategy loses to one process, the figure,
+the finding and the report's Links section. Synthetic runs follow an exact alpha-beta model
 (report_synth.make_link_runs), so every fitted number has a known answer."""
 
 import numpy as np
@@ -10,7 +10,7 @@ from report_synth import LINK_COMM, make_link_runs, make_runs
 
 from ddpbench import analysis as A
 from ddpbench import findings as F
-from ddpbench import plots
+from ddpbench import plots, report
 
 GBATCH = 64  # make_runs' default batch: global batch of every cell (strong scaling)
 COMPUTE_SHARE = 0.55  # make_link_runs' default
@@ -220,3 +220,49 @@ def test_finding_says_which_never_beats_one_process_and_what_is_extrapolated():
     (f,) = [f for f in F.findings(runs, None, None, None, None, links=table) if f.anchor == "fig-link"]
     assert "gather_scatter loses to one process below ~" in f.text
     assert "(extrapolated: below the slowest link measured); allreduce never beats it, even at unlimited bandwidth" in f.text
+
+
+# -- the report -----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("links")
+    runs = make_link_runs(links={"unshaped": 18e9, "1gbit": 0.95e9, "100mbit": 96e6, "20mbit": 19.5e6}, noise=0.02)
+    runs["strategy"] = runs["strategy"].replace("gather_scatter", "g<s>&$_x")  # data reach both reports escaped
+    runs.to_csv(tmp / "runs.csv", index=False)
+    assert report.main(["--runs", str(tmp / "runs.csv"), "--out", str(tmp / "out"), "--no-pdf", "--bootstrap", "20"]) == 0
+    return tmp / "out"
+
+
+def test_report_writes_links_csv_next_to_cells_csv(built):
+    links = pd.read_csv(built / "links.csv")
+    assert set(links["kind"]) == {"link", "crossing"}
+    assert sorted(links.loc[links["kind"] == "link", "link"]) == ["100mbit", "1gbit", "20mbit", "unshaped"]
+    assert links.loc[links["link"] == "unshaped", "nominal_gbps"].isna().all()
+    assert (built / "cells.csv").is_file() and "link_gbps" in pd.read_csv(built / "cells.csv")
+    assert (built / "figures" / "link.svg").is_file() and (built / "figures" / "link.pdf").is_file()
+
+
+def test_report_has_a_links_section_with_both_tables_and_the_method(built):
+    html = (built / "report.html").read_text()
+    section = html[html.index('<h2 id="links">') : html.index('<h2 id="figures">')]
+    assert 'id="links-table"' in section and 'id="link-crossings"' in section
+    assert "<td>unshaped</td>" in section and "loses below" in section
+    assert "g&lt;s&gt;&amp;$_x" in section and "g<s>" not in html
+    assert '<a href="#links">Links</a>' in html
+    assert "TCP probe between the namespaces at the cell&#39;s start" in html  # methodology
+    assert 'href="#fig-link"' in html  # the finding links the figure
+    tex = (built / "report.tex").read_text()
+    assert "\\section{Links}" in tex and "\\paragraph{Links.}" in tex
+    assert "g$<$s$>$\\&\\$\\_x" in tex
+
+
+def test_report_without_links_has_no_section_and_an_empty_links_csv(tmp_path):
+    make_runs(failures=False, world_sizes=(1, 2)).to_csv(tmp_path / "runs.csv", index=False)
+    assert report.main(["--runs", str(tmp_path / "runs.csv"), "--out", str(tmp_path / "out"), "--no-pdf",
+                        "--bootstrap", "20"]) == 0  # fmt: skip
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert 'id="links"' not in html and "TCP probe" not in html
+    assert pd.read_csv(tmp_path / "out" / "links.csv").empty
+    assert not (tmp_path / "out" / "figures" / "link.svg").exists()
