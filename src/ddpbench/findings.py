@@ -527,7 +527,7 @@ def link_findings(links: pd.DataFrame) -> list[Finding]:
     if links.empty or "kind" not in links:
         return []
     gcols = [c for c in links.columns if c not in analysis.LINK_TABLE_COLUMNS]
-    out = []
+    crossings, fits = [], []  # every study's crossings first: they are what a reader acts on
     for _, g in links.groupby(gcols, dropna=False, sort=True) if gcols else [((), links)]:
         where = _setting(g.iloc[0], gcols)
         where = f", at {where}" if where else ""
@@ -544,7 +544,7 @@ def link_findings(links: pd.DataFrame) -> list[Finding]:
             bw = pd.to_numeric(link_rows["achieved_gbps"], errors="coerce")
             text = (f"Over links of {bandwidth_text(bw.min())} to {bandwidth_text(bw.max())} (measured){where}, "
                     f"{said} (time per sample fitted as a + b/bandwidth).")
-            out.append(Finding("link", text, "fig-link"))
+            crossings.append(Finding("link", text, "fig-link"))
         fitted = link_rows[pd.to_numeric(link_rows["bandwidth_gbps"], errors="coerce") > 0]
         if len(fitted):
             ratio = pd.to_numeric(fitted["bandwidth_gbps"]) / pd.to_numeric(fitted["achieved_gbps"])
@@ -561,8 +561,8 @@ def link_findings(links: pd.DataFrame) -> list[Finding]:
                 text = (f"Over {len(fitted)} links{where}, communication per step fits an effective bandwidth "
                         f"{lo if lo == hi else f'{lo}–{hi}'}× the probe's (t = α·calls + bytes/B), with "
                         f"α = {sig3(alpha[fast])} µs per call on the fastest, {fitted.loc[fast, 'link']}.")
-            out.append(Finding("link", text, "links"))
-    return out
+            fits.append(Finding("link", text, "links"))
+    return crossings + fits
 
 
 # -- fits ---------------------------------------------------------------------------------------

@@ -222,6 +222,17 @@ def test_finding_says_which_never_beats_one_process_and_what_is_extrapolated():
     assert "(extrapolated: below the slowest link measured); allreduce never beats it, even at unlimited bandwidth" in f.text
 
 
+def test_each_link_study_gets_its_crossing_before_any_fit_sentence():
+    other = make_link_runs(seed=5).assign(model="othernet")
+    other["run_dir"] += "-othernet"
+    runs = A.load_runs_frame(pd.concat([make_link_runs(), other], ignore_index=True))
+    table = A.links_table(runs)
+    assert set(table["model"]) == {"mlp", "othernet"}  # one link study per model
+    out = [f for f in F.findings(runs, None, None, None, None, links=table) if f.kind == "link"]
+    assert [f.anchor for f in out] == ["fig-link", "fig-link"]  # two per kind: both crossings
+    assert "at model=mlp, " in out[0].text and "at model=othernet, " in out[1].text
+
+
 # -- the report -----------------------------------------------------------------------------------
 
 
