@@ -785,6 +785,8 @@ def fig_link(d: Data):
             if m == "samples_per_s" and len(ref) and ref["samples_per_s"].notna().any():
                 ax.axhline(float(ref["samples_per_s"].median()), ls="--", color="gray", lw=1, label=LINK_REF)
             ax.set_xscale("log")
+            # few labelled decades: a panel is ~2.7 inches wide and "100 Mbit/s" is long
+            ax.xaxis.set_major_locator(matplotlib.ticker.LogLocator(base=10, numticks=4))
             ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: bandwidth_text(v)))
             ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
             if (g[m].dropna() > 0).all() and g[m].notna().any():

@@ -184,6 +184,22 @@ def test_link_figure_plots_throughput_and_communication_against_the_measured_ban
     assert fig.legends and plots.LINK_REF in [t.get_text() for t in fig.legends[0].get_texts()]
 
 
+def test_link_figure_labels_do_not_overlap_over_a_wide_range_of_links():
+    import itertools
+
+    from test_plots import _texts  # the reader checks of every other figure
+
+    links = {"unshaped": 18e9, "10gbit": 9.8e9, "1gbit": 0.95e9, "100mbit": 96e6, "20mbit": 19.5e6, "1mbit": 0.97e6}
+    with plots.matplotlib.rc_context(plots.RC):
+        ((*_, fig),) = list(plots.draw_all(_data(make_link_runs(links=links, noise=0.03)), kinds=["link"]))
+        fig.canvas.draw()
+        boxes = [(t.get_text(), t.get_window_extent(fig.canvas.get_renderer())) for t in _texts(fig)]
+        plots.plt.close(fig)
+    assert any("Mbit/s" in text for text, _ in boxes) and any("Gbit/s" in text for text, _ in boxes)
+    for (a, ba), (b, bb) in itertools.combinations(boxes, 2):
+        assert min(ba.x1, bb.x1) - max(ba.x0, bb.x0) <= 1 or min(ba.y1, bb.y1) - max(ba.y0, bb.y0) <= 1, (a, b)
+
+
 def test_link_figure_needs_two_links_and_links_are_not_figure_groups():
     assert not list(_link_figures(make_runs()))
     assert not list(_link_figures(make_link_runs(links={"1gbit": 0.95e9})))
