@@ -316,10 +316,13 @@ def across_lab_nodes(args: argparse.Namespace, params: CellParams) -> int:
         signal.signal(sig, _terminated)  # SystemExit: run_cell's cleanup runs
     try:
         cell_args = params.to_argv() + (["--allow-oversubscribe"] if args.allow_oversubscribe else [])
-        summary = netlab.run_cell(out, params.link, args.nproc_per_node, cell_args, params.timeout_s + args.grace_s)
+        netlab.run_cell(out, params.link, args.nproc_per_node, cell_args, params.timeout_s + args.grace_s)
     except netlab.NetlabError as err:
         write_failure(out, params, args.nproc_per_node * 2, 2, "failed", f"netlab: {err}"[-REASON_CHARS:], command=args.command)
-        summary = json.loads((out / "summary.json").read_text())
+    # This launcher's start and exit bound the timeline: making the lab and probing the link
+    # count in the launcher span, deleting it in launcher_finish (the fixed cost of the cell).
+    add_timeline(args, out / "summary.json")
+    summary = json.loads((out / "summary.json").read_text())
     args.output.say(with_progress(progress_line(out, summary)))
     return 0
 

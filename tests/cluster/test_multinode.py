@@ -71,3 +71,27 @@ def test_two_node_cell_and_shaped_link(lab, tmp_path):
     for faster, slower in zip(LINKS, LINKS[1:]):
         assert comm[slower] > MARGIN * comm[faster], comm
 
+
+
+def test_launcher_runs_a_link_cell_end_to_end(tmp_path):
+    """What the train rule runs for a link cell: the launcher makes the lab, probes the link,
+    runs both nodes, deletes the lab; the timeline spans all of it."""
+    if netlab.available():
+        pytest.skip(netlab.available())
+    import subprocess as sp
+    import sys
+
+    before = set(namespaces().split())
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "ddpbench.launch", "--nproc-per-node", "1", "--nnodes", "2", "--out", str(out),
+           *CELL, "--link", "100mbit"]  # fmt: skip
+    proc = sp.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    s = json.loads((out / "summary.json").read_text())
+    assert s["status"] == "ok", s.get("reason")
+    assert s["params"]["link"] == "100mbit" and s["world_size"] == 2 and s["nodes"] == 2
+    assert 0.9 < s["extra"]["link_achieved_bps"] / 100e6 < 1.05, s["extra"]
+    marks = list(s["timeline"].values())
+    assert marks == sorted(marks) and list(s["timeline"])[0] == "launcher_start" and list(s["timeline"])[-1] == "launcher_exit"
+    assert s["timeline_s"]["launcher"] > s["extra"]["link_probe_s"]  # the lab and the probe are the launcher's
+    assert not {ns for ns in set(namespaces().split()) - before if ns.startswith("ddpb-")}
