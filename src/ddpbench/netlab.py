@@ -274,8 +274,10 @@ s = socket.socket()
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind((sys.argv[1], int(sys.argv[2])))
 s.listen(1)
+s.settimeout(60)  # never outlive a lab whose owner died mid-probe by more than this
 print("ready", flush=True)
 c, _ = s.accept()
+c.settimeout(60)
 buf, n, first, last = bytearray(1 << 20), 0, None, None
 while True:
     k = c.recv_into(buf)
