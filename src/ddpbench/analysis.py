@@ -957,9 +957,12 @@ ACHIEVED = "extra_link_achieved_bps"  # bits/s the probe measured at the cell's 
 NOMINAL = "extra_link_rate_bps"  # bits/s the link was shaped to (none when unshaped)
 _RATE = re.compile(r"([0-9]+(?:\.[0-9]+)?)(kbit|mbit|gbit)")
 _RATE_UNIT = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}  # tc's units are decimal
+# Settings the baseline ignores (a strategy's own knobs: bucket size, PowerSGD's, ...) tell apart variants of
+# a strategy on the same links, not separate link studies.
+VARIANT_SETTINGS = tuple(c for c in IRRELEVANT_AT_BASELINE if c not in ("scaling", "link"))
 LOSES_BELOW, NEVER_LOSES, ALWAYS_LOSES, NOT_FITTED = "loses below", "never loses", "always loses", "not fitted"
 LINK_TABLE_COLUMNS = [
-    "kind", "link", "strategy", "nominal_gbps", "achieved_gbps", "achieved_gbps_ci_low", "achieved_gbps_ci_high",
+    "kind", "link", "strategy", "setting", "nominal_gbps", "achieved_gbps", "achieved_gbps_ci_low", "achieved_gbps_ci_high",
     "achieved_gbps_ci_level", "n_runs", "alpha_s", "bandwidth_gbps", "r2", "single_s", "a_s", "b_s_gbps",
     "crossing_gbps", "verdict", "extrapolated", "measured_min_gbps", "measured_max_gbps", "note",
 ]  # fmt: skip
@@ -1048,15 +1051,16 @@ def _baseline_per_sample(runs: pd.DataFrame, g: pd.DataFrame, baseline_strategy:
 
 
 def links_table(runs: pd.DataFrame, baseline_strategy: str = BASELINE_STRATEGY) -> pd.DataFrame:
-    """links.csv, per link study (a combination of link_group_axes): rows of kind "link", one per link --
+    """links.csv, per link study (a combination of link_group_axes but VARIANT_SETTINGS): rows of kind "link", one per link --
     nominal rate, the probe's achieved bandwidth (median over the link's runs, order-statistic interval),
     α and the effective bandwidth of t = α·calls + bytes/B over its runs of every strategy -- and rows of
-    kind "crossing", one per strategy: t(B) = a + b/B fitted to its time per sample (1/throughput) over
+    kind "crossing", one per strategy (and `setting`, its variant where it ran several): t(B) = a + b/B fitted to its time per sample (1/throughput) over
     the links, the baseline's time per sample and the crossing bandwidth B* (crossing_bandwidth)."""
     on_link = link_runs(runs)
     if on_link.empty:
         return pd.DataFrame(columns=LINK_TABLE_COLUMNS)
-    gcols = link_group_axes(on_link)
+    gcols = [c for c in link_group_axes(on_link) if c not in VARIANT_SETTINGS]
+    variants = [c for c in link_group_axes(on_link) if c in VARIANT_SETTINGS]
     on_link = on_link.assign(_gbps=_col(on_link, ACHIEVED) / 1e9, _per_sample=1 / _col(on_link, "samples_per_s"))
     rows = []
     for key, g in on_link.groupby(gcols, dropna=False, sort=True) if gcols else [((), on_link)]:
@@ -1070,9 +1074,13 @@ def links_table(runs: pd.DataFrame, baseline_strategy: str = BASELINE_STRATEGY) 
                               achieved_gbps_ci_level=iv.level, n_runs=len(lg), **_alpha_beta(lg)))  # fmt: skip
         rows += sorted(links, key=lambda r: -r["achieved_gbps"])  # fastest link first
         t_single = _baseline_per_sample(runs, g, baseline_strategy)
-        for strategy, sg in g.groupby(g["strategy"].astype(str), sort=True):
+        by_strategy = g["strategy"].astype(str)
+        for key, sg in g.groupby([by_strategy, *(g[c].astype(str) for c in variants)], sort=True):
+            strategy, *values = key if isinstance(key, tuple) else (key,)
+            # named only where this strategy ran with several values of the setting
+            setting = ", ".join(f"{c}={v}" for c, v in zip(variants, values) if g.loc[by_strategy == strategy, c].nunique() > 1)
             lo, hi = sg["_gbps"].min(), sg["_gbps"].max()
-            row = dict(info, kind="crossing", strategy=strategy, single_s=t_single, n_runs=len(sg),
+            row = dict(info, kind="crossing", strategy=strategy, setting=setting, single_s=t_single, n_runs=len(sg),
                        measured_min_gbps=lo, measured_max_gbps=hi)  # fmt: skip
             fit = fit_time_per_sample(sg["_gbps"], sg["_per_sample"])
             if fit is None:

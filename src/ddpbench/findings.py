@@ -506,19 +506,37 @@ def bandwidth_text(gbps) -> str:
     return f"{sig3(float(gbps) * 1e9)} bit/s"
 
 
-def _crossing_clause(r, first: bool) -> str:
-    who, verdict = str(r["strategy"]), str(r.get("verdict", ""))
-    if verdict == analysis.LOSES_BELOW:
+def _who(r) -> str:
+    setting = r.get("setting", "")
+    return str(r["strategy"]) + (f" ({setting})" if isinstance(setting, str) and setting else "")
+
+
+def _crossings_text(cross: pd.DataFrame) -> str:
+    """'a loses to one process below ~X, b below ~Y; c and d never beat it, even at unlimited bandwidth; ...':
+    the strategies with a crossing, fastest crossing first, then those that never beat one process, those
+    that never lose to it, and those that could not be compared."""
+    parts = []
+    obj = lambda: "it" if parts else "one process"  # noqa: E731 — named once, then "it"
+    losers = cross[cross["verdict"] == analysis.LOSES_BELOW]
+    losers = losers.iloc[np.argsort(-pd.to_numeric(losers["crossing_gbps"], errors="coerce").to_numpy(), kind="stable")]
+    said = []
+    for i, (_, r) in enumerate(losers.iterrows()):
         where = ""
         if _truthy(r.get("extrapolated", False)):
             slower = _num(r, "crossing_gbps") < _num(r, "measured_min_gbps")
             where = f" (extrapolated: {'below the slowest' if slower else 'above the fastest'} link measured)"
-        return f"{who} {'loses to one process ' if first else ''}below ~{bandwidth_text(r['crossing_gbps'])}{where}"
-    if verdict == analysis.NEVER_LOSES:
-        return f"{who} never loses to {'one process' if first else 'it'}"
-    if verdict == analysis.ALWAYS_LOSES:
-        return f"{who} never beats {'one process' if first else 'it'}, even at unlimited bandwidth"
-    return f"{who} could not be compared with {'one process' if first else 'it'} ({r.get('note', '') or 'not fitted'})"
+        said.append(f"{_who(r)} {'loses to one process ' if i == 0 else ''}below ~{bandwidth_text(r['crossing_gbps'])}{where}")
+    if said:
+        parts.append(", ".join(said))
+    for verdict, one, many, tail in ((analysis.ALWAYS_LOSES, "never beats", "never beat", ", even at unlimited bandwidth"),
+                                     (analysis.NEVER_LOSES, "never loses to", "never lose to", "")):  # fmt: skip
+        names = [_who(r) for _, r in cross[cross["verdict"] == verdict].iterrows()]
+        if names:
+            parts.append(f"{_listing(names, limit=len(names))} {one if len(names) == 1 else many} {obj()}{tail}")
+    for _, r in cross[~cross["verdict"].isin([analysis.LOSES_BELOW, analysis.ALWAYS_LOSES, analysis.NEVER_LOSES])].iterrows():
+        note = r.get("note", "")
+        parts.append(f"{_who(r)} could not be compared with {obj()} ({note if isinstance(note, str) and note else 'not fitted'})")
+    return "; ".join(parts)
 
 
 def link_findings(links: pd.DataFrame) -> list[Finding]:
@@ -534,16 +552,10 @@ def link_findings(links: pd.DataFrame) -> list[Finding]:
         link_rows = g[g["kind"] == "link"]
         cross = g[g["kind"] == "crossing"]
         if len(cross) and len(link_rows):
-            order = {analysis.LOSES_BELOW: 0, analysis.ALWAYS_LOSES: 1, analysis.NEVER_LOSES: 2}
-            cross = cross.assign(_o=cross["verdict"].map(order).fillna(3),
-                                 _c=-pd.to_numeric(cross["crossing_gbps"], errors="coerce").fillna(0))
-            cross = cross.sort_values(["_o", "_c", "strategy"], kind="stable")
-            clauses = [_crossing_clause(r, i == 0) for i, (_, r) in enumerate(cross.iterrows())]
-            n_lose = int((cross["verdict"] == analysis.LOSES_BELOW).sum())  # losers in one list, the rest after
-            said = "; ".join(([", ".join(clauses[:n_lose])] if n_lose else []) + clauses[n_lose:])
             bw = pd.to_numeric(link_rows["achieved_gbps"], errors="coerce")
             text = (f"Over links of {bandwidth_text(bw.min())} to {bandwidth_text(bw.max())} (measured){where}, "
-                    f"{said} (time per sample fitted as a + b/bandwidth).")
+                    f"{_crossings_text(cross.sort_values('strategy', kind='stable'))} (time per sample fitted as "
+                    "a + b/bandwidth).")
             crossings.append(Finding("link", text, "fig-link"))
         fitted = link_rows[pd.to_numeric(link_rows["bandwidth_gbps"], errors="coerce") > 0]
         if len(fitted):
@@ -558,9 +570,10 @@ def link_findings(links: pd.DataFrame) -> list[Finding]:
                 lo, hi = sig3(ratio.min()), sig3(ratio.max())
                 # α shows on the fastest link, where a call's latency is not buried under the bytes
                 fast = pd.to_numeric(fitted["achieved_gbps"], errors="coerce").idxmax()
+                r2 = f" (R² {sig3(fitted.loc[fast, 'r2'])})" if _finite(fitted.loc[fast, "r2"]) else ""
                 text = (f"Over {len(fitted)} links{where}, communication per step fits an effective bandwidth "
                         f"{lo if lo == hi else f'{lo}–{hi}'}× the probe's (t = α·calls + bytes/B), with "
-                        f"α = {sig3(alpha[fast])} µs per call on the fastest, {fitted.loc[fast, 'link']}.")
+                        f"α = {sig3(alpha[fast])} µs per call on the fastest, {fitted.loc[fast, 'link']}{r2}.")
             fits.append(Finding("link", text, "links"))
     return crossings + fits
 

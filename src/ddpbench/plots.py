@@ -789,7 +789,8 @@ def fig_link(d: Data):
             ax.xaxis.set_major_locator(matplotlib.ticker.LogLocator(base=10, numticks=4))
             ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: bandwidth_text(v)))
             ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-            if (g[m].dropna() > 0).all() and g[m].notna().any():
+            y = g[m].dropna()
+            if len(y) and (y > 0).all() and y.max() >= 10 * y.min():  # log only where it spans a decade
                 ax.set_yscale("log")
                 ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
                 ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())

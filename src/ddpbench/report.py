@@ -277,7 +277,8 @@ def links_tables(links: pd.DataFrame) -> dict | None:
         extrapolated = str(r["extrapolated"]).lower() in ("true", "1", "1.0")
         verdict = str(r["verdict"]) + (" (EXTRAPOLATED)" if extrapolated else "")
         rows.append([str(r[c]) for c in gcols]
-                    + [r["strategy"], ms(r["a_s"]), ms(r["b_s_gbps"]), ms(r["single_s"]), verdict,
+                    + [str(r["strategy"]) + (f" ({r['setting']})" if isinstance(r["setting"], str) and r["setting"] else ""),
+                       ms(r["a_s"]), ms(r["b_s_gbps"]), ms(r["single_s"]), verdict,
                        bandwidth_text(r["crossing_gbps"]),
                        f"{bandwidth_text(r['measured_min_gbps'])} – {bandwidth_text(r['measured_max_gbps'])}",
                        num(r["n_runs"]), num(r["r2"]), "" if pd.isna(r["note"]) else str(r["note"])])  # fmt: skip

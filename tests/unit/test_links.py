@@ -121,6 +121,23 @@ def test_a_strategy_on_one_link_is_not_fitted():
     assert cross.loc["gather_scatter", "verdict"] == A.LOSES_BELOW
 
 
+def test_a_strategy_s_own_settings_are_variants_not_separate_link_studies():
+    runs = make_link_runs(strategies=("allreduce", "gather_scatter"))
+    wide = runs[(runs["strategy"] == "allreduce") & (runs["link"] != "none")].assign(bucket_mb=50.0)
+    wide["run_dir"] += "-b50"
+    wide["samples_per_s"] *= 0.9
+    table = A.links_table(A.load_runs_frame(pd.concat([runs, wide], ignore_index=True)))
+    assert "bucket_mb" not in table.columns and (table["kind"] == "link").sum() == 4  # one study, four links
+    assert table.loc[table["kind"] == "link", "n_runs"].tolist() == [9] * 4  # α, B over every variant
+    cross = table[table["kind"] == "crossing"]
+    assert sorted(zip(cross["strategy"], cross["setting"].fillna(""))) == [
+        ("allreduce", "bucket_mb=25.0"), ("allreduce", "bucket_mb=50.0"), ("gather_scatter", "")]
+    slow, fast = (cross[cross["setting"] == f"bucket_mb={b}"]["crossing_gbps"].iloc[0] for b in ("50.0", "25.0"))
+    assert slow > fast  # the slower variant needs a faster link to beat one process
+    out = F.link_findings(table)
+    assert ", allreduce (bucket_mb=50.0) below ~" in out[0].text
+
+
 def test_single_at_p1_is_the_baseline_of_the_link_cells():
     runs = A.load_runs_frame(make_link_runs())
     speed = A.speedup_table(runs)
@@ -226,7 +243,7 @@ def test_finding_names_each_strategy_s_crossing_and_links_the_figure():
     assert crossing.text.startswith("Over links of 19.6 Mbit/s to 9.80 Gbit/s (measured), ")
     assert f"gather_scatter loses to one process below ~{gs}, allreduce below ~{ar}" in crossing.text
     fit = next(f for f in out if f.anchor == "links")
-    assert "1.00× the probe's" in fit.text and "α = 100 µs per call on the fastest, 10gbit" in fit.text
+    assert "1.00× the probe's" in fit.text and "α = 100 µs per call on the fastest, 10gbit (R² 1.00)." in fit.text
     assert not [f for f in F.findings(runs, None, None, None, None) if f.kind == "link"]
 
 
@@ -236,6 +253,11 @@ def test_finding_says_which_never_beats_one_process_and_what_is_extrapolated():
     (f,) = [f for f in F.findings(runs, None, None, None, None, links=table) if f.anchor == "fig-link"]
     assert "gather_scatter loses to one process below ~" in f.text
     assert "(extrapolated: below the slowest link measured); allreduce never beats it, even at unlimited bandwidth" in f.text
+    # several with one verdict: one clause naming them all
+    comm = dict(LINK_COMM, allreduce=(300, 4e6, False), ddp=(400, 4e6, False))
+    runs, table = _links(comm=comm)
+    (f,) = [f for f in F.findings(runs, None, None, None, None, links=table) if f.anchor == "fig-link"]
+    assert f"gather_scatter loses to one process below ~{F.bandwidth_text(_expected_crossing(runs, 'gather_scatter', 100e-6))}; allreduce and ddp never beat it, even at unlimited bandwidth (" in f.text
 
 
 def test_each_link_study_gets_its_crossing_before_any_fit_sentence():
