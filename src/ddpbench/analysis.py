@@ -1050,6 +1050,17 @@ def _baseline_per_sample(runs: pd.DataFrame, g: pd.DataFrame, baseline_strategy:
     return log_t_interval(1 / _col(base, "samples_per_s")).estimate if len(base) else np.nan
 
 
+def _busy_note(g: pd.DataFrame) -> str:
+    """What makes these runs' numbers less trustworthy, to stand next to them: a busy machine slows the
+    ranks and the probe alike."""
+    k = int(busy_runs(g).sum())
+    return f"{k} of {len(g)} runs on a busy machine" if k else ""
+
+
+def _join_notes(*notes: str) -> str:
+    return "; ".join(n for n in notes if n)
+
+
 def links_table(runs: pd.DataFrame, baseline_strategy: str = BASELINE_STRATEGY) -> pd.DataFrame:
     """links.csv, per link study (a combination of link_group_axes but VARIANT_SETTINGS): rows of kind "link", one per link --
     nominal rate, the probe's achieved bandwidth (median over the link's runs, order-statistic interval),
@@ -1069,9 +1080,11 @@ def links_table(runs: pd.DataFrame, baseline_strategy: str = BASELINE_STRATEGY) 
         for link, lg in g.groupby(g["link"].astype(str), sort=False):
             iv = order_stat_interval(lg["_gbps"])
             nominal = _col(lg, NOMINAL).median() if NOMINAL in lg and _col(lg, NOMINAL).notna().any() else link_rate_bps(link)
+            fit = _alpha_beta(lg)
+            note = _join_notes(fit.pop("note", ""), _busy_note(lg))
             links.append(dict(info, kind="link", link=link, nominal_gbps=nominal / 1e9, achieved_gbps=iv.estimate,
                               achieved_gbps_ci_low=iv.low, achieved_gbps_ci_high=iv.high,
-                              achieved_gbps_ci_level=iv.level, n_runs=len(lg), **_alpha_beta(lg)))  # fmt: skip
+                              achieved_gbps_ci_level=iv.level, n_runs=len(lg), **fit, note=note))  # fmt: skip
         rows += sorted(links, key=lambda r: -r["achieved_gbps"])  # fastest link first
         t_single = _baseline_per_sample(runs, g, baseline_strategy)
         by_strategy = g["strategy"].astype(str)
@@ -1094,5 +1107,6 @@ def links_table(runs: pd.DataFrame, baseline_strategy: str = BASELINE_STRATEGY) 
                 row.update(a_s=fit[0], b_s_gbps=fit[1], crossing_gbps=cross, verdict=verdict, extrapolated=outside,
                            r2=_r2(sg["_per_sample"], pred),
                            note="extrapolated: outside the measured bandwidths" if outside else "")  # fmt: skip
+            row["note"] = _join_notes(row.get("note", ""), _busy_note(sg))
             rows.append(row)
     return pd.DataFrame(rows).reindex(columns=[*gcols, *LINK_TABLE_COLUMNS])

@@ -138,6 +138,15 @@ def test_a_strategy_s_own_settings_are_variants_not_separate_link_studies():
     assert ", allreduce (bucket_mb=50.0) below ~" in out[0].text
 
 
+def test_runs_on_a_busy_machine_are_named_next_to_the_link_and_the_crossing():
+    runs = make_link_runs(strategies=("allreduce", "gather_scatter"))
+    runs.loc[(runs["strategy"] == "allreduce") & (runs["link"] == "1gbit") & (runs["repeat"] == 0), "env_other_cpu_frac"] = 0.4
+    table = A.links_table(A.load_runs_frame(runs))
+    notes = dict(zip(table["link"].fillna(table["strategy"]), table["note"].fillna("")))
+    assert notes["1gbit"] == "1 of 6 runs on a busy machine" and notes["10gbit"] == ""
+    assert notes["allreduce"] == "1 of 12 runs on a busy machine" and notes["gather_scatter"] == ""
+
+
 def test_single_at_p1_is_the_baseline_of_the_link_cells():
     runs = A.load_runs_frame(make_link_runs())
     speed = A.speedup_table(runs)
