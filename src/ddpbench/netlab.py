@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from ddpbench import progress
 from ddpbench.metrics import write_json
 
 SUBNET_PREFIX = "198.18.0."  # RFC 2544 benchmarking range; never any other address
@@ -264,6 +265,7 @@ class TwoNodeLab:
         # the endpoint with the host name's addresses (127.0.0.1 here), so say it.
         env["PET_RDZV_CONF"] = f"is_host={1 if node == 0 else 0}"
         env.pop("NCCL_SOCKET_IFNAME", None)
+        env.pop(progress.ENV, None)  # the launcher that made the lab counts the run, once
         return env
 
 
