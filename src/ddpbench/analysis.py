@@ -1025,8 +1025,10 @@ def _alpha_beta(g: pd.DataFrame) -> dict:
     calls, sent = _col(g, "comm_calls_per_step").to_numpy(), _col(g, "comm_bytes_per_step").to_numpy()
     secs = (_col(g, "phase_comm_s") / _col(g, "timed_steps")).to_numpy()
     keep = (secs > 0) & np.isfinite(calls) & np.isfinite(sent)
+    if keep.sum() < 2:
+        return dict(note="α and B not fitted: fewer than 2 runs with measured communication")
     # One proportion of calls to bytes (one strategy, say) cannot separate latency from bandwidth.
-    if keep.sum() < 2 or np.linalg.matrix_rank(np.column_stack([calls, sent])[keep] / secs[keep, None]) < 2:
+    if np.linalg.matrix_rank(np.column_stack([calls, sent])[keep] / secs[keep, None]) < 2:
         return dict(note="α and B not fitted: needs runs with different proportions of calls to bytes "
                          "(several strategies)")  # fmt: skip
     alpha, bps = fit_latency_bandwidth(calls[keep], sent[keep], secs[keep])

@@ -724,7 +724,8 @@ def fig_step_time(d: Data):
 
 
 def bandwidth_text(gbps: float) -> str:
-    """A bandwidth in Gbit/s as people write it: '10 Gbit/s', '100 Mbit/s', '500 kbit/s'."""
+    """A bandwidth in Gbit/s as a tick label: '10 Gbit/s', '100 Mbit/s', '500 kbit/s' (the shortest form;
+    findings.bandwidth_text keeps 3 significant digits for sentences)."""
     for scale, unit in ((1, "Gbit/s"), (1e-3, "Mbit/s"), (1e-6, "kbit/s")):
         if gbps >= scale:
             return f"{gbps / scale:.3g} {unit}"
@@ -743,9 +744,9 @@ def fig_link(d: Data):
     if on_link.empty or on_link["link"].astype(str).nunique() < 2:
         return []
     cols = A.axes(on_link)
-    per_step = on_link.assign(_x=_numeric(on_link[A.ACHIEVED]) / 1e9,
-                              _comm=on_link["phase_comm_s"] / on_link["timed_steps"],
-                              _exposed=on_link["phase_exposed_comm_s"] / on_link["timed_steps"])  # fmt: skip
+    col = lambda c: _numeric(on_link[c]) if c in on_link else pd.Series(np.nan, index=on_link.index)  # noqa: E731
+    per_step = on_link.assign(_x=col(A.ACHIEVED) / 1e9, _comm=col("phase_comm_s") / col("timed_steps"),
+                              _exposed=col("phase_exposed_comm_s") / col("timed_steps"))  # fmt: skip
     # Per cell: medians over its runs (comm per step), as cells.csv has the throughput's geometric mean.
     runs_med = per_step.groupby(cols, dropna=False, sort=True)[["_x", "_comm", "_exposed"]].median().reset_index()
     c = d.cells

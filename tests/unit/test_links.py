@@ -54,6 +54,9 @@ def test_one_proportion_of_calls_to_bytes_gives_no_alpha_and_says_why():
     per_link = table[table["kind"] == "link"]
     assert per_link["alpha_s"].isna().all() and per_link["bandwidth_gbps"].isna().all()
     assert per_link["note"].str.contains("different proportions of calls to bytes").all()
+    unmeasured = A.load_runs_frame(make_link_runs().drop(columns=["phase_comm_s"]))
+    per_link = A.links_table(unmeasured).query("kind == 'link'")
+    assert per_link["alpha_s"].isna().all() and per_link["note"].str.contains("fewer than 2 runs with measured").all()
 
 
 def test_nominal_rate_from_the_setting_when_the_run_does_not_record_it():
@@ -224,6 +227,12 @@ def test_link_figure_labels_do_not_overlap_over_a_wide_range_of_links():
     assert any("Mbit/s" in text for text, _ in boxes) and any("Gbit/s" in text for text, _ in boxes)
     for (a, ba), (b, bb) in itertools.combinations(boxes, 2):
         assert min(ba.x1, bb.x1) - max(ba.x0, bb.x0) <= 1 or min(ba.y1, bb.y1) - max(ba.y0, bb.y0) <= 1, (a, b)
+
+
+def test_link_figure_without_communication_columns_draws_the_throughput_alone():
+    runs = make_link_runs().drop(columns=["phase_comm_s", "phase_exposed_comm_s"])
+    (fig,) = list(_link_figures(runs))
+    assert [ax.get_ylabel() for ax in fig.axes] == ["throughput [samples/s]"]
 
 
 def test_link_figure_needs_two_links_and_links_are_not_figure_groups():
