@@ -22,7 +22,7 @@ import pandas as pd
 from scipy import optimize, stats
 
 from ddpbench import commfit, metrics
-from ddpbench.params import NO_LINK, CellParams
+from ddpbench.params import NO_LINK, STRATEGY_SETTINGS, CellParams
 
 LEVEL = 0.95
 N_BOOT = 500  # resamples of the cost model's bootstrap
@@ -172,8 +172,16 @@ def axes(runs: pd.DataFrame) -> list[str]:
 
 
 def varying(runs: pd.DataFrame, cols: list[str]) -> list[str]:
-    """The grid's axes: the identifying columns that take more than one value."""
-    return [c for c in cols if runs[c].astype(str).nunique() > 1]
+    """The grid's axes: the identifying columns that take more than one value. A strategy
+    setting that follows from the strategy (params.powersgd_start_iter: 2 holds for powersgd,
+    the strategies that do not read it keep the default) tells apart no cells the strategy does
+    not: no axis, or it would split figures, panels and labels by strategy a second time."""
+    out = [c for c in cols if runs[c].astype(str).nunique() > 1]
+    settings = [c for c in out if c in STRATEGY_SETTINGS]
+    if settings and "strategy" in runs:
+        per_strategy = runs[["strategy", *settings]].astype(str).groupby("strategy").nunique()
+        out = [c for c in out if c not in settings or per_strategy[c].max() > 1]
+    return out
 
 
 def group_axes(runs: pd.DataFrame) -> list[str]:

@@ -844,6 +844,16 @@ def test_load_runs_derives_epoch_time_and_status(tmp_path):
     assert "epoch_time_s" not in A.load_runs_frame(pd.DataFrame(dict(samples_per_s=[1.0])))
 
 
+def test_a_strategy_setting_that_follows_from_the_strategy_is_no_axis():
+    runs = pd.DataFrame({"strategy": ["powersgd", "ddp", "ddp", "single"], "powersgd_start_iter": [2, 10, 10, 10],
+                         "bucket_mb": [25.0, 0.5, 0.5, 25.0], "world_size": [2, 2, 2, 1]})  # fmt: skip
+    cols = ["strategy", "powersgd_start_iter", "bucket_mb", "world_size"]
+    assert A.varying(runs, cols) == ["strategy", "world_size"]
+    swept = pd.concat([runs, runs.assign(bucket_mb=1.0)[runs["strategy"] == "ddp"]])  # ddp at two bucket sizes
+    assert A.varying(swept, cols) == ["strategy", "bucket_mb", "world_size"]
+    assert A.varying(runs.drop(columns="strategy"), cols[1:]) == ["powersgd_start_iter", "bucket_mb", "world_size"]
+
+
 def test_label_names_the_varying_axes_or_all_runs():
     assert A.label({"strategy": "ddp", "batch_size": 64}, ["strategy", "batch_size"]) == "strategy=ddp, batch_size=64"
     assert A.label({"strategy": "ddp"}, []) == "all runs"

@@ -34,6 +34,12 @@ rule report:
             category="Tables",
             labels={"table": "strategy comparisons"},
         ),
+        links=report(
+            f"{RESULTS}/report/links.csv",
+            caption="../../report/captions/links.rst",
+            category="Tables",
+            labels={"table": "links"},
+        ),
         fits=report(
             f"{RESULTS}/report/fits.csv",
             caption="../../report/captions/fits.rst",
