@@ -5,6 +5,10 @@
 `Finding`s: a kind, one plain sentence with its numbers and their intervals, and the HTML
 anchor id of the table or figure behind it (`ANCHORS`). Any input may be empty or None.
 
+Order: the kinds in the order of KINDS, except that the answer to the question the grid asked
+leads: a link study's crossings come first, and a comparison the intervals could not decide (a
+tie: no strategy is "fastest") comes after the scaling verdicts rather than before them.
+
 Rules (every sentence must be true of the data given):
 
 - **winner** (anchor "comparisons"): per setting (all axes equal but strategy, world size
@@ -69,6 +73,7 @@ class Finding:
     kind: str  # one of KINDS
     text: str  # one plain sentence, numbers with their intervals
     anchor: str  # HTML anchor id of the table or figure behind it, one of ANCHORS
+    decided: bool = True  # False: a comparison its intervals could not decide (a tie answers no "which is fastest")
 
 
 # -- formatting ----------------------------------------------------------------------------------
@@ -310,11 +315,11 @@ def winner_findings(comparisons: pd.DataFrame, shown: list[str]) -> list[Finding
                 ests = sorted(d[2] for _, d in items)
                 text = (f"No detectable difference between {key[0]} and {key[1]}{place}: every throughput ratio's "
                         f"interval holds 1 (the faster over the slower by {sig3(ests[0])}× to {sig3(ests[-1])}×, point estimates).")
-            out.append(Finding("winner", text, "comparisons"))
+            out.append(Finding("winner", text, "comparisons", decided=False))
         else:
             text = (f"{key[0]} and {key[1]} cannot be compared{place}: fewer than 2 repeats on a side, "
                     "so no interval and no winner.")
-            out.append(Finding("winner", text, "comparisons"))
+            out.append(Finding("winner", text, "comparisons", decided=False))
     return out
 
 
@@ -741,6 +746,22 @@ def _trim(groups: dict[str, list[Finding]], max_items: int) -> list[Finding]:
     return [f for k in KINDS for f in kept[k]]
 
 
+def _answers_first(found: list[Finding]) -> list[Finding]:
+    """The answer to the question the grid asked leads: a link study's crossings first (its grid
+    asked how the strategies degrade on slower links), and a comparison the intervals could not
+    decide after the scaling verdicts (a tie says no strategy is fastest; the speedups say whether
+    any beats one process). Otherwise the order of KINDS."""
+    lead = "link" if any(f.kind == "link" for f in found) else None
+    after_scaling = KINDS.index("scaling") + 0.5
+
+    def rank(f: Finding) -> float:
+        if f.kind == lead:
+            return -1
+        return after_scaling if f.kind == "winner" and not f.decided else KINDS.index(f.kind)
+
+    return sorted(found, key=rank)  # stable: each kind keeps its own order
+
+
 def findings(runs, cells, speed, comparisons, fits, max_items: int = 12, links=None) -> list[Finding]:
     """The report's findings, most actionable first: winners, scaling, where the time goes,
     batch and dataset size, links, fits, warnings (see the module docstring for the rules)."""
@@ -762,4 +783,4 @@ def findings(runs, cells, speed, comparisons, fits, max_items: int = 12, links=N
         "fit": fit_findings(fits, speed, runs),
         "warning": warning_findings(runs, cells, shown),
     }
-    return _trim(groups, max_items)
+    return _answers_first(_trim(groups, max_items))

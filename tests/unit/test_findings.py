@@ -286,3 +286,15 @@ def test_tables_read_back_from_csv_give_the_same_findings():
     tables = _tables(batch_sizes=(64, 128))
     back = [pd.read_csv(io.StringIO(t.to_csv(index=False))) for t in tables]
     assert findings(*tables) == findings(*back)
+
+
+def test_a_tie_follows_the_scaling_verdicts_and_a_win_precedes_them():
+    # The main job's shape: two strategies at p = 2 that the intervals cannot tell apart, both slower
+    # than one process. "Which is fastest" has no answer; "do two processes beat one" has: it leads.
+    tie = pd.DataFrame([cmp_row("ring_allreduce", "gather_scatter", 1.02, 0.97, 1.08)])
+    speed = pd.DataFrame([speed_row("ring_allreduce", 2, 0.6, 0.55, 0.65), speed_row("gather_scatter", 2, 0.59, 0.54, 0.64)])
+    out = check(findings(EMPTY, EMPTY, speed, tie, EMPTY))
+    kinds = [f.kind for f in out]
+    assert kinds.index("scaling") < kinds.index("winner") and not of(out, "winner")[0].decided
+    win = pd.DataFrame([cmp_row("ring_allreduce", "gather_scatter", 1.3, 1.2, 1.4)])
+    assert check(findings(EMPTY, EMPTY, speed, win, EMPTY))[0].kind == "winner"

@@ -263,6 +263,10 @@ def test_finding_names_each_strategy_s_crossing_and_links_the_figure():
     fit = next(f for f in out if f.anchor == "links")
     assert "1.00× the probe's" in fit.text and "α = 100 µs per call on the fastest, 10gbit (R² 1.00)." in fit.text
     assert not [f for f in F.findings(runs, None, None, None, None) if f.kind == "link"]
+    # The question a link grid asks is answered first, before winners and speedups.
+    speed = A.speedup_table(runs)
+    every = F.findings(runs, A.cell_stats(runs), speed, A.comparisons_table(runs), None, links=table)
+    assert every[0].anchor == "fig-link" and {"winner", "scaling"} <= {f.kind for f in every}
 
 
 def test_finding_says_which_never_beats_one_process_and_what_is_extrapolated():
