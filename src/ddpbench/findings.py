@@ -351,6 +351,9 @@ def scaling_findings(runs: pd.DataFrame, speed: pd.DataFrame, shown: list[str]) 
     if float(p) <= 1:
         return [Finding("scaling", "Only world size 1 was measured: there is no scaling to report.", "speedup-table")]
     cols = [c for c in shown if c not in ("strategy", "world_size")]
+    none_beats = _none_beats_one_process(rows, p, cols)
+    if none_beats:
+        return [none_beats]
     slower = [i for i, (_, r) in enumerate(rows.iterrows()) if _num(r, "speedup") < 1]
     order = [0] + [i for i in slower if i != 0] + [i for i in range(1, len(rows)) if i not in slower]
     out = []
@@ -380,6 +383,27 @@ def scaling_findings(runs: pd.DataFrame, speed: pd.DataFrame, shown: list[str]) 
         text += " (unstable)." if _truthy(r.get("unstable", False)) else "."
         out.append(Finding("scaling", text, "speedup-table"))
     return out
+
+
+def _none_beats_one_process(rows: pd.DataFrame, p, cols: list[str]) -> Finding | None:
+    """One sentence when every strategy at the largest world size is slower than one process (each
+    speedup's interval below 1): the grid's answer, instead of one sentence per strategy."""
+    if len(rows) < 2 or "strategy" not in rows or (rows.get("measure", pd.Series(dtype=str)) == "scaled speedup").any():
+        return None
+    lo, hi = pd.to_numeric(rows["speedup_ci_low"], errors="coerce"), pd.to_numeric(rows["speedup_ci_high"], errors="coerce")
+    if not (hi < 1).all() or lo.isna().any():
+        return None
+    ranked = rows.assign(_s=pd.to_numeric(rows["speedup"], errors="coerce")).sort_values("_s")
+    worst, best = ranked.iloc[0], ranked.iloc[-1]
+    settings = {_setting(r, cols) for _, r in rows.iterrows()}
+    where = f"world size {p}" + (" in every setting measured" if len(settings) > 1 else "")
+    n = rows["strategy"].astype(str).nunique()
+    unstable = int(rows["unstable"].map(_truthy).sum()) if "unstable" in rows else 0
+    text = (f"At {where}, none of the {n} strategies beats one process: every speedup's interval lies below 1, from "
+            f"{ratio_text(*(_num(worst, f'speedup{x}') for x in ('', '_ci_low', '_ci_high')))} ({worst['strategy']}) to "
+            f"{ratio_text(*(_num(best, f'speedup{x}') for x in ('', '_ci_low', '_ci_high')))} ({best['strategy']})"
+            + (f" ({unstable} of them unstable)." if unstable else "."))  # fmt: skip
+    return Finding("scaling", text, "speedup-table")
 
 
 # -- where the time goes ------------------------------------------------------------------------

@@ -298,3 +298,15 @@ def test_a_tie_follows_the_scaling_verdicts_and_a_win_precedes_them():
     assert kinds.index("scaling") < kinds.index("winner") and not of(out, "winner")[0].decided
     win = pd.DataFrame([cmp_row("ring_allreduce", "gather_scatter", 1.3, 1.2, 1.4)])
     assert check(findings(EMPTY, EMPTY, speed, win, EMPTY))[0].kind == "winner"
+
+
+def test_none_beats_one_process_is_one_sentence_with_the_range():
+    rows = [speed_row("allreduce", 2, 0.49, 0.45, 0.53), speed_row("ring_allreduce", 2, 0.67, 0.62, 0.72),
+            {**speed_row("ddp", 2, 0.655, 0.6, 0.71), "unstable": True}]  # fmt: skip
+    (f,) = of(check(findings(EMPTY, EMPTY, pd.DataFrame(rows), EMPTY, EMPTY)), "scaling")
+    assert f.text.startswith("At world size 2, none of the 3 strategies beats one process: every speedup's interval lies below 1, from 0.49")
+    assert "(allreduce) to 0.67" in f.text and "(ring_allreduce)" in f.text and "(1 of them unstable)." in f.text
+    # one interval reaching 1: each strategy stated on its own again
+    rows[1] = speed_row("ring_allreduce", 2, 0.95, 0.85, 1.05)
+    out = of(check(findings(EMPTY, EMPTY, pd.DataFrame(rows), EMPTY, EMPTY)), "scaling")
+    assert len(out) == 3 and not any("none of the" in f.text for f in out)
