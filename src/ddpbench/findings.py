@@ -452,17 +452,21 @@ def time_findings(runs: pd.DataFrame, cells: pd.DataFrame, speed: pd.DataFrame, 
     name = _cell_name(cell, shown)
     shares = _phase_shares(cell, runs)
     parts = []
-    if shares:
-        top = max(shares, key=shares.get)
-        parts.append(f"{PHASE_TEXT.get(top, top)} takes the largest share of a step ({pct_text(shares[top]).removesuffix(' (no interval)')}, median over repeats)")
+    top = max(shares, key=shares.get) if shares else None
     exp = _num(cell, "frac_exposed_comm")
+    if top is not None and not (top == "exposed_comm" and _finite(exp)):
+        share = pct_text(shares[top]).removesuffix(" (no interval)")
+        parts.append(f"{PHASE_TEXT.get(top, top)} takes the largest share of a step ({share}, median over repeats)")
     if _finite(exp):
         ex = pct_text(exp, _num(cell, "frac_exposed_comm_ci_low"), _num(cell, "frac_exposed_comm_ci_high"),
                       _num(cell, "frac_exposed_comm_ci_level"))
         comm = _num(cell, "frac_comm")
         hidden = (f", out of {pct_text(comm).removesuffix(' (no interval)')} spent communicating (the rest hidden "
                   "behind computation)" if _finite(comm) and comm > exp * 1.01 else "")
-        parts.append(f"exposed communication takes {ex} of the step{hidden}")
+        if top == "exposed_comm":  # the largest share, said once and with its interval
+            parts.append(f"exposed communication takes the largest share of a step: {ex}{hidden}")
+        else:
+            parts.append(f"exposed communication takes {ex} of the step{hidden}")
     out = []
     if parts:
         out.append(Finding("time", f"For {name}, " + "; ".join(parts) + ".", "fig-phases"))

@@ -310,3 +310,19 @@ def test_none_beats_one_process_is_one_sentence_with_the_range():
     rows[1] = speed_row("ring_allreduce", 2, 0.95, 0.85, 1.05)
     out = of(check(findings(EMPTY, EMPTY, pd.DataFrame(rows), EMPTY, EMPTY)), "scaling")
     assert len(out) == 3 and not any("none of the" in f.text for f in out)
+
+
+def test_exposed_communication_as_the_largest_share_is_said_once():
+    def cell(exposed, backward):
+        return pd.DataFrame([dict(strategy="ring_allreduce", world_size=2, frac_data=0.01, frac_forward=0.1,
+                                  frac_backward=backward, frac_exposed_comm=exposed, frac_exposed_comm_ci_low=exposed - 0.02,
+                                  frac_exposed_comm_ci_high=exposed + 0.02, frac_exposed_comm_ci_level=0.95,
+                                  frac_comm=exposed, frac_optimizer=0.05)])  # fmt: skip
+
+    speed = pd.DataFrame([speed_row("ring_allreduce", 2, 0.67, 0.62, 0.72)])
+    (t,) = of(check(findings(EMPTY, cell(0.43, 0.3), speed, EMPTY, EMPTY)), "time")
+    assert t.text == ("For ring_allreduce at world size 2, exposed communication takes the largest share of a step: "
+                      "43.0 % [41.0, 45.0].")  # fmt: skip
+    (t,) = of(check(findings(EMPTY, cell(0.2, 0.5), speed, EMPTY, EMPTY)), "time")
+    assert t.text.startswith("For ring_allreduce at world size 2, backward takes the largest share of a step (50.0 %")
+    assert "exposed communication takes 20.0 % [18.0, 22.0] of the step." in t.text
