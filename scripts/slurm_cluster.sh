@@ -343,6 +343,9 @@ our_stepds() {
 }
 
 stop() {
+    # Judged before anything is stopped: a config whose controller this very stop ends is not orphaned.
+    local orphaned=0
+    if is_ours_conf && ! conf_served; then orphaned=1; fi
     cancel_jobs
     for f in "$DIR"/slurmd-*.ourpid; do
         if [ -e "$f" ] || [ -L "$f" ]; then stop_pid "$(basename "$f" .ourpid)"; fi
@@ -355,17 +358,22 @@ stop() {
     done
     if is_this_conf; then
         rm -f -- "$CONF"
-    else
+    elif [ "$orphaned" = 1 ]; then
         remove_orphaned_conf
+    elif is_ours_conf; then
+        log "$CONF belongs to the cluster whose state is elsewhere ($(head -n1 "$CONF")); left alone"
     fi
 }
+
+# Whether a controller reading $CONF runs (clients can reach what the config names).
+conf_served() { pgrep -f -- "slurmctld .*-f $CONF" >/dev/null; }
 
 # A config of ours that no running controller reads (its cluster's state folder gone, a test
 # killed before its stop) would send every client to an address nobody serves: a bare
 # `squeue` in the root namespace hung on a two-namespace cluster's 198.18.0.1. Remove it.
 remove_orphaned_conf() {
     is_ours_conf || return 0
-    if pgrep -f -- "slurmctld .*-f $CONF" >/dev/null; then
+    if conf_served; then
         log "$CONF belongs to the running cluster whose state is elsewhere ($(head -n1 "$CONF")); left alone"
     else
         local head
