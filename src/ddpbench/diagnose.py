@@ -221,6 +221,15 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
+def _oom_text(oom_kills_during: int) -> str:
+    text = f"the kernel's out-of-memory killer fired (oom_kill +{oom_kills_during} in this cgroup"
+    memory = cgroup_memory()
+    if memory["memory_limit_bytes"]:
+        peak = memory["memory_peak_bytes"]
+        text += f", limit {memory['memory_limit_bytes'] / 2**30:.2f} GiB" + (f", peak {peak / 2**30:.2f} GiB" if peak else "")
+    return text + ")"
+
+
 def diagnose(
     out: Path,
     world: int,
@@ -264,12 +273,7 @@ def diagnose(
         kind = "oom" if sig == signal.SIGKILL and oom_kills_during > 0 else "signal"
         text = f"rank {rank} killed by {_signal_name(sig)} {where(rank)}"
         if kind == "oom":
-            text += f"; the kernel's out-of-memory killer fired (oom_kill +{oom_kills_during} in this cgroup"
-            memory = cgroup_memory()
-            if memory["memory_limit_bytes"]:
-                peak = memory["memory_peak_bytes"]
-                text += f", limit {memory['memory_limit_bytes'] / 2**30:.2f} GiB" + (f", peak {peak / 2**30:.2f} GiB" if peak else "")
-            text += ")"
+            text += "; " + _oom_text(oom_kills_during)
         elif sig == signal.SIGKILL:
             text += "; SIGKILL is what the kernel's out-of-memory killer sends (no OOM kill counted in this cgroup)"
     elif storage_problem:  # no rank could say why (not even in its heartbeat): the folder can
@@ -280,6 +284,12 @@ def diagnose(
         last = _last_line(primary_errors[rank])
         kind = "oom" if _OOM.search(last) else "exception"
         text = f"rank {rank} {'ran out of memory' if kind == 'oom' else 'raised'} {where(rank)}: {last[:300]}"
+    elif oom_kills_during > 0 and (silent := [r for r in range(world) if r not in errors and r not in codes]):
+        # The OOM killer fired and a rank left no word (no error report, no exit code in torchrun's
+        # report): it is the one killed. The others only lost their peer, and torchrun names the
+        # first rank to exit, which can be one of them (forked ranks: the survivor raised first).
+        rank, sig, kind = min(silent, key=lambda r: beats[r].time if r in beats else 0.0), signal.SIGKILL, "oom"
+        text = f"rank {rank} killed by SIGKILL {where(rank)}; " + _oom_text(oom_kills_during)
     elif timed_out or comm_timeouts:
         # The ranks waited for one that stopped making progress: it is the one behind.
         alive = [r for r in ranks if r in beats]

@@ -89,6 +89,20 @@ def test_a_signal_beats_the_exceptions_it_caused_and_sigterm_alone_is_not_blamed
     assert f["kind"] == "oom" and "out-of-memory killer fired" in f["reason"]
 
 
+def test_the_silent_rank_is_the_oom_victim_when_torchrun_names_only_the_survivor(tmp_path):
+    # Forked ranks: rank 1 is OOM-killed, rank 0 raises "connection closed" and exits first, and
+    # torchrun's report names only rank 0 (exit code 1). Rank 1 left no error and no exit code.
+    (tmp_path / "error_rank0.txt").write_text("RuntimeError: [pair.cc:561] Connection closed by peer [198.18.0.2]:1234\n")
+    beat(tmp_path, 0, 5, 3)
+    beat(tmp_path, 1, 5, 2)
+    only_rank0 = TORCHRUN_REPORT.split("Root Cause")[1]
+    f = diagnose.diagnose(tmp_path, 2, log_text=only_rank0, oom_kills_during=1)
+    assert (f["kind"], f["rank"], f["signal"]) == ("oom", 1, "SIGKILL") and "out-of-memory killer fired" in f["reason"]
+    assert f["secondary"] and f["secondary"][0].startswith("rank 0 ")
+    f = diagnose.diagnose(tmp_path, 2, log_text=only_rank0)  # no OOM kill counted: no evidence against rank 1
+    assert (f["kind"], f["rank"]) == ("exception", 0)
+
+
 def test_wall_clock_limit_without_a_rank_behind_is_a_timeout(tmp_path):
     beat(tmp_path, 0, 40, 2)
     beat(tmp_path, 1, 40, 2)
