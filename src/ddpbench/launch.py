@@ -74,10 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     args.command = shlex.join(["python", "-m", "ddpbench.launch", *map(str, sys.argv[1:] if argv is None else argv)])
     if args.nproc_per_node < 1 or args.nnodes < 1:
         parser.exit(2, "error: --nproc-per-node and --nnodes must be >= 1\n")
-    lab = params.link != NO_LINK and not args.rdzv_endpoint  # the two nodes are namespaces here (netlab)
     if params.link != NO_LINK and args.nnodes != 2:
         parser.exit(2, f"error: --link {params.link} joins two nodes: it needs --nnodes 2 (not {args.nnodes})\n")
-    if args.nnodes > 1 and not args.rdzv_endpoint and not lab:
+    if args.nnodes > 1 and not args.rdzv_endpoint and not on_lab(args, params):
         from ddpbench import slurm
 
         if not slurm.in_allocation():
@@ -100,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def launch(args: argparse.Namespace, params: CellParams) -> int:
     """Run the validated cell (main's work once the flags are parsed)."""
-    lab = params.link != NO_LINK and not args.rdzv_endpoint
+    lab = on_lab(args, params)
     if not args.allow_oversubscribe:
         # A lab's nodes share this machine: each gets its half of the cores (netlab.node_cpus).
         cores = sysinfo.usable_cores() // (args.nnodes if lab else 1) or 1
@@ -300,6 +299,12 @@ def across_slurm_nodes(args: argparse.Namespace, params: CellParams, argv: list[
         )  # fmt: skip
         args.output.say(f"[ddpbench] {out}: failed - samples/s ({reason})")
     return 0
+
+
+def on_lab(args: argparse.Namespace, params: CellParams) -> bool:
+    """Whether this launcher makes the two nodes itself, as namespaces joined by the cell's link
+    (a node's own launcher, started by netlab, has the rendezvous endpoint)."""
+    return params.link != NO_LINK and not args.rdzv_endpoint
 
 
 def across_lab_nodes(args: argparse.Namespace, params: CellParams) -> int:

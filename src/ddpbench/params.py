@@ -30,7 +30,7 @@ BACKENDS = ("auto", "gloo", "nccl")
 # Between the nodes of a multi-node cell: none (the machine's own network, or a cluster's),
 # or two network namespaces on this machine joined by a veth pair (ddpbench.netlab),
 # unshaped or shaped to a token-bucket rate.
-NO_LINK, UNSHAPED_LINK = "none", "unshaped"
+NO_LINK = "none"
 LINK_PATTERN = r"none|unshaped|[0-9]+(\.[0-9]+)?(kbit|mbit|gbit)"
 
 
