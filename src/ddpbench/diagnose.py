@@ -284,12 +284,6 @@ def diagnose(
         last = _last_line(primary_errors[rank])
         kind = "oom" if _OOM.search(last) else "exception"
         text = f"rank {rank} {'ran out of memory' if kind == 'oom' else 'raised'} {where(rank)}: {last[:300]}"
-    elif oom_kills_during > 0 and (silent := [r for r in range(world) if r not in errors and r not in codes]):
-        # The OOM killer fired and a rank left no word (no error report, no exit code in torchrun's
-        # report): it is the one killed. The others only lost their peer, and torchrun names the
-        # first rank to exit, which can be one of them (forked ranks: the survivor raised first).
-        rank, sig, kind = min(silent, key=lambda r: beats[r].time if r in beats else 0.0), signal.SIGKILL, "oom"
-        text = f"rank {rank} killed by SIGKILL {where(rank)}; " + _oom_text(oom_kills_during)
     elif timed_out or comm_timeouts:
         # The ranks waited for one that stopped making progress: it is the one behind.
         alive = [r for r in ranks if r in beats]
@@ -306,6 +300,15 @@ def diagnose(
                 f"wall-clock limit of {limit_s:g} s exceeded" if timed_out and limit_s is not None
                 else "a collective timed out"
             ) + "; " + ", ".join(f"rank {r} {where(r)}" for r in alive)
+    elif errors and (silent := [r for r in range(world) if r not in errors and r not in codes]):
+        # The others only lost their peer, and one rank left no word: no error report, no exit status
+        # in torchrun's report (which names the first rank to exit: with forked ranks often the
+        # survivor that raised "connection closed"). It died of a signal no handler sees: SIGKILL,
+        # as the kernel's out-of-memory killer sends.
+        rank, sig = min(silent, key=lambda r: beats[r].time if r in beats else 0.0), signal.SIGKILL
+        kind = "oom" if oom_kills_during > 0 else "signal"
+        text = f"rank {rank} killed by SIGKILL {where(rank)} (inferred: no error report, no exit status); " + (
+            _oom_text(oom_kills_during) if kind == "oom" else "no OOM kill counted in this cgroup")
     elif errors:
         rank = min(errors, key=lambda r: (out / f"error_rank{r}.txt").stat().st_mtime)
         kind = "exception"

@@ -99,7 +99,10 @@ def test_the_silent_rank_is_the_oom_victim_when_torchrun_names_only_the_survivor
     f = diagnose.diagnose(tmp_path, 2, log_text=only_rank0, oom_kills_during=1)
     assert (f["kind"], f["rank"], f["signal"]) == ("oom", 1, "SIGKILL") and "out-of-memory killer fired" in f["reason"]
     assert f["secondary"] and f["secondary"][0].startswith("rank 0 ")
-    f = diagnose.diagnose(tmp_path, 2, log_text=only_rank0)  # no OOM kill counted: no evidence against rank 1
+    f = diagnose.diagnose(tmp_path, 2, log_text=only_rank0)  # no OOM kill counted: killed all the same
+    assert (f["kind"], f["rank"], f["signal"]) == ("signal", 1, "SIGKILL") and "inferred" in f["reason"]
+    (tmp_path / "error_rank1.txt").write_text("RuntimeError: Connection reset by peer\n")  # both only lost a peer
+    f = diagnose.diagnose(tmp_path, 2, log_text=only_rank0)
     assert (f["kind"], f["rank"]) == ("exception", 0)
 
 
