@@ -23,11 +23,15 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ddpbench import catalog
+from ddpbench.params import NO_LINK
 
 BUCKETED = ("ddp", "ddp_fp16", "powersgd", "bucketed_allreduce")
 # Seconds a run costs beyond its timed steps before any is measured here: launch, imports,
 # process group, data, warm-up, evaluation (the default grid's runs on a 2-core VM: 3-5 s).
 FIXED_RUN_S = 4.0
+# ... and what a cell over a link adds (a second launcher per node, the namespaces, the bandwidth
+# probe): lab cells cost 5-11 s fixed against 3 s for one node (the interconnect preset, docs/clusters.md).
+LAB_RUN_S = 4.0
 PREFIX = "ddpbench plan: "
 
 
@@ -133,7 +137,10 @@ def time_estimate(cells: list[dict[str, Any]], repeats: int, runs_to_do: int, re
         per_run, source = statistics.median(measured), f"the median of {len(measured)} runs measured here"
     else:
         min_s = max((float(p["min_timed_s"]) for p in cells), default=0.0)
-        per_run, source = FIXED_RUN_S + 1.2 * min_s, f"a default: {FIXED_RUN_S:g} s fixed + 1.2 x min_timed_s"
+        on_link = sum(str(p.get("link", NO_LINK)) != NO_LINK for p in cells) / max(len(cells), 1)
+        per_run = FIXED_RUN_S + on_link * LAB_RUN_S + 1.2 * min_s
+        lab = f" (+ {LAB_RUN_S:g} s a cell over a link)" if on_link else ""
+        source = f"a default: {FIXED_RUN_S:g} s fixed{lab} + 1.2 x min_timed_s"
     total = runs_to_do * per_run
     return (
         f"{len(cells)} cells x {repeats} repeats; {runs_to_do} run(s) to measure, about {_duration(total)} "

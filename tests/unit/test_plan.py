@@ -53,3 +53,10 @@ def test_the_time_estimate_uses_measured_runs_when_there_are_some(tmp_path):
     (runs / "repeat~9" / "summary.json").write_text(json.dumps({"status": "failed"}))  # no timeline: left out
     line = plan.time_estimate(cells, 3, 10, tmp_path)
     assert "30 s a run, the median of 3 runs measured here" in line and "about 5 min" in line
+
+
+def test_the_default_estimate_counts_what_a_link_cell_adds(tmp_path):
+    one_node, on_link = cell(min_timed_s=1.0), cell(min_timed_s=1.0, link="100mbit")
+    assert "5 s a run, a default: 4 s fixed + 1.2 x min_timed_s" in plan.time_estimate([one_node], 3, 3, tmp_path)
+    line = plan.time_estimate([one_node, on_link, on_link, on_link], 3, 90, tmp_path)
+    assert "8 s a run, a default: 4 s fixed (+ 4 s a cell over a link)" in line and "about 12 min" in line
