@@ -940,15 +940,22 @@ def fits_table(
     return pd.DataFrame(rows).reindex(columns=[*FIT_COLUMNS[:1], *gcols, *FIT_COLUMNS[1:]])
 
 
+def _baseline_runs(runs: pd.DataFrame, info: dict, baseline_strategy: str, ignore: tuple = ()) -> pd.DataFrame:
+    """The baseline strategy's ok p = 1 runs with the settings `info` (strategy, the settings that
+    cannot matter to it and `ignore` aside)."""
+    ok = runs[(runs["status"] == "ok") & (_col(runs, "world_size") == 1)]
+    if "strategy" in ok:
+        ok = ok[ok["strategy"].astype(str) == baseline_strategy]
+    for c, v in info.items():
+        if c not in ("strategy", *ignore, *IRRELEVANT_AT_BASELINE) and c in ok:
+            ok = ok[ok[c].astype(str) == str(v)]
+    return ok
+
+
 def _baseline_step_time(runs: pd.DataFrame, info: dict, baseline_strategy: str) -> float | None:
     """Median step time of the baseline strategy's p = 1 runs matching the group (strong scaling:
     same global batch, hence the same number of steps per epoch)."""
-    ok = runs[(runs["status"] == "ok") & (runs["world_size"] == 1)]
-    if "strategy" in ok:
-        ok = ok[ok["strategy"] == baseline_strategy]
-    for c, v in info.items():
-        if c != "strategy" and c not in IRRELEVANT_AT_BASELINE:
-            ok = ok[ok[c].astype(str) == str(v)]
+    ok = _baseline_runs(runs, info, baseline_strategy)
     col = "step_time_mean_s" if "step_time_mean_s" in ok else "step_time_median_s"
     return float(ok[col].median()) if len(ok) else None
 
@@ -1048,15 +1055,8 @@ def _alpha_beta(g: pd.DataFrame) -> dict:
 def _baseline_per_sample(runs: pd.DataFrame, g: pd.DataFrame, baseline_strategy: str) -> float:
     """Seconds per sample of the baseline strategy's p = 1 runs with the settings of the link runs `g`
     (every axis but strategy, launch, link and the settings that cannot matter to it): geometric mean."""
-    base = timed_runs(runs[(runs["status"] == "ok") & (_col(runs, "world_size") == 1)])
-    if "strategy" in base:
-        base = base[base["strategy"].astype(str) == baseline_strategy]
-    for c in axes(g):
-        if c in ("strategy", *LAUNCH_AXES, *IRRELEVANT_AT_BASELINE) or c not in base:
-            continue
-        values = set(g[c].astype(str))
-        if len(values) == 1:
-            base = base[base[c].astype(str) == values.pop()]
+    info = {c: g[c].astype(str).iloc[0] for c in axes(g) if g[c].astype(str).nunique() == 1}
+    base = timed_runs(_baseline_runs(runs, info, baseline_strategy, ignore=LAUNCH_AXES))
     return log_t_interval(1 / _col(base, "samples_per_s")).estimate if len(base) else np.nan
 
 
