@@ -609,15 +609,7 @@ def _vs_axis(d: Data, kind: str, axis: str, metrics: list[tuple[str, str]], logx
 
         def draw(ax, payload, chunk=chunk):
             g, m, ylabel = payload
-            for i, s in enumerate(chunk):
-                r = g[(g["_strategy"] == s)].dropna(subset=[m]).sort_values(axis)
-                if r.empty:
-                    continue
-                st = strategy_style(s)
-                off = (i - (len(chunk) - 1) / 2) * DODGE
-                yerr = _yerr(r, m) if f"{m}_ci_low" in r else None
-                ax.errorbar(r[axis] * 2**off, r[m], yerr=yerr, marker=st["marker"], color=st["color"], ms=5,
-                            capsize=3, lw=1.2, label=strategy_label(s))  # fmt: skip
+            _strategy_series(ax, g, chunk, g["_strategy"], axis, m)
             if logx:
                 ax.set_xscale("log", base=2)
                 ticks = sorted(g[axis].unique())
@@ -632,6 +624,20 @@ def _vs_axis(d: Data, kind: str, axis: str, metrics: list[tuple[str, str]], logx
                      ncols=len(metrics) if len(metrics) > 1 else None,
                      legend_order=[strategy_label(s) for s in chunk])  # fmt: skip
     return out
+
+
+def _strategy_series(ax, g: pd.DataFrame, chunk: list, strategies: pd.Series, x: str, m: str) -> None:
+    """One line per strategy of `chunk`: `m` against the numeric column `x` (log scale, neighbours
+    dodged apart), with its interval where the frame has one."""
+    for i, s in enumerate(chunk):
+        r = g[strategies == s].dropna(subset=[m, x]).sort_values(x)
+        if r.empty:
+            continue
+        st = strategy_style(s)
+        off = (i - (len(chunk) - 1) / 2) * DODGE
+        yerr = _yerr(r, m) if f"{m}_ci_low" in r else None
+        ax.errorbar(r[x] * 2**off, r[m], yerr=yerr, marker=st["marker"], color=st["color"], ms=5,
+                    capsize=3, lw=1.2, label=strategy_label(s))  # fmt: skip
 
 
 def fig_throughput_vs_batch(d: Data):
@@ -774,15 +780,7 @@ def fig_link(d: Data):
 
         def draw(ax, payload, chunk=chunk):
             g, m, ylabel, ref = payload
-            for i, s in enumerate(chunk):
-                r = g[g["strategy"].astype(str) == s].dropna(subset=[m, "_x"]).sort_values("_x")
-                if r.empty:
-                    continue
-                st = strategy_style(s)
-                off = (i - (len(chunk) - 1) / 2) * DODGE
-                yerr = _yerr(r, m) if f"{m}_ci_low" in r else None
-                ax.errorbar(r["_x"] * 2**off, r[m], yerr=yerr, marker=st["marker"], color=st["color"], ms=5,
-                            capsize=3, lw=1.2, label=strategy_label(s))  # fmt: skip
+            _strategy_series(ax, g, chunk, g["strategy"].astype(str), "_x", m)
             if m == "samples_per_s" and len(ref) and ref["samples_per_s"].notna().any():
                 ax.axhline(float(ref["samples_per_s"].median()), ls="--", color="gray", lw=1, label=LINK_REF)
             ax.set_xscale("log")
