@@ -233,6 +233,26 @@ def test_stop_cancels_no_jobs_of_a_cluster_it_does_not_own(env, tmp_path, spawn_
         assert conf.read_text() == before  # another cluster's config is left alone
 
 
+@pytest.mark.parametrize("case", ["orphaned", "served", "foreign"])
+def test_stop_removes_a_config_of_ours_that_no_controller_serves(env, tmp_path, spawn_fake, case):
+    """A config of ours whose cluster is gone (a test killed before its stop, its state folder
+    elsewhere) would send every client to an address nobody serves: a namespace's 198.18.0.1 hung
+    a bare squeue. It goes; one that a running controller reads stays, and a foreign one always."""
+    conf = tmp_path / "slurm.conf"
+    head = "# a real cluster's slurm.conf\n" if case == "foreign" else conf_line(tmp_path / "gone")
+    conf.write_text(head + "SlurmctldHost=n0(198.18.0.1)\n")
+    before = conf.read_text()
+    if case == "served":
+        spawn_fake("slurmctld", os.devnull, "-D", "-f", conf)  # not ours: no pid file in our state folder
+    proc = sourced(env, "main stop", conf=conf)
+    assert proc.returncode == 0, proc.stderr
+    assert kills(env) == []
+    if case == "orphaned":
+        assert not conf.exists() and "no controller of it runs" in proc.stderr
+    else:
+        assert conf.read_text() == before
+
+
 def test_stop_ends_only_the_step_daemons_of_its_own_slurmd(env, tmp_path, spawn_fake):
     """slurmstepd detaches from slurmd; ours hold our slurmd's log open, others not."""
     state = pathlib.Path(env["DDPBENCH_SLURM_DIR"])
