@@ -324,9 +324,13 @@ NO_INTERVAL = "not checked: fewer than 2 repeats, no interval"
 THROUGHPUT = ("samples_per_s", "epoch_time_s", "step_time_median_s")  # the first one present judges stability
 
 
+def truthy(value) -> bool:
+    """A flag as it arrives: a bool, 0/1 or "True"/"False" depending on how the CSV was read."""
+    return str(value).strip().lower() in ("true", "1", "1.0", "yes")
+
+
 def _truthy(s: pd.Series) -> pd.Series:
-    # Flags arrive as bools, 0/1 or "True"/"False" strings depending on how the CSV was read.
-    return s.map(lambda v: str(v).strip().lower() in ("true", "1", "1.0", "yes"))
+    return s.map(truthy)
 
 
 def _col(runs: pd.DataFrame, name: str) -> pd.Series:

@@ -157,8 +157,7 @@ def _num(row, name) -> float:
         return np.nan
 
 
-def _truthy(v) -> bool:
-    return str(v).strip().lower() in ("true", "1", "1.0", "yes")
+_truthy = analysis.truthy
 
 
 def _shown(*frames: pd.DataFrame) -> list[str]:

@@ -274,7 +274,7 @@ def links_tables(links: pd.DataFrame) -> dict | None:
     ms = lambda v: num(float(v) * 1e3)  # noqa: E731 — seconds per sample as ms
     rows, classes = [], []
     for _, r in cross.iterrows():
-        extrapolated = str(r["extrapolated"]).lower() in ("true", "1", "1.0")
+        extrapolated = A.truthy(r["extrapolated"])
         verdict = str(r["verdict"]) + (" (EXTRAPOLATED)" if extrapolated else "")
         rows.append([str(r[c]) for c in gcols]
                     + [str(r["strategy"]) + (f" ({r['setting']})" if isinstance(r["setting"], str) and r["setting"] else ""),
