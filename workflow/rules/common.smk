@@ -372,12 +372,8 @@ def warn_link_cells(cells):
     """
     from ddpbench import netlab
 
-    links = (
-        cells["link"]
-        if "link" in cells
-        else pd.Series([FIXED_PARAMS["link"]] * len(cells))
-    )
-    count = int((links != NO_LINK).sum())
+    records = cells.to_dict(orient="records")
+    count = sum(cell.get("link", FIXED_PARAMS["link"]) != NO_LINK for cell in records)
     reason = netlab.available() if count else None
     if reason:
         logger.warning(
