@@ -683,8 +683,40 @@ def fit_latency_bandwidth(calls, sent_bytes, seconds) -> tuple[float, float] | N
     if keep.sum() < 2:
         return None
     a, t = a[keep], t[keep]
-    (alpha, inv_b), _ = optimize.nnls(a / t[:, None], np.ones_like(t))
-    return alpha, (1 / inv_b if inv_b > 0 else np.inf)
+    alpha, inv_b = nnls2(a / t[:, None], np.ones_like(t))
+    return float(alpha), (1 / inv_b if inv_b > 0 else np.inf)
+
+
+def nnls2(a, y, w=None) -> np.ndarray:
+    """Non-negative least squares with two unknowns for many problems at once: x >= 0 minimising
+    sum(w * (a @ x - y)**2) per problem (a: [..., n, 2]; y, w: [..., n]; w = 0 leaves a point out).
+
+    The active-set answer in closed form (the bootstrap solves hundreds of thousands of these; one
+    scipy nnls call each was a third of the report's statistics at 8,100 runs): the unconstrained
+    optimum when both unknowns are non-negative, else the better one-unknown fit. With collinear
+    columns every split is optimal; like Lawson-Hanson's first step, the unknown whose column has
+    the larger gradient takes it all. scipy.optimize.nnls's answers up to rounding (unit test)."""
+    a, y = np.asarray(a, float), np.asarray(y, float)
+    w = np.ones_like(y) if w is None else np.asarray(w, float)
+    use = w > 0
+    a = np.where(use[..., None], a, 0.0) * np.sqrt(np.where(use, w, 0.0))[..., None]
+    y = np.where(use, y, 0.0) * np.sqrt(np.where(use, w, 0.0))
+    norm = np.sqrt((a * a).sum(axis=-2))  # columns scaled to unit length: the 2x2 system stays well conditioned
+    u = a / np.where(norm > 0, norm, 1.0)[..., None, :]
+    s01 = (u[..., 0] * u[..., 1]).sum(axis=-1)
+    r = (u * y[..., None]).sum(axis=-2)  # the gradient at x = 0, per unit column
+    det = 1.0 - s01 * s01
+    both_cols = (norm > 0).all(axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        x0 = (r[..., 0] - s01 * r[..., 1]) / det
+        x1 = (r[..., 1] - s01 * r[..., 0]) / det
+    collinear = ~(det > 1e-10)
+    both = both_cols & ~collinear & (x0 >= 0) & (x1 >= 0)
+    g = np.where(norm > 0, np.maximum(r, 0.0), 0.0)  # one unknown: x_j = g_j, the residual falls by g_j**2
+    first = np.where(collinear, g[..., 0] * norm[..., 0] >= g[..., 1] * norm[..., 1], g[..., 0] >= g[..., 1])
+    x = np.stack([np.where(both, x0, np.where(first, g[..., 0], 0.0)),
+                  np.where(both, x1, np.where(first, 0.0, g[..., 1]))], axis=-1)  # fmt: skip
+    return x / np.where(norm > 0, norm, 1.0)
 
 
 def fit_comm_sweep(comm: pd.DataFrame) -> pd.DataFrame:
@@ -760,8 +792,14 @@ def _cost_arrays(cols: np.ndarray, ab: tuple[float, float] | None, law: str = DE
         q = np.asarray(q, float)
         return np.where(q > 1, alpha * calls + volume_factor(law, q) * m_eff / bw, 0.0)
 
-    (t_comp, t_sync), *_ = np.linalg.lstsq(np.column_stack([1 / p, np.ones_like(p)]), t - t_comm(p), rcond=None)
+    t_comp, t_sync = _comp_sync(p) @ (t - t_comm(p))
     return alpha, bw, t_comp, t_sync, lambda q: t_comp / np.asarray(q, float) + t_comm(q) + t_sync
+
+
+def _comp_sync(p: np.ndarray) -> np.ndarray:
+    """The least-squares map from step times (minus communication) at world sizes p to (T_comp, T_sync)
+    in t = T_comp/p + T_sync: the pseudo-inverse of [1/p, 1], shared by a fit and all its resamples."""
+    return np.linalg.pinv(np.column_stack([1 / p, np.ones_like(p)]))
 
 
 def fit_cost_model(g: pd.DataFrame, sweep: pd.DataFrame | None = None, predict_at=(), n_boot: int = N_BOOT,
@@ -825,7 +863,7 @@ def _cost_bootstrap(g: pd.DataFrame, sizes: pd.Series, ab, law: str, predict_at,
     with _cost_core (one integers() call with per-element bounds yields the same stream: a unit
     test pins it), but on arrays for all resamples at once: a resample keeps every world size's
     count, so the design matrix, the columns with p > 1 and the volume factors are shared, and
-    only nnls (α and B from the runs' own communication) stays one call per resample."""
+    α and B (from the runs' own communication) are solved for all resamples in one nnls2 call."""
     rng = np.random.default_rng(seed)
     wsz = g["world_size"].to_numpy()
     groups = [np.flatnonzero(wsz == q) for q in sizes.index]
@@ -844,27 +882,21 @@ def _cost_bootstrap(g: pd.DataFrame, sizes: pd.Series, ab, law: str, predict_at,
     if ab is not None:
         alpha, bw = np.full(n_boot, ab[0]), np.full(n_boot, ab[1])
     else:
-        # fit_latency_bandwidth per resample, its arithmetic on the stacked resamples
-        alpha, bw = np.full(n_boot, np.nan), np.full(n_boot, np.nan)
+        # fit_latency_bandwidth of every resample at once
         secs = comm_all[:, multi] / steps_all[:, multi]
         a = np.stack([calls_all[:, multi], sent_all[:, multi]], axis=2)
         keep = (secs > 0) & np.isfinite(a).all(axis=2)
         ok &= keep.sum(axis=1) >= 2
-        for b in np.flatnonzero(ok):
-            k = keep[b]
-            tb = secs[b, k]
-            (alpha[b], inv_b), _ = optimize.nnls(a[b, k] / tb[:, None], np.ones_like(tb))
-            bw[b] = 1 / inv_b if inv_b > 0 else np.inf
+        with np.errstate(divide="ignore", invalid="ignore"):
+            x = nnls2(a / secs[..., None], np.ones_like(secs), keep)
+            alpha, bw = x[:, 0], np.where(x[:, 1] > 0, 1 / x[:, 1], np.inf)
     alpha, bw, calls, m_eff, t = alpha[ok], bw[ok], calls[ok], m_eff[ok], t[ok]
 
     def t_comm(q):
         q = np.asarray(q, float)
         return np.where(q > 1, alpha[:, None] * calls[:, None] + volume_factor(law, q) * m_eff[:, None] / bw[:, None], 0.0)
 
-    design = np.column_stack([1 / p_row, np.ones_like(p_row)])
-    rhs = t - t_comm(p_row)
-    coef = np.array([np.linalg.lstsq(design, y, rcond=None)[0] for y in rhs]).reshape(-1, 2)
-    t_comp, t_sync = coef[:, 0], coef[:, 1]
+    t_comp, t_sync = _comp_sync(p_row) @ (t - t_comm(p_row)).T
     preds = [t_comp / float(q) + t_comm(np.array([q]))[:, 0] + t_sync for q in predict_at]
     return np.column_stack([alpha, bw / 1e9, t_comp, t_sync, *preds])
 
@@ -893,15 +925,17 @@ def fits_table(
     gcols = group_axes(runs)
     shown = varying(runs, gcols)
     ok = runs[(runs["status"] == "ok") & runs[TIME].notna()]
-    as_text = {c: ok[c].astype(str).to_numpy() for c in gcols}  # once, not per group
+    # Each group's runs by its settings as text, looked up once for all groups
+    texts = pd.DataFrame({c: ok[c].astype(str) for c in gcols})
+    by_text = {k if isinstance(k, tuple) else (k,): ix for k, ix in texts.groupby(gcols, sort=False).indices.items()} if gcols else {}
     p1 = runs[(runs["status"] == "ok") & (runs["world_size"] == 1)]  # the baselines' runs, filtered once
+    base_times: dict = {}
     for key, sg in speed.groupby(gcols, dropna=False, sort=True):
         info = dict(zip(gcols, key))
         if info.get("strategy") == baseline_strategy and sg["world_size"].max() == 1:
             continue  # the baseline itself: nothing scales
         grp = label(info, shown)
-        mask = np.logical_and.reduce([as_text[c] == str(v) for c, v in info.items()]) if gcols else np.ones(len(ok), bool)
-        g = ok[mask]
+        g = ok.iloc[by_text.get(tuple(str(v) for v in info.values()), [])] if gcols else ok
         p_max = int(sg["world_size"].max())
         t_base = float(sg["baseline_time_s"].median())
         weak = str(info.get("scaling", "strong")) == "weak"
@@ -935,7 +969,10 @@ def fits_table(
             e = karp_flatt([r["speedup"], r["speedup_ci_high"], r["speedup_ci_low"]], r["world_size"])
             add("karp_flatt", "e", kind="measured", iv=Interval(*map(float, e)), p=int(r["world_size"]), n=int(r["n_repeats"]),
                 note="experimentally determined serial fraction")
-        step_base = _baseline_step_time(p1, info, baseline_strategy)
+        key = _baseline_key(info)  # strategies at the same settings share one baseline
+        if key not in base_times:
+            base_times[key] = _baseline_step_time(p1, info, baseline_strategy)
+        step_base = base_times[key]
         def cost_speedup(fit, q):
             t = fit.predictions[q]  # predicted step time; speedup falls as it rises
             return Interval(step_base / t.estimate, step_base / t.high, step_base / t.low) if step_base else Interval(np.nan)
@@ -950,10 +987,15 @@ def _baseline_runs(runs: pd.DataFrame, info: dict, baseline_strategy: str, ignor
     ok = runs[(runs["status"] == "ok") & (_col(runs, "world_size") == 1)]
     if "strategy" in ok:
         ok = ok[ok["strategy"].astype(str) == baseline_strategy]
-    for c, v in info.items():
-        if c not in ("strategy", *ignore, *IRRELEVANT_AT_BASELINE) and c in ok:
-            ok = ok[ok[c].astype(str) == str(v)]
+    for c, v in _baseline_key(info, ignore):
+        if c in ok:
+            ok = ok[ok[c].astype(str) == v]
     return ok
+
+
+def _baseline_key(info: dict, ignore: tuple = ()) -> tuple[tuple[str, str], ...]:
+    """The settings of `info` that select its baseline's runs (as text, as the runs are matched)."""
+    return tuple((c, str(v)) for c, v in info.items() if c not in ("strategy", *ignore, *IRRELEVANT_AT_BASELINE))
 
 
 def _baseline_step_time(runs: pd.DataFrame, info: dict, baseline_strategy: str) -> float | None:
