@@ -540,6 +540,7 @@ class _SideMemo:
         self.max_rel_ci = max_rel_ci
         self.version = run_version(runs)
         self.stable: dict[tuple, tuple[bool, str, float]] = {}
+        self.seen_versions: dict[tuple, frozenset] = {}
 
     def stability(self, df: pd.DataFrame) -> tuple[bool, str, float]:
         key = tuple(df.index)
@@ -547,8 +548,14 @@ class _SideMemo:
             self.stable[key] = stability(df, self.max_rel_ci)
         return self.stable[key]
 
+    def versions(self, df: pd.DataFrame) -> frozenset:
+        key = tuple(df.index)
+        if key not in self.seen_versions:
+            self.seen_versions[key] = frozenset(self.version[df.index])
+        return self.seen_versions[key]
+
     def versions_differ(self, a: pd.DataFrame, b: pd.DataFrame) -> bool:
-        return set(self.version[a.index]) != set(self.version[b.index])
+        return self.versions(a) != self.versions(b)
 
 
 def _pair_stability(sides: dict[str, pd.DataFrame], max_rel_ci: float, memo: _SideMemo | None = None) -> dict:
