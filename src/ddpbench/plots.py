@@ -68,6 +68,7 @@ RC = {
 }
 plt.rcParams.update(RC)
 METADATA = {"svg": {"Date": None}, "pdf": {"CreationDate": None, "ModDate": None}}
+FORMATS = ("svg", "pdf")  # the page's and LaTeX's; a report without a PDF draws only the SVGs
 MAX_SERIES = 8  # lines or points per panel
 MAX_LEGEND = 10  # entries of a figure's legend
 MAX_PANELS = 12  # panels per figure; more are split into <kind>_2, <kind>_3, ...
@@ -912,14 +913,14 @@ def figure_groups(d: Data) -> list[tuple[str, dict, Data]]:
 
 def _draw_group(args) -> list[Figure]:
     """Draw and write one group's figures of some kinds (in a worker process, or in this one)."""
-    number, label, d, folder, kinds = args
+    number, label, d, folder, kinds, formats = args
     prefix = f"g{number:02d}-" if label else ""
     written = []
     with plt.rc_context(RC):
         for kind, strategy, stem, title, fig in draw_all(d, kinds):
             if label:
                 fig.suptitle(f"{fig.get_suptitle()} — {label}" if fig.get_suptitle() else label, fontsize=10)
-            for ext in ("svg", "pdf"):
+            for ext in formats:
                 with safe_io.atomic_write(folder / f"{prefix}{stem}.{ext}", "wb") as handle:
                     fig.savefig(handle, format=ext, metadata=METADATA[ext], bbox_inches="tight")
                 # Laid out by the first save; the second keeps that layout instead of solving it
@@ -940,13 +941,14 @@ def workers(n_jobs: int) -> int:
     return max(1, min(limit, n_jobs))
 
 
-def make_figures(d: Data, out: pathlib.Path) -> list[Figure]:
-    """Draw every figure the data allow into out/figures; returns what was written, in group order.
+def make_figures(d: Data, out: pathlib.Path, formats: tuple[str, ...] = FORMATS) -> list[Figure]:
+    """Draw every figure the data allow into out/figures, in `formats` (SVG for the page, PDF for
+    LaTeX); returns what was written, in group order.
     The figures are drawn in parallel worker processes, one job per group and kind: small jobs
     keep the workers evenly busy (3 groups on 2 cores, as whole groups, left one core idle for a
     third of the time, and a grid of one group was drawn on one core)."""
     folder = safe_io.real_dir(pathlib.Path(out) / "figures")
-    jobs = [(i, label, g, folder, [kind]) for i, (label, _, g) in enumerate(figure_groups(d), 1) for kind in KINDS]
+    jobs = [(i, label, g, folder, [kind], formats) for i, (label, _, g) in enumerate(figure_groups(d), 1) for kind in KINDS]
     n = workers(len(jobs))
     if n == 1 or "fork" not in multiprocessing.get_all_start_methods():
         return [f for job in jobs for f in _draw_group(job)]

@@ -804,7 +804,10 @@ def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.P
                         ("links", links)):  # fmt: skip
         with safe_io.atomic_write(out / f"{name}.csv", newline="") as handle:
             table.to_csv(handle, index=False)
-    figures = plots.make_figures(plots.Data(runs, cells, speed, fits, inp.steps, inp.comm), out)
+    # No PDF, no PDF figures: at 8,100 runs they were a third of the report's time (report.tex
+    # still compiles, saying where a figure was not drawn)
+    figures = plots.make_figures(plots.Data(runs, cells, speed, fits, inp.steps, inp.comm), out,
+                                 plots.FORMATS if pdf else ("svg",))  # fmt: skip
     against = (comparison_section(inp.compare_to, runs, out, inp.baseline_strategy, inp.max_rel_ci)
                if inp.compare_to else None)  # fmt: skip
     found = linked_findings(findings(runs, cells, speed, comparisons, fits, links=links), figures)
@@ -889,7 +892,8 @@ def main(argv: list[str] | None = None) -> int:
                          f"flagged unstable (default {A.MAX_REL_CI})")
     ap.add_argument("--baseline-strategy", default=None,
                     help=f"strategy whose world-size-1 runs are the speedup baseline (default {A.BASELINE_STRATEGY})")
-    ap.add_argument("--no-pdf", action="store_true", help="write report.tex but do not run latexmk")
+    ap.add_argument("--no-pdf", action="store_true",
+                    help="write report.tex but do not run latexmk, nor draw the figures' PDFs (SVG only)")
     ap.add_argument("--log", type=pathlib.Path, help="write the output here; only the result line goes to stdout")
     ap.add_argument("--compare-to", metavar="RESULTS",
                     help="a stored result set (folder with aggregate/runs.csv, or a runs.csv): the report compares "

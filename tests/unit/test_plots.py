@@ -197,3 +197,8 @@ def test_groups_are_drawn_in_worker_processes_with_the_same_files(tmp_path, monk
     assert all(pathlib.Path(f.svg).name.startswith("g0") for f in pooled)
     for f in pooled:
         assert (tmp_path / "pool" / f.svg).read_bytes() == (tmp_path / "one" / f.svg).read_bytes()
+    # the page's SVG and LaTeX's PDF of every figure, named alike; the SVGs alone on request
+    assert all((tmp_path / "pool" / f.pdf).is_file() and f.pdf[:-4] == f.svg[:-4] for f in pooled)
+    only_svg = plots.make_figures(d, tmp_path / "svg", ("svg",))
+    assert [f.svg for f in only_svg] == [f.svg for f in pooled]
+    assert not list((tmp_path / "svg" / "figures").glob("*.pdf"))
