@@ -205,8 +205,8 @@ def test_link_figure_plots_throughput_and_communication_against_the_measured_ban
     single = runs.loc[runs["strategy"] == "single", "samples_per_s"]
     assert ref and ref[0].get_ydata()[0] == pytest.approx(single.median(), rel=1e-6)
     # gather_scatter's communication per step at each link, at that link's bandwidth (dodged a little)
-    bars = next(c for c in axes[1].containers if c.get_label() == "strategy=gather_scatter")
-    x, y = bars.lines[0].get_xdata(), bars.lines[0].get_ydata()
+    line = next(ln for ln in axes[1].get_lines() if ln.get_label() == "strategy=gather_scatter")
+    x, y = line.get_xdata(), line.get_ydata()
     calls, sent, _ = LINK_COMM["gather_scatter"]
     assert y == pytest.approx(100e-6 * calls + sent * 8 / (np.asarray(x) / 2**plots.DODGE * 1e9), rel=1e-6)
     assert sorted(np.asarray(x) / 2**plots.DODGE) == pytest.approx([0.0196, 0.097, 0.96, 9.8])
