@@ -196,12 +196,29 @@ def _key(v) -> str:
     return _value(v)
 
 
+def _keys(s: pd.Series) -> np.ndarray:
+    """`_key` of every value of a column; numeric columns without a Python call per value (findings
+    matched 1.4 million values one by one at 8,100 runs)."""
+    if s.dtype.kind in "iub":
+        return s.astype(str).to_numpy() if s.dtype.kind != "b" else s.map(_key).to_numpy()
+    if s.dtype.kind == "f":
+        x = s.to_numpy(float)
+        whole = np.isfinite(x) & (x == np.round(x))
+        small = whole & (np.abs(x) < 2**53)
+        out = s.astype(str).to_numpy(object)  # what str() gives, for the values that are not whole
+        out[small] = x[small].astype(np.int64).astype(str)
+        out[whole & ~small] = [str(int(v)) for v in x[whole & ~small]]
+        out[np.isnan(x)] = "nan"
+        return out
+    return s.map(_key).to_numpy()
+
+
 def _match(df: pd.DataFrame, row, cols: list[str]) -> pd.DataFrame:
     """Rows of df whose values equal row's on cols (compared as `_key`)."""
-    mask = pd.Series(True, index=df.index)
+    mask = np.ones(len(df), bool)
     for c in cols:
         if c in df and c in row:
-            mask &= df[c].map(_key) == _key(row[c])
+            mask &= _keys(df[c]) == _key(row[c])
     return df[mask]
 
 

@@ -234,7 +234,7 @@ def _grid(title: str, panels: list, draw, *, xlabel: str | None, ylabel: str | N
         fig.ddpbench_panel_size = panel_size  # read by place(), which sizes the figure around the panels
         for ax, (ptitle, payload) in zip(axs.flat, part):
             draw(ax, payload)
-            ax.set_title(ptitle, fontsize=9)
+            ax.set_title(ptitle, fontsize=9, y=1.0)  # a fixed place: matplotlib measured the axis for each draw
         for ax in axs.flat[n:]:
             ax.remove()
         for ax in axs.flat[:n]:
@@ -300,13 +300,16 @@ def place(fig) -> None:
     w_panel, h_panel = fig.ddpbench_panel_size
     axs = list(fig.axes)
     rows, cols = axs[0].get_subplotspec().get_gridspec().get_geometry()
-    tick = 7 / 72  # tick length and pad
-    deco = {}  # per panel: y tick labels' width; x tick labels and x label below it; title above it
+    tick, labelpad = 7 / 72, 4 / 72  # tick length and pad; axis label pad (matplotlib's defaults)
+    deco = {}  # per panel: y tick labels and y label left of it; x tick labels and x label below it; title above it
     for ax in axs:
         yw, _ = _label_extent(ax.yaxis.get_majorticklabels(), RC["ytick.labelsize"])
         xw, xh = _label_extent(ax.xaxis.get_majorticklabels(), RC["xtick.labelsize"])
-        below = (xh + tick if xh else 0.05) + (_text_size(ax.get_xlabel(), 9)[1] + 0.04 if ax.get_xlabel() else 0)
-        deco[ax] = dict(left=yw + tick if yw else 0.05, below=below, right=xw / 2, title=0.0)
+        ticks_left, ticks_below = (yw + tick if yw else 0.05), (xh + tick if xh else 0.05)
+        ylabel_w = _text_size(ax.get_ylabel(), RC["axes.labelsize"])[1] + labelpad if ax.get_ylabel() else 0
+        xlabel_h = _text_size(ax.get_xlabel(), RC["axes.labelsize"])[1] + labelpad if ax.get_xlabel() else 0
+        deco[ax] = dict(left=ticks_left + ylabel_w, below=ticks_below + xlabel_h, right=xw / 2, title=0.0,
+                        ticks_left=ticks_left, ticks_below=ticks_below)  # fmt: skip
     first_col = [ax for ax in axs if ax.get_subplotspec().colspan.start == 0]
     inner = [deco[ax]["left"] for ax in axs if ax not in first_col]
     wspace = max(inner, default=0.0) + 0.12
@@ -340,6 +343,10 @@ def place(fig) -> None:
         fig._supylabel.set_horizontalalignment("left")
     if leg is not None:
         leg.set_bbox_to_anchor((0.5, PAD_IN / height), transform=fig.transFigure)
+    for ax in axs:  # axis labels at fixed places beside the tick labels (matplotlib measured them each draw)
+        d = deco[ax]
+        ax.xaxis.set_label_coords(0.5, -(d["ticks_below"] + labelpad) / h_panel)
+        ax.yaxis.set_label_coords(-(d["ticks_left"] + labelpad) / w_panel, 0.5)
 
 
 def _legend_size(leg) -> tuple[float, float]:

@@ -6,6 +6,7 @@ import pytest
 from report_synth import make_runs
 
 from ddpbench import analysis
+from ddpbench import findings as F
 from ddpbench.findings import ANCHORS, KINDS, Finding, findings, pct_text, ratio_text, sig3
 
 EMPTY = pd.DataFrame()
@@ -326,3 +327,16 @@ def test_exposed_communication_as_the_largest_share_is_said_once():
     (t,) = of(check(findings(EMPTY, cell(0.2, 0.5), speed, EMPTY, EMPTY)), "time")
     assert t.text.startswith("For ring_allreduce at world size 2, backward takes the largest share of a step (50.0 %")
     assert "exposed communication takes 20.0 % [18.0, 22.0] of the step." in t.text
+
+
+def test_column_keys_equal_the_per_value_key():
+    """_keys (vectorised, what _match compares) gives _key of every value, column type by column type."""
+    columns = [
+        pd.Series([1.0, 2.5, np.nan, 16.0, np.inf, -np.inf, -3.0, 1e20, 0.1 + 0.2, -0.0, 128.0, 1e-7]),
+        pd.Series([1, 2, 300], dtype="int64"),
+        pd.Series(["a", np.nan, 3.0, "auto", 16]),
+        pd.Series([True, False]),
+        pd.Series([], dtype=float),
+    ]
+    for s in columns:
+        assert list(F._keys(s)) == [F._key(v) for v in s], s.tolist()
