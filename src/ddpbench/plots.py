@@ -296,7 +296,14 @@ def _wrap(t: matplotlib.text.Text, width_in: float) -> float:
 
 def place(fig) -> None:
     """Sizes `fig` (made by _grid) around its panels and positions panels, titles, the y label and
-    the legend so that no text overlaps another or leaves the figure; call again after a title changes."""
+    the legend so that no text overlaps another or leaves the figure; call again after a title changes.
+    Twice: the tick labels (how many, how long) depend on the panels' size, so the second pass
+    measures them on panels of their final size."""
+    _place(fig)
+    _place(fig)
+
+
+def _place(fig) -> None:
     w_panel, h_panel = fig.ddpbench_panel_size
     axs = list(fig.axes)
     rows, cols = axs[0].get_subplotspec().get_gridspec().get_geometry()
