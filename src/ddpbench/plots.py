@@ -1099,17 +1099,43 @@ def workers(n_jobs: int) -> int:
 
 def make_figures(d: Data, out: pathlib.Path, formats: tuple[str, ...] = FORMATS) -> list[Figure]:
     """Draw every figure the data allow into out/figures, in `formats` (SVG for the page, PDF for
-    LaTeX); returns what was written, in group order.
-    The figures are drawn in parallel worker processes, one job per group and kind: small jobs
+    LaTeX); returns what was written, in group order (start_figures, waited for)."""
+    with start_figures(d, out, formats) as drawing:
+        return drawing.result()
+
+
+class Drawing:
+    """Figures being drawn in worker processes while the caller goes on (the report writes its
+    findings and tables meanwhile); result() waits for them. A context manager: leaving it stops
+    workers that are still drawing (the caller failed)."""
+
+    def __init__(self, jobs: list, n: int):
+        self.jobs, self.pool, self.pending = jobs, None, None
+        if n > 1 and "fork" in multiprocessing.get_all_start_methods():
+            self.pool = multiprocessing.get_context("fork").Pool(n)
+            self.pending = self.pool.map_async(_draw_group, jobs, chunksize=1)
+
+    def result(self) -> list[Figure]:
+        parts = self.pending.get() if self.pool else [_draw_group(job) for job in self.jobs]
+        return [f for part in parts for f in part]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.pool:
+            self.pool.terminate()
+            self.pool.join()
+
+
+def start_figures(d: Data, out: pathlib.Path, formats: tuple[str, ...] = FORMATS) -> Drawing:
+    """Start drawing every figure in parallel worker processes, one job per group and kind: small jobs
     keep the workers evenly busy (3 groups on 2 cores, as whole groups, left one core idle for a
-    third of the time, and a grid of one group was drawn on one core)."""
+    third of the time, and a grid of one group was drawn on one core). With one worker the figures
+    are drawn in this process when the result is asked for."""
     folder = safe_io.real_dir(pathlib.Path(out) / "figures")
     jobs = [(i, label, g, folder, [kind], formats) for i, (label, _, g) in enumerate(figure_groups(d), 1) for kind in KINDS]
-    n = workers(len(jobs))
-    if n == 1 or "fork" not in multiprocessing.get_all_start_methods():
-        return [f for job in jobs for f in _draw_group(job)]
-    with multiprocessing.get_context("fork").Pool(n) as pool:
-        return [f for part in pool.map(_draw_group, jobs, chunksize=1) for f in part]
+    return Drawing(jobs, workers(len(jobs)))
 
 
 def _safe(name: str) -> str:

@@ -806,33 +806,37 @@ def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.P
             table.to_csv(handle, index=False)
     # No PDF, no PDF figures: at 8,100 runs they were a third of the report's time (report.tex
     # still compiles, saying where a figure was not drawn)
-    figures = plots.make_figures(plots.Data(runs, cells, speed, fits, inp.steps, inp.comm), out,
-                                 plots.FORMATS if pdf else ("svg",))  # fmt: skip
-    against = (comparison_section(inp.compare_to, runs, out, inp.baseline_strategy, inp.max_rel_ci)
-               if inp.compare_to else None)  # fmt: skip
-    found = linked_findings(findings(runs, cells, speed, comparisons, fits, links=links), figures)
+    data = plots.Data(runs, cells, speed, fits, inp.steps, inp.comm)
+    with plots.start_figures(data, out, plots.FORMATS if pdf else ("svg",)) as drawing:
+        # The findings and the page's tables are written while the workers draw
+        against = (comparison_section(inp.compare_to, runs, out, inp.baseline_strategy, inp.max_rel_ci)
+                   if inp.compare_to else None)  # fmt: skip
+        found = findings(runs, cells, speed, comparisons, fits, links=links)
+        shown = A.varying(runs, A.axes(runs)) or ["world_size"]
+        ctx = dict(
+            title=inp.title,
+            sources=inp.sources,
+            plan=inp.plan,
+            against=against,
+            environment=environment(runs),
+            provenance_warnings=provenance_warnings(runs, cells, speed),
+            grid=grid(runs),
+            method=methodology(runs, cells, inp.n_boot, inp.steps is not None, inp.comm is not None, inp.max_rel_ci),
+            definitions=DEFINITIONS,
+            cells=cells_table(cells, shown),
+            speedup=speedup_table(speed, shown),
+            comparisons=comparisons_table(comparisons, shown),
+            fits=fits_table(fits),
+            links=links_tables(links),
+            problems=problems_table(runs, shown),
+        )
+        figures = drawing.result()
+    found = linked_findings(found, figures)
     if against and not against["error"]:
         found.insert(0, against["finding"])
-
-    shown = A.varying(runs, A.axes(runs)) or ["world_size"]
     caps = captions()
-    ctx = dict(
-        title=inp.title,
-        sources=inp.sources,
+    ctx.update(
         findings=found,
-        plan=inp.plan,
-        against=against,
-        environment=environment(runs),
-        provenance_warnings=provenance_warnings(runs, cells, speed),
-        grid=grid(runs),
-        method=methodology(runs, cells, inp.n_boot, inp.steps is not None, inp.comm is not None, inp.max_rel_ci),
-        definitions=DEFINITIONS,
-        cells=cells_table(cells, shown),
-        speedup=speedup_table(speed, shown),
-        comparisons=comparisons_table(comparisons, shown),
-        fits=fits_table(fits),
-        links=links_tables(links),
-        problems=problems_table(runs, shown),
         figures=[dict(title=f.title, kind=f.kind, caption=caps.get(f.kind, ""), svg=f.svg, pdf=TexRaw(f.pdf),
                       group=f.group) for f in figures],
         missing=[plots.TITLES[k] for k in plots.KINDS if k not in {f.kind for f in figures}],
