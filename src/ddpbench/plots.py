@@ -301,6 +301,20 @@ def place(fig) -> None:
     measures them on panels of their final size."""
     _place(fig)
     _place(fig)
+    for ax in fig.axes:  # the ticks measured are the ticks drawn (and not computed again at each draw)
+        for axis in (ax.xaxis, ax.yaxis):
+            _freeze_ticks(axis)
+
+
+def _freeze_ticks(axis) -> None:
+    """The axis's major ticks and labels, as its locator and formatter give them now, fixed."""
+    locs = axis.get_majorticklocs()
+    formatter = axis.get_major_formatter()
+    labels = formatter.format_ticks(locs)
+    fixed = matplotlib.ticker.FixedFormatter(labels)
+    fixed.set_offset_string(formatter.get_offset())  # '1e6' above a scalar axis, for instance
+    axis.set_major_locator(matplotlib.ticker.FixedLocator(locs))
+    axis.set_major_formatter(fixed)
 
 
 def _place(fig) -> None:
