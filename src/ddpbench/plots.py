@@ -230,7 +230,12 @@ def _grid(title: str, panels: list, draw, *, xlabel: str | None, ylabel: str | N
         cols = ncols or (1 if n == 1 else 2 if n in (2, 4) else 3)
         cols = min(cols, n)
         rows = math.ceil(n / cols)
-        fig, axs = plt.subplots(rows, cols, squeeze=False, sharex=sharex, sharey=sharey)
+        # Panels of about their final size from the start: the tick locators choose by a panel's length
+        w, h = panel_size
+        width, height = cols * w + (cols + 1) * 0.8, rows * h + (rows + 1) * 0.6
+        fig, axs = plt.subplots(rows, cols, squeeze=False, sharex=sharex, sharey=sharey, figsize=(width, height))
+        fig.subplots_adjust(left=0.8 / width, right=1 - 0.8 / width, bottom=0.6 / height, top=1 - 0.6 / height,
+                            wspace=0.8 / w, hspace=0.6 / h)  # (not gridspec_kw: place() adjusts the same parameters)
         fig.ddpbench_panel_size = panel_size  # read by place(), which sizes the figure around the panels
         for ax, (ptitle, payload) in zip(axs.flat, part):
             draw(ax, payload)
@@ -297,9 +302,8 @@ def _wrap(t: matplotlib.text.Text, width_in: float) -> float:
 def place(fig) -> None:
     """Sizes `fig` (made by _grid) around its panels and positions panels, titles, the y label and
     the legend so that no text overlaps another or leaves the figure; call again after a title changes.
-    Twice: the tick labels (how many, how long) depend on the panels' size, so the second pass
-    measures them on panels of their final size."""
-    _place(fig)
+    The tick labels (how many, how long) depend on the panels' size: _grid makes the panels about
+    their final size before they are drawn, and the ticks measured here are then fixed."""
     _place(fig)
     for ax in fig.axes:  # the ticks measured are the ticks drawn (and not computed again at each draw)
         for axis in (ax.xaxis, ax.yaxis):
