@@ -3,13 +3,14 @@
 Figures are small multiples drawn with matplotlib's own subplots: one panel per combination
 of the grid's axes that are not on the plot (batch size, dataset size, model, ...), at most
 `MAX_SERIES` series per panel, one shared legend per figure below the panels (at most
-`MAX_LEGEND` entries), a title on every figure and panel, axis labels with units, and
-`layout="constrained"` so labels never overlap. Each strategy has one colour and marker in
+`MAX_LEGEND` entries), a title on every figure and panel, axis labels with units, and a
+layout computed once from the measured lengths of its texts (`place`) so labels never overlap
+and each figure is drawn exactly once when saved. Each strategy has one colour and marker in
 every figure (`strategy_style`: a fixed map from the sorted strategy registry to tab10; the
 baseline is black; names outside the registry get a stable colour from their hash). Plain
 matplotlib rather than seaborn or plotly: it is already a dependency (seaborn is not in the
-lock), it gives full control of constrained layout and of the SVG and PDF backends (text
-kept as text, deterministic files), and small multiples need nothing more than subplots.
+lock), it gives full control of the layout and of the SVG and PDF backends (text kept as
+text, deterministic files), and small multiples need nothing more than subplots.
 
 A grid with more than `MAX_PANELS` panels, or more strategies than one legend holds, is
 split into several figures: the first keeps the stable name figures/<kind>.svg|pdf, the
