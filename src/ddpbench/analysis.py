@@ -373,12 +373,8 @@ def likely_causes(runs: pd.DataFrame) -> str:
 def stability(runs: pd.DataFrame, max_rel_ci: float = MAX_REL_CI) -> tuple[bool, str, float]:
     """(unstable, cause, relative half-width of the throughput interval) of one cell's used runs."""
     metric = next((m for m in THROUGHPUT if m in runs), None)
-    if metric is None or runs[metric].notna().sum() == 0:
-        return False, "", np.nan
-    rel = rel_halfwidth(log_t_interval(runs[metric]))
-    if np.isnan(rel):
-        return False, NO_INTERVAL, rel
-    return (True, likely_causes(runs), rel) if rel > max_rel_ci else (False, "", rel)
+    values = _col(runs, metric).to_numpy(float) if metric else None
+    return _cell_stability(runs, np.arange(len(runs)), values, max_rel_ci)
 
 
 def _cell_stability(runs: pd.DataFrame, used: np.ndarray, values: np.ndarray | None, max_rel_ci: float):

@@ -341,7 +341,8 @@ def _place(fig) -> None:
     wspace = max(inner, default=0.0) + 0.12
     supy = fig.get_supylabel()
     left = PAD_IN + (_text_size(supy, 9)[1] + 0.05 if supy else 0) + max(deco[ax]["left"] for ax in first_col)
-    right = PAD_IN + max(max(d["right"] for d in deco.values()) - 0.0, 0.05)
+    last_col = [ax for ax in axs if ax.get_subplotspec().colspan.stop == cols]
+    right = PAD_IN + max(max(deco[ax]["right"] for ax in last_col), 0.05)  # the last tick label's overhang
     width = max(4.8, left + cols * w_panel + (cols - 1) * wspace + right)
     leg = fig.legends[0] if fig.legends else None
     if leg is not None:
