@@ -1,6 +1,6 @@
 """The figures as a reader sees them: small multiples with few series per panel, one legend per figure
 of at most ten entries, one colour per strategy in every figure, titles and labelled axes, no text
-under 8 pt and no overlapping labels (checked on the drawn matplotlib figures)."""
+under 8 pt, no overlapping labels and none outside the figure (checked on the drawn matplotlib figures)."""
 
 from __future__ import annotations
 
@@ -106,6 +106,16 @@ def test_no_labels_overlap(many):
             w = min(ba.x1, bb.x1) - max(ba.x0, bb.x0)
             h = min(ba.y1, bb.y1) - max(ba.y0, bb.y0)
             assert w <= 1 or h <= 1, (stem, a, b)
+
+
+def test_no_text_leaves_the_figure(many):
+    """The layout is computed, not cropped to the drawn texts: every text must lie inside the figure."""
+    for *_, stem, _, fig in many:
+        r = fig.canvas.get_renderer()
+        w, h = fig.bbox.width, fig.bbox.height
+        for t in _texts(fig):
+            b = t.get_window_extent(r)
+            assert b.x0 >= -1 and b.y0 >= -1 and b.x1 <= w + 1 and b.y1 <= h + 1, (stem, t.get_text(), b, (w, h))
 
 
 def test_one_colour_per_strategy_in_every_figure(many):
