@@ -12,6 +12,10 @@ timeline_<mark> and its spans timeline_s.<span> as timeline_<span>_s (empty for 
 before the timeline); lists are dropped.
 steps.csv: every rank's step rows with run_dir, repeat, world_size, strategy,
 batch_size, scaling, model, dataset, dataset_size, device prepended.
+profile.csv (beside runs.csv, or --profile; only when some run was profiled, profile_steps
+> 0): every run's profile.csv rows (rank, activity, op, comm, calls, self_s_per_step, share:
+ddpbench.profiling) with the same columns prepended as steps.csv; a stale one is removed
+when no run has a profile.
 
 A damaged run (a summary.json that cannot be read, or one that says ok while ranks' step
 files are missing) becomes a row with status "failed", failure_kind "damaged" and a reason
@@ -40,6 +44,7 @@ from typing import Any, Iterable, Iterator
 
 from ddpbench import safe_io, storage
 from ddpbench.metrics import STEP_COLUMNS  # one definition: the harness writes these
+from ddpbench.profiling import PROFILE_COLUMNS
 from ddpbench.params import CellParams
 
 STEP_KEYS = (
@@ -215,12 +220,43 @@ def write_steps(rows: list[dict[str, Any]], path: pathlib.Path) -> int:
     return count
 
 
-def aggregate(summaries: Iterable[str | os.PathLike], runs_csv: str | os.PathLike, steps_csv: str | os.PathLike):
-    """Write both tables; returns (runs, step rows)."""
+def write_profiles(rows: list[dict[str, Any]], path: pathlib.Path) -> int:
+    """Every profiled run's profile.csv in one table (STEP_KEYS prepended); returns the row
+    count. Without any profiled run no table is written and a stale one is removed."""
+    found = [(row, f) for row in rows for f in safe_io.run_files(pathlib.Path(row["run_dir"]), "profile.csv")]
+    if not found:
+        path.unlink(missing_ok=True)
+        return 0
+    count = 0
+    with safe_io.atomic_write(path, newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=[*STEP_KEYS, *PROFILE_COLUMNS], extrasaction="ignore", restval="")
+        writer.writeheader()
+        for row, profile in found:
+            keys = {k: row.get(k) for k in STEP_KEYS}
+            with open(profile, newline="") as f:
+                for line in csv.DictReader(f):
+                    writer.writerow({**line, **keys})
+                    count += 1
+    return count
+
+
+def profile_path(runs_csv: str | os.PathLike) -> pathlib.Path:
+    """Where the profile table goes by default: profile.csv beside runs.csv."""
+    return pathlib.Path(runs_csv).with_name("profile.csv")
+
+
+def aggregate(
+    summaries: Iterable[str | os.PathLike],
+    runs_csv: str | os.PathLike,
+    steps_csv: str | os.PathLike,
+    profile_csv: str | os.PathLike | None = None,
+):
+    """Write the tables; returns (runs, step rows, profile rows)."""
     rows = [run_row(pathlib.Path(s)) for s in summaries]
     write_runs(rows, pathlib.Path(runs_csv))
     steps = write_steps(rows, pathlib.Path(steps_csv))
-    return len(rows), steps
+    profiles = write_profiles(rows, pathlib.Path(profile_csv) if profile_csv else profile_path(runs_csv))
+    return len(rows), steps, profiles
 
 
 def _read_list(source: str) -> Iterator[str]:
@@ -237,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--summaries-from", metavar="FILE", help="read summary paths from FILE ('-': stdin), one a line")
     parser.add_argument("--runs", required=True, help="runs.csv to write")
     parser.add_argument("--steps", required=True, help="steps.csv to write")
+    parser.add_argument("--profile", help="profile.csv to write when some run was profiled (default: beside --runs)")
     parser.add_argument("--log", type=pathlib.Path, help="write the output here; only the result line goes to stdout")
     args = parser.parse_args(argv)
     with storage.output_to(args.log) as output:
@@ -244,12 +281,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.summaries_from:
             summaries += list(_read_list(args.summaries_from))
         try:
-            runs, steps = aggregate(summaries, args.runs, args.steps)
+            runs, steps, profiles = aggregate(summaries, args.runs, args.steps, args.profile)
         except OSError as err:
             if not storage.is_storage_error(err):
                 raise
             return storage.fail(output, err, what="aggregate")
-        output.say(f"[ddpbench] aggregate: {runs} runs -> {args.runs}, {steps} step rows -> {args.steps}")
+        line = f"[ddpbench] aggregate: {runs} runs -> {args.runs}, {steps} step rows -> {args.steps}"
+        if profiles:
+            line += f", {profiles} profile rows -> {args.profile or profile_path(args.runs)}"
+        output.say(line)
     return 0
 
 

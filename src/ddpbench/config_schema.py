@@ -41,7 +41,7 @@ CORE_AXES = {
     "num_workers": [0],
 }
 # Cell parameters that live in the config's `timing:` section (passed to every cell).
-TIMING_KEYS = ("warmup_steps", "min_timed_steps", "min_timed_s", "max_steps", "epochs", "timeout_s")
+TIMING_KEYS = ("warmup_steps", "min_timed_steps", "min_timed_s", "max_steps", "epochs", "timeout_s", "profile_steps")
 # `timing:` keys that are not cell parameters: read by the workflow's own rules (report),
 # never passed to a cell's launcher.
 TIMING_SETTINGS = {

@@ -231,8 +231,8 @@ def progress_line(out: Path, summary: dict) -> str:
 
 
 def clear_earlier_attempt(out: Path) -> None:
-    """A stale summary from an earlier attempt must not pass for this one."""
-    for stale in ["summary.json", *(p.name for p in out.glob("steps_rank*.csv")), *(p.name for p in out.glob("error_rank*.txt"))]:
+    """A stale summary (or profile) from an earlier attempt must not pass for this one."""
+    for stale in ["summary.json", "profile.csv", *(p.name for p in out.glob("steps_rank*.csv")), *(p.name for p in out.glob("error_rank*.txt"))]:
         (out / stale).unlink(missing_ok=True)
     diagnose.clear(out)
     safe_io.remove_temporaries(out)  # left by a process killed mid-write

@@ -260,6 +260,7 @@ METRIC_KEYS = (
     "compute_comm_ratio", "comm_calls_per_step", "comm_bytes_per_step", "rank_skew",
     "peak_rss_mb", "peak_rss_mb_per_rank", "cuda_max_allocated_mb",
     "train_loss_final", "train_acc_final", "test_loss", "test_acc", "param_norm",
+    "profiled_step_s", "profile_overhead", "profile_wall_s",
 )  # fmt: skip
 SUMMARY_PHASES = ("data", "forward", "backward", "comm", "exposed_comm", "optimizer", "other")
 

@@ -131,6 +131,10 @@ class CellParams:
     warmup_steps: int = _p(2, "steps after the first (of the steady state) that are excluded from timing", minimum=0, maximum=10**6)
     min_timed_steps: int = _p(20, "the run goes on until at least this many steps are timed (bounded by max_steps)", minimum=0, maximum=10**6)
     min_timed_s: float = _p(1.0, "... and until the timed steps last at least this many seconds (bounded by max_steps, timeout_s)", minimum=0.0, maximum=86400.0)
+    profile_steps: int = _p(
+        0, "after the timed steps (never among them), steps run under torch.profiler: the top operators by self time "
+        "(profile.csv) and the profiler's overhead (0: off)", minimum=0, maximum=10**4,
+    )
     num_workers: int = _p(0, "DataLoader worker processes per rank", minimum=0, maximum=256)
     threads_per_rank: int = _p(0, "torch/OpenMP threads per rank (0: cores // local processes, at least 1)", minimum=0, maximum=1024)
     seed: int = _p(0, "seed for data, initial weights and sampling", minimum=0, maximum=2**63 - 1)

@@ -27,6 +27,7 @@ long ones shortened. Figures are written atomically (safe_io).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import multiprocessing
@@ -150,6 +151,7 @@ def text(value, limit: int = LABEL_MAX) -> str:
 MARKERS = "osD^vPX*<>p"
 
 
+@functools.cache  # the strategy modules do not change while a report is drawn (each call scanned the folder)
 def _registry() -> list[str]:
     try:
         from ddpbench import params
@@ -478,7 +480,7 @@ def _tag(d: Data, df: pd.DataFrame) -> pd.DataFrame:
     """`df` (rows of speed/cells) with its scaling group's label, strategy and panel key."""
     df = df.copy()
     cols = d.series_axes
-    df["_group"] = [A.label(r, cols) for _, r in df.iterrows()] if len(df) else []
+    df["_group"] = [A.label(r, cols) for r in df[cols].to_dict("records")] if len(df) else []
     df["_strategy"] = df["strategy"].astype(str) if "strategy" in df else "all runs"
     return df
 
@@ -498,6 +500,7 @@ def _vs_workers(d: Data, kind: str, df: pd.DataFrame, ycol: str, ylabel: str, no
     preds = d.fits[(d.fits["kind"] == "prediction") & d.fits["law"].isin(["amdahl", "gustafson"])] if fits and not d.fits.empty else None
     all_p = sorted({*ps, *(int(p) for p in preds["p"])}) if preds is not None and not preds.empty and not categorical else ps
     strategies = strategy_order(df["_strategy"].unique())
+    fit_of = _fits_by_group(d.fits) if fits and not categorical else {}
     refs = []
     if ideal:
         refs.append(ideal)
@@ -521,8 +524,8 @@ def _vs_workers(d: Data, kind: str, df: pd.DataFrame, ycol: str, ylabel: str, no
                     x = (np.full(len(r), float(i)) if categorical else r["world_size"].to_numpy(float) * 2**off)
                     _series(ax, x, r[ycol], _yerr(r, ycol, lo, hi), color=st["color"], marker=st["marker"],
                             ls="none" if categorical else "-", label=strategy_label(s))  # fmt: skip
-                    if fits and not categorical:
-                        _draw_fit(ax, d.fits, grp, r, all_p, st["color"], off)
+                    if grp in fit_of:
+                        _draw_fit(ax, fit_of[grp], r, all_p, st["color"], off)
             if categorical:
                 p = max(ps)
                 ax.set_xticks(range(len(chunk)), [text(s, 14) for s in chunk], rotation=90)
@@ -563,21 +566,29 @@ def _fit_rows(fits: pd.DataFrame, name: str | None) -> pd.DataFrame:
     return fits[ok] if name is None else fits[(fits["group"] == name) & ok]
 
 
-def _draw_fit(ax, fits, name, g, all_p, color, off):
-    fit = _fit_rows(fits, name)
-    if fit.empty:
-        return
-    law = fit["law"].iloc[0]
+def _fits_by_group(fits: pd.DataFrame) -> dict[str, tuple]:
+    """Per scaling group with an Amdahl or Gustafson fit: (law, {parameter: estimate}, its predictions),
+    read once per figure rather than filtered from the whole fits table for every series."""
+    rows = _fit_rows(fits, None)
+    out = {}
+    if rows.empty:
+        return out
+    for name, fit in rows.groupby("group", sort=False):
+        pred = fit[fit["kind"] == "prediction"]
+        out[name] = (fit["law"].iloc[0], dict(zip(fit["parameter"], fit["estimate"])), pred)
+    return out
+
+
+def _draw_fit(ax, fit: tuple, g, all_p, color, off):
+    law, par, pr = fit
     q = np.geomspace(1, max(all_p), 50)
-    ax.plot(q, _fitted_speedup(fit, law, q, g), "--", color=color, lw=1)
-    pr = fit[fit["kind"] == "prediction"]
+    ax.plot(q, _fitted_speedup(par, law, q, g), "--", color=color, lw=1)
     if not pr.empty:
         _series(ax, pr["p"] * 2**off, pr["estimate"], np.vstack([pr["estimate"] - pr["ci_low"], pr["ci_high"] - pr["estimate"]]),
                 color=color, marker="o", ls="none", mfc="none", lw=1.0)  # fmt: skip
 
 
-def _fitted_speedup(fit, law, q, g):
-    par = fit.set_index("parameter")["estimate"]
+def _fitted_speedup(par: dict, law, q, g):
     if law == "gustafson":
         return A.gustafson_speedup(q, par["alpha"])
     return g["baseline_time_s"].median() / A.amdahl_time(q, par["t1_s"], par["f"])

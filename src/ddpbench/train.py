@@ -38,13 +38,13 @@ import sys
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
 
 from ddpbench import data as datamod
-from ddpbench import autobatch, diagnose, metrics, models, safe_io, storage, strategies, sysinfo
+from ddpbench import autobatch, diagnose, metrics, models, profiling, safe_io, storage, strategies, sysinfo
 from ddpbench.metrics import write_json
 from ddpbench.params import CellParams
 from ddpbench.strategies.base import Context, Strategy
@@ -289,6 +289,8 @@ def execute(
     }
     spread = rank_spread(flat)
     extra = strategy.extra(model, ctx)
+    if params.profile_steps:  # after everything above has read the trained model
+        payload["profile"] = profile_steps(model, optimizer, strategy, ctx, loader, sampler, run.steps, global_batch, bare)
     write_steps(out / f"steps_rank{ranks.rank}.csv", run.records)
     payloads = gather_to_rank0(payload)
     if ranks.rank != 0:
@@ -304,6 +306,10 @@ def execute(
 
     timed_wall = max(p["timed_wall_s"] or 0.0 for p in payloads)
     stats = metrics.step_statistics([p["records"] for p in payloads], timed_wall, len(data.train))
+    if params.profile_steps:
+        profiling.write_profile(out / "profile.csv", [row for p in payloads for row in p["profile"]["rows"]])
+        stats.update(profiling.summary_fields([p["profile"]["step_s"] for p in payloads], stats.get("step_time_median_s")))
+        stats["profile_wall_s"] = max(p["profile"]["wall_s"] for p in payloads)
     loss_sum, correct, n = (sum(p["tail"][i] for p in payloads) for i in range(3))
     t_loss, t_correct, t_n = (sum(p["test"][i] for p in payloads) for i in range(3))
     cuda_mb = [p["cuda_max_allocated_mb"] for p in payloads if p["cuda_max_allocated_mb"] is not None]
@@ -384,6 +390,31 @@ def deviation_from_single(
         "single_train_loss_final": loss / n if n else None,
         "single_test_acc": t_correct / t_n if t_n else None,
     }
+
+
+def profile_steps(model, optimizer, strategy, ctx, loader, sampler, step, global_batch, bare) -> dict[str, Any]:
+    """`profile_steps` more steps of this run under torch.profiler (ddpbench.profiling), after
+    its timed steps: one profiler warm-up step, then the recorded ones; none of them timed or
+    in steps_rank{R}.csv. The bare model's parameters and buffers are put back afterwards, so
+    what rank 0 saves or compares later is the model the timed run trained. Returns this
+    rank's profile.csv rows, its profiled steps' wall seconds and the whole profiling's wall."""
+    params = ctx.params
+    saved = {k: v.detach().clone() for k, v in bare.state_dict().items()}
+    start = time.perf_counter()
+
+    def run_steps(step_done):
+        end = step + 1 + params.profile_steps
+        return train_loop(model, optimizer, strategy, ctx, loader, sampler, end, global_batch, first_step=step,
+                          first_timed=end, on_step=step_done)  # fmt: skip
+
+    averages, result = profiling.profile(ctx.device.type, params.profile_steps, run_steps)
+    wall_s = time.perf_counter() - start
+    with torch.no_grad():
+        bare.load_state_dict(saved)
+    step_s = profiling.step_seconds(result.records)
+    mean_s = sum(step_s) / len(step_s) if step_s else 0.0
+    rows = profiling.rank_tables(averages, ctx.device.type, params.profile_steps, mean_s, ctx.rank)
+    return {"rows": rows, "step_s": step_s, "wall_s": wall_s}
 
 
 class LoopResult:
@@ -509,6 +540,7 @@ def train_loop(
     global_batch: int,
     first_step: int = 0,
     first_timed: int | None = None,
+    on_step: Callable[[], None] | None = None,
 ) -> LoopResult:
     """Steps first_step .. total_steps-1 (epochs follow from the sampler's length); when
     instrumented, steps from `first_timed` on are timed (records resolved a step late,
@@ -518,6 +550,7 @@ def train_loop(
 
     With ctx.instrument False this is the bare loop: no device synchronisation, no
     timers, no records (benchmarks/instrumentation_overhead.py compares the two).
+    `on_step()` is called at the end of every step (the profiler's step, ddpbench.profiling).
     """
     result = LoopResult()
     heartbeat = ctx.heartbeat
@@ -574,6 +607,8 @@ def train_loop(
         result.last.append((loss, correct, samples))
         if instrument:
             recorder.push(timer.close(), meter.take(), step, epoch, timed, loss, samples)
+        if on_step is not None:
+            on_step()
         step += 1
     recorder.settle(0)
     result.steps = step

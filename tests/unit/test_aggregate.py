@@ -46,7 +46,7 @@ def test_runs_and_steps_tables(tmp_path):
         make_run(tmp_path, "ddp", 2, 0),
         make_run(tmp_path, "allreduce", 1, 1, status="failed", steps=0),
     ]
-    assert aggregate.aggregate(summaries, tmp_path / "a/runs.csv", tmp_path / "a/steps.csv") == (2, 6)
+    assert aggregate.aggregate(summaries, tmp_path / "a/runs.csv", tmp_path / "a/steps.csv") == (2, 6, 0)
     runs = read(tmp_path / "a/runs.csv")
     header = list(runs[0])
     assert header[:4] == ["run_dir", "repeat", "world_size", "nodes"]
@@ -121,7 +121,7 @@ def test_env_that_is_not_a_dict_is_a_scalar_column(tmp_path):
 
 def test_tables_are_written_into_missing_nested_folders(tmp_path):
     summary = make_run(tmp_path, steps=1)
-    assert aggregate.aggregate([summary], tmp_path / "x/y/runs.csv", tmp_path / "x/z/steps.csv") == (1, 2)
+    assert aggregate.aggregate([summary], tmp_path / "x/y/runs.csv", tmp_path / "x/z/steps.csv") == (1, 2, 0)
     assert len(read(tmp_path / "x/y/runs.csv")) == 1
 
 

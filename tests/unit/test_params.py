@@ -40,6 +40,9 @@ def test_cli_strings_are_coerced():
         ("lr", -1, "> 0"),
         ("epochs", 1.5, "integer"),
         ("scaling", True, "strong | weak"),
+        ("profile_steps", -1, ">= 0"),
+        ("profile_steps", 2.5, "integer"),
+        ("profile_steps", "some", "integer"),
     ],
 )
 def test_bad_values_name_the_parameter_and_allowed_values(key, value, fragment):
