@@ -200,3 +200,25 @@ def test_the_timeline_becomes_columns_and_old_summaries_without_one_still_aggreg
     assert np.isnan(only_old.iloc[0]["fixed_cost_s"]) and np.isnan(only_old.iloc[0]["timeline_setup_s"])
     older = analysis.load_runs(tmp_path / "runs.csv").drop(columns=[c for c in rows[0] if "timeline" in c or "fixed" in c])
     assert set(analysis.TIMELINE_COLUMNS) <= set(analysis.cell_stats(older).columns)  # the columns always exist
+
+
+def test_profile_table_only_when_a_run_was_profiled_and_a_stale_one_goes(tmp_path):
+    from ddpbench.profiling import PROFILE_COLUMNS
+
+    plain, profiled = make_run(tmp_path, "ddp", 2, 0), make_run(tmp_path, "allreduce", 2, 0)
+    table = tmp_path / "t" / "profile.csv"
+    assert aggregate.aggregate([plain], tmp_path / "t/runs.csv", tmp_path / "t/steps.csv") == (1, 6, 0)
+    assert not table.exists()
+    with open(profiled.parent / "profile.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=PROFILE_COLUMNS)
+        writer.writeheader()
+        for rank in range(2):
+            writer.writerow(dict(rank=rank, activity="cpu", op="gloo:all_reduce", comm=1, calls=6, self_s_per_step=0.007, share=0.6))
+            writer.writerow(dict(rank=rank, activity="cpu", op="other", comm=0, calls=90, self_s_per_step=0.003, share=0.4))
+    assert aggregate.aggregate([plain, profiled], tmp_path / "t/runs.csv", tmp_path / "t/steps.csv") == (2, 12, 4)
+    got = read(table)
+    assert tuple(got[0]) == (*aggregate.STEP_KEYS, *PROFILE_COLUMNS)
+    assert {r["strategy"] for r in got} == {"allreduce"} and [r["rank"] for r in got] == ["0", "0", "1", "1"]
+    assert got[0]["run_dir"] == str(profiled.parent) and got[0]["op"] == "gloo:all_reduce"
+    assert aggregate.aggregate([plain], tmp_path / "t/runs.csv", tmp_path / "t/steps.csv") == (1, 6, 0)
+    assert not table.exists()  # no run profiled any more: the earlier table is not left to mislead
