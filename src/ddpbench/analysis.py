@@ -35,7 +35,7 @@ LAUNCH_AXES = ("world_size", "nodes")
 # matches exactly (e.g. the workflow ran `single` once instead of once per bucket size).
 IRRELEVANT_AT_BASELINE = (
     "scaling", "bucket_mb", "powersgd_rank", "powersgd_start_iter", "sync_period", "micro_batches",
-    "timeout_s", "data_root", "link",
+    "timeout_s", "data_root", "link", "profile_steps",
 )  # fmt: skip
 BASELINE_STRATEGY = "single"
 

@@ -409,6 +409,8 @@ def profile_steps(model, optimizer, strategy, ctx, loader, sampler, step, global
 
     averages, result = profiling.profile(ctx.device.type, params.profile_steps, run_steps)
     wall_s = time.perf_counter() - start
+    if ctx.heartbeat is not None:
+        ctx.heartbeat.finishing()  # a failure from here on is not in a training step
     with torch.no_grad():
         bare.load_state_dict(saved)
     step_s = profiling.step_seconds(result.records)
