@@ -579,6 +579,7 @@ SUMMARY_METRICS = (
     "compute_comm_ratio", "comm_calls_per_step", "comm_bytes_per_step", "rank_skew",
     "peak_rss_mb", "peak_rss_mb_per_rank", "cuda_max_allocated_mb",
     "train_loss_final", "train_acc_final", "test_loss", "test_acc", "param_norm",
+    "profiled_step_s", "profile_overhead", "profile_wall_s",  # null unless profile_steps > 0
 )  # fmt: skip
 
 
