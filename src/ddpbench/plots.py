@@ -27,6 +27,8 @@ long ones shortened. Figures are written atomically (safe_io).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import hashlib
 import math
@@ -218,9 +220,41 @@ def _panels(df: pd.DataFrame, cols: list[str]) -> list[tuple[tuple, pd.DataFrame
     return out
 
 
+def _thin(df: pd.DataFrame, cols: list[str], limit: int = MAX_PANELS) -> tuple[pd.DataFrame, str]:
+    """The rows of at most `limit` panels (combinations of `cols`), and a note naming the values left
+    out. While there are more, the axis with the most values keeps one fewer, the ones it keeps
+    spread evenly from its first to its last, so each figure still spans every axis's range (its
+    first `limit` panels alone would show only the smallest values); every value is in the tables."""
+    cols = [c for c in cols if c in df]
+    if not cols or df.empty or df.groupby(cols, dropna=False).ngroups <= limit:
+        return df, ""
+    levels = {c: list(df.groupby(c, dropna=False, sort=True).size().index) for c in cols}
+    count = {c: len(v) for c, v in levels.items()}
+
+    def kept(c):
+        v, k = levels[c], count[c]
+        return [v[i] for i in sorted({round(j * (len(v) - 1) / max(k - 1, 1)) for j in range(k)})]
+
+    rows = df
+    while rows.groupby(cols, dropna=False).ngroups > limit and max(count.values()) > 1:
+        c = max(reversed(cols), key=lambda c: count[c])  # the most values; a tie: the innermost axis
+        count[c] -= 1
+        keep = np.ones(len(df), bool)
+        for c2 in cols:
+            keep &= df[c2].isin(kept(c2)).to_numpy()  # (isin matches NaN with NaN)
+        rows = df[keep]
+    left = [_short(c, ", ".join(str(v) for v in levels[c] if v not in kept(c))) for c in cols if count[c] < len(levels[c])]
+    return rows, "not drawn, in the tables: " + "; ".join(left)
+
+
+# The figure group being drawn (set by _draw_group): every figure's title ends with it, so it is
+# laid out with the title rather than appended and laid out again.
+GROUP_LABEL: contextvars.ContextVar[str] = contextvars.ContextVar("GROUP_LABEL", default="")
+
+
 def _grid(title: str, panels: list, draw, *, xlabel: str | None, ylabel: str | None, ncols: int | None = None,
           sharex=False, sharey=False, panel_size=(PANEL_W, PANEL_H), legend_title: str | None = None,
-          legend_order=None):  # fmt: skip
+          legend_order=None, omitted: str = ""):  # fmt: skip
     """Figures of small multiples: `panels` is a list of (panel title, payload); `draw(ax, payload)`
     draws one panel. At most MAX_PANELS panels a figure; one shared legend below the panels."""
     figs = []
@@ -252,7 +286,8 @@ def _grid(title: str, panels: list, draw, *, xlabel: str | None, ylabel: str | N
             elif sharex:  # shared axes: tick labels on the outer panels only
                 ax.tick_params(labelbottom=False)
         more = f" ({part_no} of {len(parts)}{left_out})" if len(parts) > 1 else ""
-        fig.suptitle(title + more, fontsize=10)
+        group = GROUP_LABEL.get()
+        fig.suptitle(title + more + (f" ({omitted})" if omitted else "") + (f" — {group}" if group else ""), fontsize=10)
         if ylabel:
             fig.supylabel(ylabel, fontsize=9)
         _figure_legend(fig, legend_title, legend_order)
@@ -508,7 +543,7 @@ def _vs_workers(d: Data, kind: str, df: pd.DataFrame, ycol: str, ylabel: str, no
         refs += ["fit (Amdahl / Gustafson)", "prediction (fit, 2× and 4× max p)"]
     out = []
     for chunk in _chunks(strategies, min(MAX_SERIES, MAX_LEGEND - len(refs))):
-        sub = df[df["_strategy"].isin(chunk)]
+        sub, omitted = _thin(df[df["_strategy"].isin(chunk)], pcols)
         panels = [(_key_label(pcols, key), g) for key, g in _panels(sub, pcols)]
 
         def draw(ax, g, chunk=chunk):
@@ -554,7 +589,7 @@ def _vs_workers(d: Data, kind: str, df: pd.DataFrame, ycol: str, ylabel: str, no
         xlabel = "strategy (colour: see legend)" if categorical else "workers p (log scale)"
         order = [strategy_label(s) for s in chunk] + refs
         out += _grid(f"{TITLES[kind]}{at} ({note})", panels, draw, xlabel=xlabel, ylabel=ylabel,
-                     sharey=True, legend_order=order)  # fmt: skip
+                     sharey=True, legend_order=order, omitted=omitted)  # fmt: skip
     return out
 
 
@@ -698,6 +733,8 @@ def fig_phases(d: Data):
     med = pd.concat([ok[cols], per_step], axis=1).groupby(cols, dropna=False, sort=True).median().reset_index()
     med["strategy"] = med["strategy"].astype(str)
     pcols = [c for c in varying if c != "strategy"]
+    chunks = max(len(_chunks(strategy_order(g["strategy"]), MAX_SERIES)) for _, g in _panels(med, pcols))
+    med, omitted = _thin(med, pcols, max(1, MAX_PANELS // chunks))
     panels = []
     for key, g in _panels(med, pcols):
         order = strategy_order(g["strategy"])
@@ -717,7 +754,8 @@ def fig_phases(d: Data):
     n_rows = max(len(g) for _, g in panels)
     return _grid(f"{TITLES['phases']} (median over repeats; pacing rank)", panels, draw,
                  xlabel="seconds per timed step", ylabel="strategy (label colour: as in every figure)", sharex=True,
-                 panel_size=(3.0, 0.45 + 0.3 * n_rows), ncols=None if len(panels) > 2 else len(panels))  # fmt: skip
+                 panel_size=(3.0, 0.45 + 0.3 * n_rows), ncols=None if len(panels) > 2 else len(panels),
+                 omitted=omitted)  # fmt: skip
 
 
 # Where a run's wall time goes, launch to exit (summary.json timeline): the spans of
@@ -788,7 +826,7 @@ def _vs_axis(d: Data, kind: str, axis: str, metrics: list[tuple[str, str]], logx
     strategies = strategy_order(c["_strategy"].unique())
     out = []
     for chunk in _chunks(strategies, MAX_SERIES):
-        sub = c[c["_strategy"].isin(chunk)]
+        sub, omitted = _thin(c[c["_strategy"].isin(chunk)], pcols, MAX_PANELS // len(metrics))
         panels = []
         for key, g in _panels(sub, pcols):
             for m, ylabel in metrics:
@@ -811,7 +849,7 @@ def _vs_axis(d: Data, kind: str, axis: str, metrics: list[tuple[str, str]], logx
         out += _grid(f"{TITLES[kind]} ({notes})", panels, draw, xlabel=AXIS_LABELS.get(axis, axis.replace("_", " ")),
                      ylabel=metrics[0][1] if len(metrics) == 1 else None,
                      ncols=len(metrics) if len(metrics) > 1 else None,
-                     legend_order=[strategy_label(s) for s in chunk])  # fmt: skip
+                     legend_order=[strategy_label(s) for s in chunk], omitted=omitted)  # fmt: skip
     return out
 
 
@@ -1105,17 +1143,18 @@ def _draw_group(args) -> list[Figure]:
     number, label, d, folder, kinds, formats = args
     prefix = f"g{number:02d}-" if label else ""
     written = []
-    with plt.rc_context(RC):
-        for kind, strategy, stem, title, fig in draw_all(d, kinds):
-            if label:
-                fig.suptitle(f"{fig.get_suptitle()} — {label}" if fig.get_suptitle() else label, fontsize=10)
-                place(fig)
-            for ext in formats:
-                with safe_io.atomic_write(folder / f"{prefix}{stem}.{ext}", "wb") as handle:
-                    fig.savefig(handle, format=ext, metadata=METADATA[ext])
-            plt.close(fig)
-            written.append(Figure(kind, strategy, title + (f" — {label}" if label else ""),
-                                  f"figures/{prefix}{stem}.svg", f"figures/{prefix}{stem}.pdf", label))  # fmt: skip
+    token = GROUP_LABEL.set(label)
+    try:
+        with plt.rc_context(RC):
+            for kind, strategy, stem, title, fig in draw_all(d, kinds):
+                for ext in formats:
+                    with safe_io.atomic_write(folder / f"{prefix}{stem}.{ext}", "wb") as handle:
+                        fig.savefig(handle, format=ext, metadata=METADATA[ext])
+                plt.close(fig)
+                written.append(Figure(kind, strategy, title + (f" — {label}" if label else ""),
+                                      f"figures/{prefix}{stem}.svg", f"figures/{prefix}{stem}.pdf", label))  # fmt: skip
+    finally:
+        GROUP_LABEL.reset(token)
     return written
 
 
@@ -1131,42 +1170,60 @@ def workers(n_jobs: int) -> int:
 def make_figures(d: Data, out: pathlib.Path, formats: tuple[str, ...] = FORMATS) -> list[Figure]:
     """Draw every figure the data allow into out/figures, in `formats` (SVG for the page, PDF for
     LaTeX); returns what was written, in group order (start_figures, waited for)."""
-    with start_figures(d, out, formats) as drawing:
-        return drawing.result()
+    with worker_pool() as pool:
+        return collect(start_figures(d, out, formats, pool=pool))
+
+
+# Kinds drawn from the speedup and fits tables. The others need only the runs and the cells, so
+# the report starts them while the fits (the longest table) are still being computed.
+FITTED_KINDS = ("speedup", "efficiency", "karp_flatt", "dataset_size")
+
+
+@contextlib.contextmanager
+def worker_pool(n_jobs: int = 1 << 20):
+    """Worker processes (fork) for the report's tables and figures, or None where one worker is all
+    there is (`workers`): then each job runs in this process when its result is asked for. Leaving
+    the context stops workers still busy (the caller failed)."""
+    n = workers(n_jobs)
+    if n == 1 or "fork" not in multiprocessing.get_all_start_methods():
+        yield None
+        return
+    pool = multiprocessing.get_context("fork").Pool(n)
+    try:
+        yield pool
+    finally:
+        pool.terminate()
+        pool.join()
 
 
 class Drawing:
     """Figures being drawn in worker processes while the caller goes on (the report writes its
-    findings and tables meanwhile); result() waits for them. A context manager: leaving it stops
-    workers that are still drawing (the caller failed)."""
+    findings and tables meanwhile); parts() waits for them, one list of figures per job."""
 
-    def __init__(self, jobs: list, n: int):
-        self.jobs, self.pool, self.pending = jobs, None, None
-        if n > 1 and "fork" in multiprocessing.get_all_start_methods():
-            self.pool = multiprocessing.get_context("fork").Pool(n)
-            self.pending = self.pool.map_async(_draw_group, jobs, chunksize=1)
+    def __init__(self, jobs: list, pool=None):
+        self.jobs = jobs
+        self.pending = pool.map_async(_draw_group, jobs, chunksize=1) if pool is not None else None
 
-    def result(self) -> list[Figure]:
-        parts = self.pending.get() if self.pool else [_draw_group(job) for job in self.jobs]
-        return [f for part in parts for f in part]
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        if self.pool:
-            self.pool.terminate()
-            self.pool.join()
+    def parts(self) -> list[list[Figure]]:
+        return self.pending.get() if self.pending is not None else [_draw_group(job) for job in self.jobs]
 
 
-def start_figures(d: Data, out: pathlib.Path, formats: tuple[str, ...] = FORMATS) -> Drawing:
-    """Start drawing every figure in parallel worker processes, one job per group and kind: small jobs
-    keep the workers evenly busy (3 groups on 2 cores, as whole groups, left one core idle for a
-    third of the time, and a grid of one group was drawn on one core). With one worker the figures
-    are drawn in this process when the result is asked for."""
+def collect(*drawings: Drawing) -> list[Figure]:
+    """The figures of one or more drawings, in page order: by group, then by kind as in KINDS."""
+    order = list(KINDS)
+    parts = [((job[0], order.index(job[4][0])), figs) for dr in drawings for job, figs in zip(dr.jobs, dr.parts())]
+    return [f for _, figs in sorted(parts, key=lambda part: part[0]) for f in figs]
+
+
+def start_figures(d: Data, out: pathlib.Path, formats: tuple[str, ...] = FORMATS, kinds=None, pool=None) -> Drawing:
+    """Start drawing the figures of `kinds` (default all) in `pool`'s workers, one job per group and
+    kind: small jobs keep the workers evenly busy (3 groups on 2 cores, as whole groups, left one
+    core idle for a third of the time, and a grid of one group was drawn on one core). Without a
+    pool the figures are drawn in this process when they are asked for."""
     folder = safe_io.real_dir(pathlib.Path(out) / "figures")
-    jobs = [(i, label, g, folder, [kind], formats) for i, (label, _, g) in enumerate(figure_groups(d), 1) for kind in KINDS]
-    return Drawing(jobs, workers(len(jobs)))
+    kinds = [k for k in KINDS if kinds is None or k in kinds]
+    jobs = [(i, label, g, folder, [kind], formats) for i, (label, _, g) in enumerate(figure_groups(d), 1) for kind in kinds]
+    return Drawing(jobs, pool)
 
 
 def _safe(name: str) -> str:

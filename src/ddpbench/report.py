@@ -20,7 +20,6 @@ import argparse
 import contextlib
 import dataclasses
 import functools
-import multiprocessing
 import pathlib
 import re
 import shutil
@@ -547,9 +546,11 @@ def linked_findings(found: list, figures: list) -> list:
     return out
 
 
-# A report with more figures than this links them as files under figures/ (loaded when scrolled
-# to) instead of inlining every SVG, so its entry page stays small; the folder stays self-contained.
+# A report with more figures than this, or more bytes of them, links them as files under figures/
+# (loaded when scrolled to) instead of inlining every SVG, so its entry page stays small (at
+# 8,100 runs 30 figures were 7 MB); the folder stays self-contained.
 INLINE_FIGURES = 30
+INLINE_BYTES = 2_000_000
 
 
 def figure_index(figures: list[dict]) -> list[dict]:
@@ -781,33 +782,40 @@ def _table(job: tuple[str, Inputs]):
     return speed, A.fits_table(inp.runs, speed, inp.comm, inp.baseline_strategy, inp.n_boot)
 
 
-def tables(inp: Inputs) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """cells, speedup, fits and comparisons, computed side by side in worker processes where there
-    are cores (the same workers setting as the figures): at 8,100 runs they are 30-40 s of work."""
+TABLE_JOBS = ("speedup+fits", "cells", "comparisons")  # the longest first
+
+
+def start_tables(inp: Inputs, pool) -> dict:
+    """cells, speedup and fits, and comparisons, computed side by side in `pool`'s workers (at 8,100
+    runs they are 10-40 s of work), or here when none; each entry gives its table when called."""
     slim = dataclasses.replace(inp, steps=None)  # what the tables read; the steps table can be large
-    jobs = [("speedup+fits", slim), ("cells", slim), ("comparisons", slim)]  # the longest first
-    n = plots.workers(len(jobs))
-    if n == 1 or "fork" not in multiprocessing.get_all_start_methods():
-        (speed, fits), cells, comparisons = map(_table, jobs)
-    else:
-        with multiprocessing.get_context("fork").Pool(n) as pool:
-            (speed, fits), cells, comparisons = pool.map(_table, jobs, chunksize=1)
-    return cells, speed, fits, comparisons
+    if pool is None:
+        return {name: functools.partial(_table, (name, slim)) for name in TABLE_JOBS}
+    return {name: pool.apply_async(_table, ((name, slim),)).get for name in TABLE_JOBS}
 
 
 def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.Path = TEMPLATES) -> pathlib.Path:
     out.mkdir(parents=True, exist_ok=True)
     runs = inp.runs
-    cells, speed, fits, comparisons = tables(inp)
-    links = A.links_table(runs, inp.baseline_strategy)
-    for name, table in (("cells", cells), ("speedup", speed), ("fits", fits), ("comparisons", comparisons),
-                        ("links", links)):  # fmt: skip
-        with safe_io.atomic_write(out / f"{name}.csv", newline="") as handle:
-            table.to_csv(handle, index=False)
     # No PDF, no PDF figures: at 8,100 runs they were a third of the report's time (report.tex
     # still compiles, saying where a figure was not drawn)
-    data = plots.Data(runs, cells, speed, fits, inp.steps, inp.comm)
-    with plots.start_figures(data, out, plots.FORMATS if pdf else ("svg",)) as drawing:
+    formats = plots.FORMATS if pdf else ("svg",)
+    with plots.worker_pool() as pool:  # one pool for the tables and the figures
+        pending = start_tables(inp, pool)
+        cells = pending["cells"]()
+        # The figures of the runs and cells are drawn while the fits are still being computed
+        none = pd.DataFrame()
+        early = plots.start_figures(plots.Data(runs, cells, none, none, inp.steps, inp.comm), out, formats,
+                                    [k for k in plots.KINDS if k not in plots.FITTED_KINDS], pool)  # fmt: skip
+        speed, fits = pending["speedup+fits"]()
+        comparisons = pending["comparisons"]()
+        links = A.links_table(runs, inp.baseline_strategy)
+        for name, table in (("cells", cells), ("speedup", speed), ("fits", fits), ("comparisons", comparisons),
+                            ("links", links)):  # fmt: skip
+            with safe_io.atomic_write(out / f"{name}.csv", newline="") as handle:
+                table.to_csv(handle, index=False)
+        data = plots.Data(runs, cells, speed, fits, inp.steps, inp.comm)
+        late = plots.start_figures(data, out, formats, plots.FITTED_KINDS, pool)
         # The findings and the page's tables are written while the workers draw
         against = (comparison_section(inp.compare_to, runs, out, inp.baseline_strategy, inp.max_rel_ci)
                    if inp.compare_to else None)  # fmt: skip
@@ -830,7 +838,7 @@ def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.P
             links=links_tables(links),
             problems=problems_table(runs, shown),
         )
-        figures = drawing.result()
+        figures = plots.collect(early, late)
     found = linked_findings(found, figures)
     if against and not against["error"]:
         found.insert(0, against["finding"])
@@ -848,7 +856,8 @@ def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.P
         made, pdf_msg = compile_pdf(tex_path, assets=[f.pdf for f in figures])
     else:
         made, pdf_msg = False, "No PDF was made: PDF compilation was switched off (--no-pdf)."
-    inline = len(ctx["figures"]) <= INLINE_FIGURES
+    svg_bytes = sum((out / f["svg"]).stat().st_size for f in ctx["figures"])
+    inline = len(ctx["figures"]) <= INLINE_FIGURES and svg_bytes <= INLINE_BYTES
     for f in ctx["figures"]:
         f["svg_inline"] = Markup(inline_svg(out / f["svg"], f["svg"].split("/")[-1][:-4])) if inline else None
     groups = figure_index(ctx["figures"])

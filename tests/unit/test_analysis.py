@@ -955,3 +955,30 @@ def test_nnls2_answers_as_scipy_nnls_on_stacked_problems():
     line = np.array([[1.0, 2.0], [2.0, 4.0], [3.0, 6.0]])
     for cols in (line, line[:, ::-1]):
         np.testing.assert_allclose(A.nnls2(cols, np.ones(3)), optimize.nnls(cols, np.ones(3))[0], rtol=1e-12)
+
+
+def test_comparisons_table_is_welch_log_ratio_and_stability_of_each_pair():
+    """The table reads each cell once and the t quantiles in one call: every row must still be what
+    the per-pair definitions give (welch_log_ratio, stability of each side, run versions)."""
+    from report_synth import make_runs
+
+    runs = make_runs(strategies=("single", "ddp", "allreduce", "ring_allreduce"), world_sizes=(1, 2, 4),
+                     batch_sizes=(32, 64), repeats=3, failures=True)  # fmt: skip
+    runs.loc[runs.index[::3], "samples_per_s"] = np.nan  # cells with fewer repeats, some with one
+    runs.loc[runs.index[1::5], "samples_per_s"] = np.nan
+    runs.loc[runs.index[::11], "env_code_fingerprint"] = "other"
+    cmp = A.comparisons_table(runs)
+    ok = runs[(runs["status"] == "ok") & runs["samples_per_s"].notna()]
+    setting = [c for c in A.axes(runs) if c != "strategy"]
+    assert len(cmp) > 20 and cmp["ratio_ci_low"].isna().any() and cmp["ratio_ci_low"].notna().any()
+    version = A.run_version(ok)
+    for _, row in cmp.iterrows():
+        cell = ok[(ok[setting].astype(str) == row[setting].astype(str)).all(axis=1)]
+        a, b = (cell[cell["strategy"] == row[f"strategy_{s}"]] for s in "ab")
+        iv = A.welch_log_ratio(a["samples_per_s"], b["samples_per_s"])
+        got = row[["ratio", "ratio_ci_low", "ratio_ci_high", "ratio_ci_level"]].to_numpy(float)
+        np.testing.assert_array_equal(got, [iv.estimate, iv.low, iv.high, iv.level])
+        assert row["verdict"] == A.verdict(iv) and (row["n_a"], row["n_b"]) == (len(a), len(b))
+        causes = [f"{row[f'strategy_{s}']}: {A.stability(side)[1]}" for s, side in (("a", a), ("b", b)) if A.stability(side)[0]]
+        assert row["unstable"] == bool(causes) and row["unstable_cause"] == "; ".join(causes)
+        assert row["versions_differ"] == (set(version[a.index]) != set(version[b.index]))

@@ -9,6 +9,7 @@ import pathlib
 
 import matplotlib.colors
 import matplotlib.text
+import pandas as pd
 import pytest
 from report_synth import make_comm, make_runs, make_steps
 
@@ -212,3 +213,36 @@ def test_groups_are_drawn_in_worker_processes_with_the_same_files(tmp_path, monk
     only_svg = plots.make_figures(d, tmp_path / "svg", ("svg",))
     assert [f.svg for f in only_svg] == [f.svg for f in pooled]
     assert not list((tmp_path / "svg" / "figures").glob("*.pdf"))
+
+
+def test_too_many_panels_keep_each_axis_first_and_last_values_and_name_the_rest():
+    grid = [(p, b, n) for p in (1, 2, 4, 8, 16, 32) for b in (16, 32, 64, 128, 256) for n in (1000, 2000, 4000)]
+    df = pd.DataFrame(grid, columns=["world_size", "batch_size", "dataset_size"])
+    cols = list(df.columns)
+    rows, note = plots._thin(df, cols)
+    assert 1 < rows.groupby(cols).ngroups <= plots.MAX_PANELS
+    for c in cols:  # the range of every axis is still drawn ...
+        assert {df[c].min(), df[c].max()} <= set(rows[c])
+    drawn = {c: set(rows[c]) for c in cols}
+    names = {"world_size": "p", "batch_size": "batch", "dataset_size": "n"}
+    for c in cols:  # ... and every value not drawn is named
+        left = [v for v in sorted(df[c].unique()) if v not in drawn[c]]
+        if left:
+            assert f"{names[c]}={', '.join(map(str, left))}" in note
+    few = df[(df["world_size"] == 2) & (df["dataset_size"] == 1000)]
+    same, none = plots._thin(few, cols)
+    assert none == "" and same is few
+
+
+def test_a_large_group_draws_every_kind_in_one_figure_per_chunk_spanning_each_axis():
+    runs = make_runs(**LARGE)
+    cells = A.cell_stats(runs)
+    speed = A.speedup_table(runs)
+    d = plots.Data(runs, cells, speed, A.fits_table(runs, speed, n_boot=20))
+    label, _, part = plots.figure_groups(d)[0]
+    with plots.matplotlib.rc_context(plots.RC):
+        for kind, strategy, stem, _, fig in plots.draw_all(part, ["speedup", "phases"]):
+            titles = " ".join(ax.get_title() for ax in fig.axes)
+            assert "batch=16" in titles and "batch=256" in titles, stem  # the smallest and largest batch
+            assert "not drawn, in the tables" in fig.get_suptitle(), stem
+            plots.plt.close(fig)

@@ -314,6 +314,16 @@ def test_large_grid_report_has_a_group_index_linked_figures_and_paged_tables(tmp
     assert 'data-page-size="8"' in html and 'class="pager" data-table="cells"' in html
 
 
+def test_figures_past_inline_bytes_are_linked_however_few(tmp_path, monkeypatch):
+    """Few figures but many bytes of them (30 figures were 7 MB at 8,100 runs): linked, not inlined."""
+    monkeypatch.setattr(report, "INLINE_BYTES", 1000)
+    runs = make_runs(strategies=("single", "ddp"), world_sizes=(1, 2), repeats=2, failures=False)
+    assert report.main(_write(tmp_path, runs)) == 0
+    html = (tmp_path / "out" / "report.html").read_text()
+    srcs = re.findall(r'<img src="([^"]+)"', html)
+    assert html.count("<svg") == 0 and 0 < len(srcs) <= report.INLINE_FIGURES
+
+
 def test_small_grid_has_no_group_index_and_inline_figures(full):
     html = (full / "report.html").read_text()
     assert 'id="groups"' not in html and "figure-group" not in html and "<img" not in html
