@@ -176,12 +176,25 @@ def varying(runs: pd.DataFrame, cols: list[str]) -> list[str]:
     setting that follows from the strategy (params.powersgd_start_iter: 2 holds for powersgd,
     the strategies that do not read it keep the default) tells apart no cells the strategy does
     not: no axis, or it would split figures, panels and labels by strategy a second time."""
-    out = [c for c in cols if runs[c].astype(str).nunique() > 1]
+    out = [c for c in cols if _several_texts(runs[c])]
     settings = [c for c in out if c in STRATEGY_SETTINGS]
     if settings and "strategy" in runs:
         per_strategy = runs[["strategy", *settings]].astype(str).groupby("strategy").nunique()
         out = [c for c in out if c not in settings or per_strategy[c].max() > 1]
     return out
+
+
+def _several_texts(s: pd.Series) -> bool:
+    """s.astype(str).nunique() > 1 (missing values not counted, 1 and "1" one value), without making
+    text of a numeric column: varying() runs dozens of times per report, each time over every axis."""
+    if s.dtype.kind in "iub":
+        return s.nunique() > 1
+    if s.dtype.kind == "f":
+        if s.nunique() > 1:
+            return True
+        zero = np.signbit(s.to_numpy()[s.to_numpy() == 0])
+        return bool(zero.any() and not zero.all())  # 0.0 and -0.0: one number, two texts
+    return s.astype(str).nunique() > 1
 
 
 def group_axes(runs: pd.DataFrame) -> list[str]:

@@ -312,6 +312,11 @@ def _text_size(s: str, size: float, rotation: float = 0.0) -> tuple[float, float
     """(width, height) in inches of `s` (lines split on newlines) at `size` points, after rotation."""
     if not s:
         return 0.0, 0.0
+    return _measured(s, size, rotation, str(plt.rcParams["font.family"]), str(plt.rcParams["font.sans-serif"]))
+
+
+@functools.lru_cache(maxsize=8192)  # tick labels repeat on every panel: each was measured anew
+def _measured(s: str, size: float, rotation: float, *font) -> tuple[float, float]:
     prop = matplotlib.font_manager.FontProperties(size=size)
     lines = s.split("\n")
     widths = [_TEXT_TO_PATH.get_text_width_height_descent(line, prop, matplotlib.cbook.is_math_text(line))[0]

@@ -982,3 +982,11 @@ def test_comparisons_table_is_welch_log_ratio_and_stability_of_each_pair():
         causes = [f"{row[f'strategy_{s}']}: {A.stability(side)[1]}" for s, side in (("a", a), ("b", b)) if A.stability(side)[0]]
         assert row["unstable"] == bool(causes) and row["unstable_cause"] == "; ".join(causes)
         assert row["versions_differ"] == (set(version[a.index]) != set(version[b.index]))
+
+
+@pytest.mark.parametrize("values", [[1, 1], [1, 2], [1.0, 1.0], [1.0, 1.5], [np.nan, np.nan], [1.0, np.nan], [0.0, -0.0],
+                                    [0.0, 0.0], [True, False], [True, True], ["a", "a"], ["1", 1], [1, "x"], [None, "a"],
+                                    [1.0, 1.0000000000000002]])  # fmt: skip
+def test_varying_counts_values_as_their_text(values):
+    s = pd.Series(values)
+    assert A._several_texts(s) == (s.astype(str).nunique() > 1)
