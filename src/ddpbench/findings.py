@@ -210,6 +210,8 @@ def _keys(s: pd.Series) -> np.ndarray:
         out[whole & ~small] = [str(int(v)) for v in x[whole & ~small]]
         out[np.isnan(x)] = "nan"
         return out
+    if pd.api.types.infer_dtype(s, skipna=True) in ("string", "empty"):  # text and NaN only: itself, NaN as "nan"
+        return s.astype(object).where(s.notna(), "nan").to_numpy(object)
     return s.map(_key).to_numpy()
 
 
@@ -235,11 +237,10 @@ def _rank(g: pd.DataFrame) -> list[str]:
     """Strategies of one setting, fastest first: by the sum of their log throughput ratios against
     the others (with every pair present, the order of their geometric-mean throughputs)."""
     score: dict[str, float] = {}
-    for _, r in g.iterrows():
-        a, b = str(r["strategy_a"]), str(r["strategy_b"])
+    for a, b, ratio in zip(g["strategy_a"].astype(str), g["strategy_b"].astype(str), g["ratio"]):
         score.setdefault(a, 0.0), score.setdefault(b, 0.0)
-        if _finite(r["ratio"]) and float(r["ratio"]) > 0:
-            d = math.log(float(r["ratio"]))
+        if _finite(ratio) and float(ratio) > 0:
+            d = math.log(float(ratio))
             score[a] += d
             score[b] -= d
     return sorted(score, key=lambda s: (-score[s], s))

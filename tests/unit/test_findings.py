@@ -337,6 +337,9 @@ def test_column_keys_equal_the_per_value_key():
         pd.Series(["a", np.nan, 3.0, "auto", 16]),
         pd.Series([True, False]),
         pd.Series([], dtype=float),
+        pd.Series(["ddp", np.nan, "single", None]),  # text only (the fast path), missing as "nan"
+        pd.Series(["ddp", "allreduce"], dtype="string"),
+        pd.Series([np.nan, None], dtype=object),
     ]
     for s in columns:
         assert list(F._keys(s)) == [F._key(v) for v in s], s.tolist()
