@@ -129,6 +129,29 @@ def make_steps(runs: pd.DataFrame, n_steps=12) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+PROFILE_OPS = [("aten::mm", 0, 0.30), ("aten::addmm", 0, 0.20), ("gloo:all_reduce", 1, 0.25), ("aten::add_", 0, 0.10),
+               ("c10d::allreduce_", 1, 0.05)]  # fmt: skip
+
+
+def make_profile(runs: pd.DataFrame) -> pd.DataFrame:
+    """aggregate/profile.csv rows for the ok runs (as profiling.top_table writes them): per rank the
+    operators of PROFILE_OPS (communication only where p > 1) and "other", shares of the step."""
+    rows = []
+    for _, r in runs[runs["status"] == "ok"].iterrows():
+        step = float(r["step_time_median_s"])
+        ops = [(op, comm, f) for op, comm, f in PROFILE_OPS if r["world_size"] > 1 or not comm]
+        for rank in range(int(r["world_size"])):
+            used = 0.0
+            for op, comm, f in ops + [("other", 0, None)]:
+                share = f * (1 + 0.1 * rank) if f is not None else max(0.0, 1 - used)
+                used += share
+                rows.append(dict(run_dir=r["run_dir"], repeat=r["repeat"], world_size=r["world_size"], strategy=r["strategy"],
+                                 batch_size=r["batch_size"], scaling=r["scaling"], model=r["model"], dataset=r["dataset"],
+                                 dataset_size=r["dataset_size"], device=r["device"], rank=rank, activity="cpu", op=op,
+                                 comm=comm, calls=3.0, self_s_per_step=share * step, share=share))  # fmt: skip
+    return pd.DataFrame(rows)
+
+
 def make_comm(world_sizes=(2, 4), alpha=50e-6, bandwidth=2e9) -> pd.DataFrame:
     rows = []
     for p in world_sizes:

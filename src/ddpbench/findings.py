@@ -56,9 +56,9 @@ from ddpbench import analysis
 
 KINDS = ("winner", "scaling", "time", "batch", "dataset", "link", "fit", "warning")
 ANCHORS = ("comparisons", "speedup-table", "cells", "fits", "problems", "links", "fig-phases", "fig-throughput_vs_batch",
-           "fig-dataset_size", "fig-link")  # fmt: skip
+           "fig-dataset_size", "fig-link", "fig-profile")  # fmt: skip
 # At most this many findings per kind before the overall limit is applied.
-PER_KIND = {"winner": 3, "scaling": 3, "time": 2, "batch": 1, "dataset": 1, "link": 2, "fit": 3, "warning": 6}
+PER_KIND = {"winner": 3, "scaling": 3, "time": 3, "batch": 1, "dataset": 1, "link": 2, "fit": 3, "warning": 6}
 TRIM_FIRST = ("scaling", "fit", "winner", "time", "batch", "dataset", "link", "warning")  # who gives up extras first
 LARGE_IMBALANCE = 0.1
 NAMED = 3  # cells named in a warning before "and N more"
@@ -807,7 +807,35 @@ def _answers_first(found: list[Finding]) -> list[Finding]:
     return sorted(found, key=rank)  # stable: each kind keeps its own order
 
 
-def findings(runs, cells, speed, comparisons, fits, max_items: int = 12, links=None) -> list[Finding]:
+def profile_findings(profile: pd.DataFrame, runs: pd.DataFrame, shown: list[str]) -> list[Finding]:
+    """The profiler's answer (runs with profile_steps > 0): per profiled cell, the share of its
+    profiled step spent in communication operators, cells from the most to the least, and the
+    profiler's own overhead on a step as measured (profiled step / timed step − 1)."""
+    if profile is None or profile.empty or not {"op", "comm", "self_s_per_step", "run_dir"} <= set(profile.columns):
+        return []
+    from ddpbench import plots  # here: plots imports matplotlib, which the other findings never need
+
+    cols = [c for c in dict.fromkeys(("strategy", *shown)) if c in profile]
+    table = plots.profile_cells(profile, cols)
+    parts = []
+    for key, g in table.groupby(cols, dropna=False, sort=False):
+        total = g["self_s"].sum()
+        if total > 0:
+            parts.append((g.loc[g["comm"], "self_s"].sum() / total, _cell_name(dict(zip(cols, key)), shown)))
+    if not parts:
+        return []
+    parts.sort(key=lambda part: (-part[0], part[1]))
+    named = "; ".join(f"{sig3(100 * share)} % for {name}" for share, name in parts[:4])
+    more = f" (and {len(parts) - 4} more cell{'s' if len(parts) > 5 else ''})" if len(parts) > 4 else ""
+    over = pd.to_numeric(runs["profile_overhead"], errors="coerce").dropna() if "profile_overhead" in runs else pd.Series(dtype=float)
+    cost = (f" The profiler's own cost on a step: median {sig3(100 * over.median())} % over {len(over)} runs "
+            f"(from {sig3(100 * over.min())} to {sig3(100 * over.max())} %); its steps are not among the timed ones."
+            if len(over) else "")  # fmt: skip
+    return [Finding("time", f"Communication operators take {named}{more} of a profiled step (torch.profiler's "
+                            f"self time, mean over ranks, median over repeats).{cost}", "fig-profile")]  # fmt: skip
+
+
+def findings(runs, cells, speed, comparisons, fits, max_items: int = 12, links=None, profile=None) -> list[Finding]:
     """The report's findings, most actionable first: winners, scaling, where the time goes,
     batch and dataset size, links, fits, warnings (see the module docstring for the rules)."""
     runs, cells, speed, comparisons, fits, links = map(_frame, (runs, cells, speed, comparisons, fits, links))
@@ -821,7 +849,7 @@ def findings(runs, cells, speed, comparisons, fits, max_items: int = 12, links=N
     groups = {
         "winner": winner_findings(comparisons, shown),
         "scaling": scaling_findings(runs, speed, shown),
-        "time": time_findings(runs, cells, speed, shown),
+        "time": time_findings(runs, cells, speed, shown) + profile_findings(profile, runs, shown),
         "batch": axis_findings("batch_size", "batch", "fig-throughput_vs_batch", runs, cells, speed, shown),
         "dataset": axis_findings("dataset_size", "dataset", "fig-dataset_size", runs, cells, speed, shown),
         "link": link_findings(links),

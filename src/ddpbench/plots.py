@@ -104,6 +104,7 @@ class Data:
     steps: pd.DataFrame | None = None
     comm: pd.DataFrame | None = None
     label_axes: list[str] | None = None  # a figure group's data: the whole grid's series axes (fits.csv's labels)
+    profile: pd.DataFrame | None = None  # aggregate's profile.csv: top operators of profiled steps
 
     @property
     def series_axes(self) -> list[str]:
@@ -131,6 +132,7 @@ TITLES = {
     "comm_sweep": "All-reduce bus bandwidth vs message size",
     "fixed_cost": "Where a run's wall time goes",
     "link": "Throughput and communication vs link bandwidth",
+    "profile": "Where a profiled step's time goes, by operator",
 }
 
 
@@ -959,6 +961,73 @@ def fig_step_time(d: Data):
     return _per_strategy_steps(d, "step_time", "total_s", "max", "step time [s] (slowest rank)")
 
 
+# -- the profiler's breakdown of a step (profile_steps > 0) ----------------------------------------
+
+PROFILE_TOP = 8  # operators drawn per panel; the rest of the step is one bar
+PROFILE_COLORS = {"communication": "#c44e52", "compute": "#4c72b0", "rest": "#bdbdbd"}
+
+
+def profile_cells(profile: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
+    """Per cell (`cols`) and operator: seconds of self time per profiled step, the mean over the
+    ranks of a run (an operator outside a rank's top list counts 0 there) and the median over the
+    cell's runs; `comm` marks communication operators, `activity` the device's (cuda) where a run
+    recorded it, else cpu. Rows of one cell sum to its profiled step (the "other" row included)."""
+    pr = profile.assign(self_s_per_step=_numeric(profile["self_s_per_step"]), comm=_numeric(profile["comm"]) > 0)
+    has_cuda = pr.groupby("run_dir")["activity"].transform(lambda a: (a.astype(str) == "cuda").any())
+    pr = pr[pr["activity"].astype(str) == np.where(has_cuda, "cuda", "cpu")]
+    ranks = pr.groupby("run_dir")["rank"].transform("nunique")
+    pr = pr.assign(per_rank=pr["self_s_per_step"] / ranks)
+    out = []
+    for key, g in pr.groupby([*cols, "activity"], dropna=False, sort=False):
+        runs = g.pivot_table(index=["op", "comm"], columns="run_dir", values="per_rank", aggfunc="sum", fill_value=0.0)
+        med = runs.median(axis=1).rename("self_s").reset_index()  # a run without the operator: 0 there
+        out.append(med.assign(**dict(zip([*cols, "activity"], key))))
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=[*cols, "activity", "op", "comm", "self_s"])
+
+
+def fig_profile(d: Data):
+    """One panel per profiled cell: its top operators by self time (milliseconds per profiled step,
+    mean over ranks, median over repeats) as bars, communication in red, the rest of the step as
+    one grey bar."""
+    if d.profile is None or d.profile.empty:
+        return []
+    cols = [c for c in ("strategy", *A.varying(d.runs, A.axes(d.runs))) if c in d.profile]
+    cols = list(dict.fromkeys(cols))
+    table = profile_cells(d.profile, cols)
+    table, omitted = _thin(table, cols)
+    panels = []
+    order = {s: i for i, s in enumerate(strategy_order(table["strategy"].astype(str).unique()))} if "strategy" in table else {}
+    for key, g in sorted(_panels(table, cols), key=lambda kg: (order.get(str(dict(zip(cols, kg[0])).get("strategy")), 0), kg[0])):
+        named = g[g["op"] != "other"].sort_values("self_s", ascending=False)
+        top = named.head(PROFILE_TOP)
+        rest = g["self_s"].sum() - top["self_s"].sum()
+        bars = pd.DataFrame({"op": [text(o, 28) for o in top["op"]] + ["other operators, rest of step"],
+                             "ms": [*(1e3 * top["self_s"]), 1e3 * rest],
+                             "kind": ["communication" if c else "compute" for c in top["comm"]] + ["rest"]})  # fmt: skip
+        act = g["activity"].iloc[0]
+        panels.append((_key_label(cols, key) + ("" if act == "cpu" else f" ({act})"), bars))
+
+    def draw(ax, bars):
+        pos = np.arange(len(bars))
+        for kind, color in PROFILE_COLORS.items():
+            sel = (bars["kind"] == kind).to_numpy()
+            if sel.any():
+                label = {"communication": "communication operator", "compute": "compute operator",
+                         "rest": "other operators and time outside any (rest of the step)"}[kind]  # fmt: skip
+                _hbars(ax, pos[sel], bars["ms"].to_numpy()[sel], np.zeros(sel.sum()), label=label, facecolor=color)
+        ax.autoscale_view()
+        ax.set_yticks(pos, list(bars["op"]))
+        ax.set_ylim(len(bars) - 0.5, -0.5)
+        ax.set_xlim(left=0)
+        ax.grid(False, axis="y")
+
+    rows = max((len(b) for _, b in panels), default=1)
+    return _grid(f"{TITLES['profile']} (torch.profiler self time; mean over ranks, median over repeats)", panels,
+                 draw, xlabel="milliseconds per profiled step", ylabel="operator (the top ones by self time)",
+                 panel_size=(3.2, 0.45 + 0.28 * rows),
+                 ncols=None if len(panels) > 2 else len(panels), omitted=omitted)  # fmt: skip
+
+
 # -- against the link's measured bandwidth -------------------------------------------------------
 
 
@@ -1079,6 +1148,7 @@ KINDS = {
     "comm_sweep": fig_comm_sweep,
     "fixed_cost": _one(fig_fixed_cost),
     "link": _one(fig_link),
+    "profile": _one(fig_profile),
 }
 
 
@@ -1138,7 +1208,7 @@ def figure_groups(d: Data) -> list[tuple[str, dict, Data]]:
         key = key if isinstance(key, tuple) else (key,)
         info = {c: v for c, v in zip(cols, key)}
         part = Data(_select(d.runs, info), _select(d.cells, info), _select(d.speed, info), _select(d.fits, info),
-                    _select(d.steps, info), d.comm if not out else None, d.series_axes)  # fmt: skip
+                    _select(d.steps, info), d.comm if not out else None, d.series_axes, _select(d.profile, info))  # fmt: skip
         out.append((text(", ".join(f"{c}={v}" for c, v in info.items())), info, part))
     return out
 

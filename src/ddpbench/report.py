@@ -37,7 +37,7 @@ import pandas as pd
 import yaml
 
 from ddpbench import analysis as A
-from ddpbench import plots, safe_io, storage
+from ddpbench import aggregate, plots, safe_io, storage
 from ddpbench.findings import Finding, bandwidth_text, findings
 
 
@@ -713,6 +713,7 @@ class Inputs:
     max_rel_ci: float = A.MAX_REL_CI
     plan: list[str] = field(default_factory=list)  # the workflow's `ddpbench plan:` lines (ddpbench.plan)
     compare_to: str | None = None  # a stored result set: this report compares its runs against it
+    profile: pd.DataFrame | None = None  # aggregate's profile.csv (runs with profile_steps > 0)
 
 
 # Cells of a comparison named in the report (the rest are in comparison.csv / comparison.html).
@@ -805,7 +806,7 @@ def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.P
         cells = pending["cells"]()
         # The figures of the runs and cells are drawn while the fits are still being computed
         none = pd.DataFrame()
-        early = plots.start_figures(plots.Data(runs, cells, none, none, inp.steps, inp.comm), out, formats,
+        early = plots.start_figures(plots.Data(runs, cells, none, none, inp.steps, inp.comm, profile=inp.profile), out, formats,
                                     [k for k in plots.KINDS if k not in plots.FITTED_KINDS], pool)  # fmt: skip
         speed, fits = pending["speedup+fits"]()
         comparisons = pending["comparisons"]()
@@ -814,12 +815,12 @@ def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.P
                             ("links", links)):  # fmt: skip
             with safe_io.atomic_write(out / f"{name}.csv", newline="") as handle:
                 table.to_csv(handle, index=False)
-        data = plots.Data(runs, cells, speed, fits, inp.steps, inp.comm)
+        data = plots.Data(runs, cells, speed, fits, inp.steps, inp.comm, profile=inp.profile)
         late = plots.start_figures(data, out, formats, plots.FITTED_KINDS, pool)
         # The findings and the page's tables are written while the workers draw
         against = (comparison_section(inp.compare_to, runs, out, inp.baseline_strategy, inp.max_rel_ci)
                    if inp.compare_to else None)  # fmt: skip
-        found = findings(runs, cells, speed, comparisons, fits, links=links)
+        found = findings(runs, cells, speed, comparisons, fits, links=links, profile=inp.profile)
         shown = A.varying(runs, A.axes(runs)) or ["world_size"]
         ctx = dict(
             title=inp.title,
@@ -896,6 +897,7 @@ def main(argv: list[str] | None = None) -> int:
                          "from its config unless given")
     ap.add_argument("--steps", help="aggregated steps.csv (loss and step-time figures)")
     ap.add_argument("--comm", help="collective sweep CSV (latency/bandwidth for the cost model)")
+    ap.add_argument("--profile", help="aggregated profile.csv (default: profile.csv beside --runs, when there)")
     ap.add_argument("--out", required=True, help="output folder")
     ap.add_argument("--title", default="ddpbench report")
     ap.add_argument("--bootstrap", type=int, default=A.N_BOOT,
@@ -961,10 +963,12 @@ def rebuild_from_archive(args: argparse.Namespace) -> int:
 
 def build_from_args(args: argparse.Namespace) -> int:
     runs = A.load_runs(args.runs)
+    profile = getattr(args, "profile", None) or aggregate.profile_path(args.runs)
+    profile = str(profile) if pathlib.Path(profile).is_file() else None
     inp = Inputs(runs, _read_optional(args.steps), _read_optional(args.comm), args.title, args.bootstrap,
-                 {"runs": args.runs, "steps": args.steps or "–", "comm": args.comm or "–"},
+                 {"runs": args.runs, "steps": args.steps or "–", "comm": args.comm or "–", **({"profile": profile} if profile else {})},
                  args.baseline_strategy, args.max_rel_ci, read_plan(getattr(args, "plan", None)),
-                 getattr(args, "compare_to", None))  # fmt: skip
+                 getattr(args, "compare_to", None), _read_optional(profile))  # fmt: skip
     try:
         path = build(inp, pathlib.Path(args.out), pdf=not args.no_pdf)
     except safe_io.UnsafePathError as err:

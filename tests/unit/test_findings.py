@@ -343,3 +343,20 @@ def test_column_keys_equal_the_per_value_key():
     ]
     for s in columns:
         assert list(F._keys(s)) == [F._key(v) for v in s], s.tolist()
+
+
+def test_the_profiler_finding_gives_each_cells_communication_share_and_the_profilers_cost():
+    from report_synth import make_profile
+
+    runs = make_runs(strategies=("single", "allreduce", "ddp"), world_sizes=(1, 2), repeats=2, failures=False,
+                     others_at_1=False)  # fmt: skip
+    runs["profile_overhead"] = np.linspace(-0.01, 0.05, len(runs))
+    (found,) = F.profile_findings(make_profile(runs), runs, ["strategy", "world_size"])
+    assert found.kind == "time" and found.anchor == "fig-profile"
+    # rank 0: 0.25 + 0.05 of the step communicating, rank 1 10 % more: 31.5 % on average
+    assert "31.5 % for allreduce at world size 2" in found.text and "31.5 % for ddp at world size 2" in found.text
+    assert found.text.index("allreduce") < found.text.index("single")  # the most communicating first
+    assert "0 % for single at world size 1" in found.text
+    over = runs["profile_overhead"]
+    assert f"median {F.sig3(100 * over.median())} % over {len(runs)} runs" in found.text
+    assert F.profile_findings(None, runs, ["strategy"]) == [] and F.profile_findings(pd.DataFrame(), runs, []) == []

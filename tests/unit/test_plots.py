@@ -9,9 +9,10 @@ import pathlib
 
 import matplotlib.colors
 import matplotlib.text
+import numpy as np
 import pandas as pd
 import pytest
-from report_synth import make_comm, make_runs, make_steps
+from report_synth import make_comm, make_profile, make_runs, make_steps
 
 from ddpbench import analysis as A
 from ddpbench import plots
@@ -25,7 +26,7 @@ def _data(runs):
     speed = A.speedup_table(runs, A.BASELINE_STRATEGY, A.MAX_REL_CI)
     fits = A.fits_table(runs, speed, make_comm(), A.BASELINE_STRATEGY, 50)
     steps = make_steps(runs[(runs["repeat"] == 0) & (runs["status"] == "ok")], n_steps=5)
-    return plots.Data(runs, cells, speed, fits, steps, make_comm())
+    return plots.Data(runs, cells, speed, fits, steps, make_comm(), profile=make_profile(runs))
 
 
 @pytest.fixture(scope="module")
@@ -246,3 +247,33 @@ def test_a_large_group_draws_every_kind_in_one_figure_per_chunk_spanning_each_ax
             assert "batch=16" in titles and "batch=256" in titles, stem  # the smallest and largest batch
             assert "not drawn, in the tables" in fig.get_suptitle(), stem
             plots.plt.close(fig)
+
+
+def test_profile_cells_average_ranks_take_the_median_run_and_count_a_missing_operator_as_zero():
+    runs = make_runs(strategies=("single", "allreduce"), world_sizes=(1, 2), repeats=3, failures=False)
+    prof = make_profile(runs)
+    last = runs[(runs["status"] == "ok") & (runs["strategy"] == "allreduce") & (runs["world_size"] == 2)]["run_dir"].iloc[-1]
+    prof = prof[~((prof["run_dir"] == last) & (prof["op"] == "aten::add_"))]  # one run lacks it
+    table = plots.profile_cells(prof, ["strategy", "world_size"])
+    ar = table[(table["strategy"] == "allreduce") & (table["world_size"] == 2)].set_index("op")["self_s"]
+    ok = runs[(runs["status"] == "ok") & (runs["strategy"] == "allreduce") & (runs["world_size"] == 2)]
+    step = ok["step_time_median_s"].to_numpy()
+    # gloo:all_reduce: 0.25 of the step on rank 0, 0.275 on rank 1: mean 0.2625 of each run's step, median over runs
+    assert ar["gloo:all_reduce"] == pytest.approx(0.2625 * np.median(step))
+    with_add = [0.105 * t for t in step[:-1]] + [0.0]  # the run without aten::add_ counts 0
+    assert ar["aten::add_"] == pytest.approx(np.median(with_add))
+    assert set(table.loc[table["comm"], "op"]) == {"gloo:all_reduce", "c10d::allreduce_"}
+    assert not table[(table["strategy"] == "single")]["comm"].any()
+
+
+def test_profile_figure_has_a_panel_per_cell_with_the_top_operators_and_the_rest(many):
+    (fig,) = [f for kind, *_, f in many if kind == "profile"]
+    titles = [ax.get_title() for ax in fig.axes]
+    assert any(t.startswith("allreduce") for t in titles) and len(titles) <= plots.MAX_PANELS
+    assert "not drawn, in the tables" in fig.get_suptitle()  # 11 strategies x 3 world sizes x ... cells: thinned
+    for ax in fig.axes:
+        labels = [t.get_text() for t in ax.get_yticklabels()]
+        assert labels[-1].startswith("other operators") and len(labels) <= plots.PROFILE_TOP + 1
+        colors = {matplotlib.colors.to_hex(c) for coll in ax.collections for c in coll.get_facecolor()}
+        comm = "gloo:all_reduce" in labels
+        assert (matplotlib.colors.to_hex(plots.PROFILE_COLORS["communication"]) in colors) == comm, ax.get_title()

@@ -5,7 +5,7 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
-from report_synth import make_comm, make_runs, make_steps
+from report_synth import make_comm, make_profile, make_runs, make_steps
 
 from ddpbench import report
 
@@ -391,3 +391,21 @@ def test_a_baseline_that_cannot_be_compared_is_named_and_the_report_still_made(t
     section = html.split('id="comparison-section"')[1].split("</section>")[0]
     assert "not compared" in section and "no aggregate/runs.csv" in section
     assert not (tmp_path / "out" / "comparison.html").exists()
+
+
+def test_a_profile_beside_the_runs_is_drawn_and_answered(tmp_path):
+    """aggregate writes profile.csv beside runs.csv when runs were profiled: the report finds it there
+    (no flag), draws the operator breakdown and states the communication share per cell."""
+    runs = make_runs(strategies=("single", "allreduce"), world_sizes=(1, 2), repeats=2, failures=False, others_at_1=False)
+    argv = _write(tmp_path, runs)
+    make_profile(runs).to_csv(tmp_path / "profile.csv", index=False)
+    assert report.main(argv) == 0
+    out = tmp_path / "out"
+    html = (out / "report.html").read_text()
+    assert (out / "figures" / "profile.svg").is_file() and 'id="fig-profile"' in html
+    assert "Communication operators take 31.5 % for allreduce at world size 2" in html
+    assert f"profile = <code>{tmp_path / 'profile.csv'}</code>" in html
+    (tmp_path / "profile.csv").unlink()  # no profile, no figure and no finding
+    assert report.main(argv) == 0
+    html = (out / "report.html").read_text()
+    assert 'id="fig-profile"' not in html and "Communication operators" not in html
