@@ -83,6 +83,9 @@ RESULTS_PATTERN = "^[A-Za-z0-9._/-]+$"
 # Runs (cells x repeats) a grid may expand to unless the config raises max_runs: the
 # check runs before the grid is expanded, so a typo cannot exhaust memory.
 DEFAULT_MAX_RUNS = 20000
+# The one value of the top-level `dataset` key (`--config dataset=synthetic`): the grid's
+# real datasets replaced by synthetic data of their shapes (the workflow's common.smk).
+OFFLINE_DATASET = "synthetic"
 DEFAULT_IMAGES = {
     "cpu": "containers/ddpbench-cpu.sif",
     "cuda": "containers/ddpbench-cuda.sif",
@@ -282,6 +285,17 @@ def build_schema() -> dict[str, Any]:
                     "grid is expanded (raise it for a deliberately large study)"
                 ),
             },
+            "dataset": {
+                "type": ["string", "null"],
+                "enum": [None, OFFLINE_DATASET],
+                "default": None,
+                "description": (
+                    "Run a grid offline: synthetic turns every cell on a real dataset (cifar10, "
+                    "mnist, imagenette) into dataset synthetic with synthetic_shape that dataset "
+                    "(the real inputs' shape and classes), so nothing is fetched; exclusions and "
+                    "the real datasets' sample limits apply as written (null: the grid as written)"
+                ),
+            },
             "allow_oversubscribe": {
                 "type": "boolean",
                 "default": False,
@@ -418,7 +432,9 @@ def render_markdown() -> str:
         props = spec.get("properties")
         if section in ("exclude", "baseline") or not props:
             default = spec.get("default")
-            lines += [f"Type: {spec['type']}; default: `{_inline(default)}`.", ""]
+            kind = spec["type"]
+            kind = " or ".join(kind) if isinstance(kind, list) else kind
+            lines += [f"Type: {kind}; default: `{_inline(default)}`.", ""]
             continue
         lines += ["| key | type | default | description |", "|---|---|---|---|"]
         for name, prop in props.items():

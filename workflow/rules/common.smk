@@ -28,6 +28,7 @@ sys.path.insert(0, SRC_DIR)
 from ddpbench.config_schema import (  # noqa: E402
     CORE_AXES,
     LAUNCH_AXES,
+    OFFLINE_DATASET,
     TIMING_KEYS,
     coerce_typed_strings,
     non_finite_key,
@@ -163,14 +164,19 @@ def is_path_component(text):
     return text not in ("", ".", "..") and not any(ch in text for ch in PATH_UNSAFE)
 
 
+def axis_order():
+    """Path order of the axes: the core axes (nodes after world_size), then the others in
+    parameter order."""
+    order = list(CORE_AXES)
+    order.insert(order.index("world_size") + 1, "nodes")
+    return order + [n for n in CellParams.names() if n not in order]
+
+
 def grid_axes(config):
     """The axes in path order: the core axes (nodes after world_size), then the
     others in parameter order."""
     grid = config["grid"]
-    order = list(CORE_AXES)
-    order.insert(order.index("world_size") + 1, "nodes")
-    order += [n for n in CellParams.names() if n not in order]
-    axes = {name: list(grid[name]) for name in order if name in grid}
+    axes = {name: list(grid[name]) for name in axis_order() if name in grid}
     for name, values in axes.items():
         check_axis_values(f"grid.{name}", name, values)
         unsafe = [v for v in values if not is_path_component(str(v))]
@@ -312,6 +318,65 @@ def check_cell_combinations(cells):
             raise config_error(where, f"{err} (exclude these cells)") from None
 
 
+# Values per sample of the synthetic stand-ins (imagenette: 3 x image_size^2).
+SAMPLE_VALUES = {"cifar10": 3 * 32 * 32, "mnist": 28 * 28, "imagenette": 3}
+
+
+def synthetic_stand_ins(cells, base):
+    """`--config dataset=synthetic` (top-level `dataset`): every cell on a real dataset
+    runs on dataset synthetic with synthetic_shape that dataset (its inputs' shape and
+    classes; imagenette's side is the cell's image_size), so no prepare_data job is
+    planned and nothing is fetched. Called after the exclusions and the cell checks, so
+    the grid is the one written, the real datasets' sample limits included. The cells
+    on synthetic data already keep their own synthetic_shape; a stand-in identical to
+    one of them runs once. Run folders say dataset~synthetic (and synthetic_shape~X
+    where X is not the shared synthetic_shape), never beside a real-data run's."""
+    if config["dataset"] != OFFLINE_DATASET:
+        return cells
+    frame = cells.reset_index(drop=True)
+    real = frame["dataset"].isin(REAL_DATASETS)
+    if not real.any():
+        return cells
+    if "synthetic_shape" not in frame.columns:
+        frame["synthetic_shape"] = FIXED_PARAMS["synthetic_shape"]
+    frame.loc[real, "synthetic_shape"] = frame.loc[real, "dataset"]
+    frame.loc[real, "dataset"] = OFFLINE_DATASET
+    frame = frame[[name for name in axis_order() if name in frame.columns]]
+    stand_ins = effective_cells(frame, base)
+    warn_synthetic_memory(stand_ins)
+    return stand_ins
+
+
+def warn_synthetic_memory(cells):
+    """Synthetic data lives in each rank's memory (train + test samples as float32, and
+    as much again while it is generated): warn when a cell's ranks on one node would need
+    more than this machine's memory (a full-size imagenette stand-in: 2.9 GB a rank)."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    heavy = []
+    for cell in cells.to_dict(orient="records"):
+        p = {**FIXED_PARAMS, **cell}
+        if p["dataset"] != OFFLINE_DATASET:
+            continue
+        values = SAMPLE_VALUES[p["synthetic_shape"]]
+        if p["synthetic_shape"] == "imagenette":
+            values *= p["image_size"] ** 2
+        per_rank = 2 * 4 * values * (p["dataset_size"] + p["test_size"])
+        ranks = int(cell["world_size"]) // int(cell.get("nodes", 1))
+        if ranks * per_rank > total:
+            heavy.append(
+                f"{p['synthetic_shape']} x {p['dataset_size']} on {ranks} ranks: "
+                f"{ranks * per_rank / 2**30:.1f} GiB"
+            )
+    if heavy:
+        logger.warning(
+            f"ddpbench: dataset=synthetic: {len(heavy)} cell(s) would hold more synthetic data "
+            f"in memory than this machine's {total / 2**30:.0f} GiB (train + test samples as "
+            "float32, twice while generated), e.g. "
+            + "; ".join(heavy[:3])
+            + ": lower their dataset_size (or test_size)"
+        )
+
+
 def warn_oversubscribed_cells(cells):
     """CPU cells whose ranks per node x threads exceed this machine's cores: the launcher
     records them as skipped (they stay rows), unless allow_oversubscribe is true."""
@@ -391,6 +456,7 @@ check_grid_size(AXES, config["repeats"], config["max_runs"])
 BASE_PARAMS = base_cell_params(config)
 CELLS = effective_cells(expand_grid(AXES, config["exclude"]), BASE_PARAMS)
 check_cell_combinations(CELLS)
+CELLS = synthetic_stand_ins(CELLS, BASE_PARAMS)
 warn_oversubscribed_cells(CELLS)
 warn_link_cells(CELLS)
 RESULTS = config["results"].rstrip("/")
