@@ -1,0 +1,76 @@
+"""The study presets of configs/studies/ (docs/studies.md) planned offline: with
+`--config dataset=synthetic` every cell on a real dataset trains on synthetic data of that
+dataset's shape, and no data-preparation job is planned. Dry runs only (seconds each);
+test_workflow.test_every_preset_plans dry-runs each preset as written."""
+
+import re
+
+import pytest
+
+from test_workflow import ROOT, snakemake
+
+STUDIES = ROOT / "configs" / "studies"
+OFFLINE = ["--config", "dataset=synthetic"]
+# study -> the real datasets its grid trains on, whose shapes the synthetic stand-ins take
+SHAPES = {
+    "accelerators": {"cifar10"},
+    "sync-dp": {"cifar10"},
+    "cores-and-gpus": {"imagenette"},
+    "dataset-size": {"mnist"},
+    "sync-strategies": {"cifar10"},
+}
+
+
+def plan(workdir, study, *args):
+    """`snakemake -n -p` of a study: its train commands and the whole output."""
+    proc = snakemake(workdir, "-n", "-p", *args, configfile=STUDIES / f"{study}.yaml")
+    out = proc.stdout + proc.stderr
+    return [line for line in proc.stdout.splitlines() if "ddpbench.launch" in line], out
+
+
+@pytest.mark.parametrize("study", sorted(SHAPES))
+def test_study_plans_offline_on_synthetic_data_of_the_real_shape(tmp_path, study):
+    commands, out = plan(tmp_path, study, *OFFLINE)
+    assert commands, out[-3000:]
+    for command in commands:
+        assert "--dataset synthetic " in command, command
+        assert re.search(r"--out '?results/[^ ]*/dataset~synthetic/", command), command
+    shapes = {re.search(r"--synthetic-shape (\w+)", c).group(1) for c in commands}
+    assert shapes == SHAPES[study]
+    assert "prepare_data" not in out and "ddpbench.data" not in out
+
+
+@pytest.mark.parametrize("study", sorted(SHAPES))
+def test_study_as_written_trains_on_the_real_dataset(tmp_path, study):
+    """The same preset online: the real dataset, prepared once before its cells."""
+    commands, out = plan(tmp_path, study)
+    datasets = {re.search(r"--dataset (\w+)", c).group(1) for c in commands}
+    assert datasets == SHAPES[study]
+    assert len(re.findall(r"^rule prepare_data:", out, re.M)) == len(SHAPES[study]), out[-3000:]
+
+
+def test_offline_keeps_the_grid_it_replaces(tmp_path):
+    """Same runs, same exclusions: only the dataset of each cell changes."""
+    online, _ = plan(tmp_path, "cores-and-gpus")
+    offline, _ = plan(tmp_path, "cores-and-gpus", *OFFLINE)
+    assert len(online) == len(offline) == 160  # 16 cells x 10 repeats
+
+    def without_data(command):
+        command = re.sub(r"--dataset \w+|--synthetic-shape \w+", "", command)
+        return re.sub(r"(dataset|synthetic_shape)~\w+/", "", command)
+
+    assert sorted(map(without_data, online)) == sorted(map(without_data, offline))
+
+
+def test_sync_strategies_profiles_and_runs_two_nodes(tmp_path):
+    commands, _ = plan(tmp_path, "sync-strategies", *OFFLINE)
+    assert commands and all("--profile-steps 5" in c for c in commands)
+    assert any("--nnodes 2" in c and "--link unshaped" in c for c in commands)
+
+
+def test_bad_dataset_override_fails_naming_the_key(tmp_path):
+    proc = snakemake(tmp_path, "-n", "--config", "dataset=foo", configfile=STUDIES / "sync-dp.yaml", check=False)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr  # Snakemake prints the parse error on stdout
+    assert "invalid config at 'dataset'" in out and "'foo'" in out, out[-3000:]
+    assert not (tmp_path / "results").exists()
