@@ -86,6 +86,9 @@ DEFAULT_MAX_RUNS = 20000
 # The one value of the top-level `dataset` key (`--config dataset=synthetic`): the grid's
 # real datasets replaced by synthetic data of their shapes (the workflow's common.smk).
 OFFLINE_DATASET = "synthetic"
+# Studies with a report section (ddpbench.studies.STUDIES, which a test keeps equal to this;
+# not imported here: validating a config must not load pandas)
+STUDIES = ("dataset-size", "sync-dp")
 DEFAULT_IMAGES = {
     "cpu": "containers/ddpbench-cpu.sif",
     "cuda": "containers/ddpbench-cuda.sif",
@@ -294,6 +297,16 @@ def build_schema() -> dict[str, Any]:
                     "mnist, imagenette) into dataset synthetic with synthetic_shape that dataset "
                     "(the real inputs' shape and classes), so nothing is fetched; exclusions and "
                     "the real datasets' sample limits apply as written (null: the grid as written)"
+                ),
+            },
+            "study": {
+                "type": ["string", "null"],
+                "enum": [None, *STUDIES],
+                "default": None,
+                "description": (
+                    "the study preset this grid is (configs/studies): the report answers its "
+                    "question in a section after the findings, with its own table and findings "
+                    "(null: no study section)"
                 ),
             },
             "allow_oversubscribe": {

@@ -37,7 +37,7 @@ import pandas as pd
 import yaml
 
 from ddpbench import analysis as A
-from ddpbench import aggregate, plots, safe_io, storage
+from ddpbench import aggregate, plots, safe_io, storage, studies
 from ddpbench.findings import Finding, bandwidth_text, findings
 
 
@@ -530,6 +530,18 @@ DEFINITIONS = [
 PAGE_ANCHORS = ("comparisons", "speedup-table", "cells", "fits", "problems", "links")
 
 
+def study_section(inp: Inputs, cells: pd.DataFrame, speed: pd.DataFrame, figures: list) -> dict:
+    """The study's section for the templates: its question, answer, table and the figures it points
+    to that this report has (in a grid of figure groups, the first group's)."""
+    sec = studies.section(inp.study, inp.runs, cells, speed)
+    anchors = {}
+    for f in figures:
+        anchors.setdefault(f.kind, ("fig-" + pathlib.Path(f.svg).stem, f.title))
+    shown = [(anchors[k][1], anchors[k][0]) for k in sec.figures if k in anchors]
+    return dict(name=sec.name, title=sec.title, question=sec.question, findings=sec.findings, figures=shown,
+                table=Table(sec.columns, sec.rows, sec.note))
+
+
 def linked_findings(found: list, figures: list) -> list:
     """Findings whose link points at something on the page: a table, or a figure this report
     has (in a grid of figure groups, the first group's figure of that name; a figure left out for
@@ -714,6 +726,7 @@ class Inputs:
     plan: list[str] = field(default_factory=list)  # the workflow's `ddpbench plan:` lines (ddpbench.plan)
     compare_to: str | None = None  # a stored result set: this report compares its runs against it
     profile: pd.DataFrame | None = None  # aggregate's profile.csv (runs with profile_steps > 0)
+    study: str | None = None  # a study preset's name (studies.STUDIES): its section follows the findings
 
 
 # Cells of a comparison named in the report (the rest are in comparison.csv / comparison.html).
@@ -841,6 +854,7 @@ def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.P
         )
         figures = plots.collect(early, late)
     found = linked_findings(found, figures)
+    ctx["study"] = study_section(inp, cells, speed, figures) if inp.study else None
     if against and not against["error"]:
         found.insert(0, against["finding"])
     caps = captions()
@@ -898,6 +912,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", help="aggregated steps.csv (loss and step-time figures)")
     ap.add_argument("--comm", help="collective sweep CSV (latency/bandwidth for the cost model)")
     ap.add_argument("--profile", help="aggregated profile.csv (default: profile.csv beside --runs, when there)")
+    ap.add_argument("--study", choices=sorted(studies.STUDIES),
+                    help="a study preset's name: the report answers its question in a section after the findings")
     ap.add_argument("--out", required=True, help="output folder")
     ap.add_argument("--title", default="ddpbench report")
     ap.add_argument("--bootstrap", type=int, default=A.N_BOOT,
@@ -968,7 +984,7 @@ def build_from_args(args: argparse.Namespace) -> int:
     inp = Inputs(runs, _read_optional(args.steps), _read_optional(args.comm), args.title, args.bootstrap,
                  {"runs": args.runs, "steps": args.steps or "–", "comm": args.comm or "–", **({"profile": profile} if profile else {})},
                  args.baseline_strategy, args.max_rel_ci, read_plan(getattr(args, "plan", None)),
-                 getattr(args, "compare_to", None), _read_optional(profile))  # fmt: skip
+                 getattr(args, "compare_to", None), _read_optional(profile), getattr(args, "study", None))  # fmt: skip
     try:
         path = build(inp, pathlib.Path(args.out), pdf=not args.no_pdf)
     except safe_io.UnsafePathError as err:

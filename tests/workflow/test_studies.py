@@ -74,3 +74,16 @@ def test_bad_dataset_override_fails_naming_the_key(tmp_path):
     out = proc.stdout + proc.stderr  # Snakemake prints the parse error on stdout
     assert "invalid config at 'dataset'" in out and "'foo'" in out, out[-3000:]
     assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("study", ["sync-dp", "dataset-size"])
+def test_a_study_with_a_report_section_passes_its_name_to_the_report(tmp_path, study):
+    _, out = plan(tmp_path, study, *OFFLINE)
+    (report,) = [line for line in out.splitlines() if "ddpbench.report" in line]
+    assert f"--study {study}" in report
+
+
+def test_the_config_knows_the_studies_that_have_a_report_section():
+    from ddpbench import config_schema, studies
+
+    assert config_schema.STUDIES == tuple(sorted(studies.STUDIES))

@@ -67,10 +67,11 @@ rule report:
         compare_to=lambda wildcards, input: (
             f"--compare-to {shlex.quote(input.baseline[0])}" if input.baseline else ""
         ),
+        study=f"--study {shlex.quote(config['study'])}" if config.get("study") else "",
     shell:
         "python -m ddpbench.report --runs {input.runs:q} --steps {input.steps:q}"
         " --baseline-strategy {params.baseline_strategy:q} --max-rel-ci {params.max_rel_ci}"
-        " --out {params.out_dir:q} --plan {params.plan:q} --log {log:q} {params.compare_to}"
+        " --out {params.out_dir:q} --plan {params.plan:q} --log {log:q} {params.compare_to} {params.study}"
 
 
 # `snakemake archive`: the whole study in one file (runs, tables, report, config, lock)

@@ -1,0 +1,233 @@
+"""The study presets' own report sections (issue 13): what a study asks, and its answer.
+
+A preset names its study (`study: sync-dp` in configs/studies/sync-dp.yaml; the report gets
+`--study sync-dp`). The report then opens, right after its findings, a section with the study's
+question, a table computed for exactly that question, links to the figures that answer it and
+a paragraph of findings computed from the data. Each study is one entry of STUDIES; a study
+whose data are not in the runs (another grid under the same name) says so instead of guessing.
+
+Numbers follow the report's conventions: timing metrics are the cells' geometric means with
+their 95 % intervals (cells.csv), shares the medians over repeats with their order-statistic
+intervals, per-step phase times the medians over a cell's runs of (phase seconds / timed steps).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from ddpbench import analysis as A
+from ddpbench.findings import pct_text, ratio_text, sig3
+
+
+@dataclass
+class Data:
+    """What a study reads: the report's runs, cells and speedup tables."""
+
+    runs: pd.DataFrame
+    cells: pd.DataFrame
+    speed: pd.DataFrame
+
+
+@dataclass
+class Section:
+    """A study's part of the report: the table as (columns, rows, note), the figure kinds it points
+    to, and its findings (plain sentences)."""
+
+    name: str
+    title: str
+    question: str
+    columns: list[str]
+    rows: list[list[str]]
+    note: str
+    figures: tuple[str, ...]
+    findings: list[str]
+
+
+@dataclass(frozen=True)
+class Study:
+    title: str
+    question: str
+    figures: tuple[str, ...]  # figure kinds (plots.KINDS) that answer it, in reading order
+    build: Callable[[Data], tuple[list[str], list[list[str]], str, list[str]]]  # columns, rows, note, findings
+
+
+def _num(x) -> float:
+    v = pd.to_numeric(pd.Series([x]), errors="coerce").iloc[0]
+    return float(v) if pd.notna(v) else np.nan
+
+
+def _ms(x) -> str:
+    return "–" if not np.isfinite(_num(x)) else f"{sig3(1e3 * _num(x))}"
+
+
+def _count(x) -> str:
+    """A count as a whole number when it is one (6 calls, not 6.00)."""
+    v = _num(x)
+    return "–" if not np.isfinite(v) else str(int(v)) if v == int(v) else sig3(v)
+
+
+def _with_ci(r, col: str, scale: float = 1.0) -> str:
+    est, lo, hi = (_num(r.get(c, np.nan)) * scale for c in (col, f"{col}_ci_low", f"{col}_ci_high"))
+    if not np.isfinite(est):
+        return "–"
+    return f"{sig3(est)} [{sig3(lo)}, {sig3(hi)}]" if np.isfinite(lo) and np.isfinite(hi) else sig3(est)
+
+
+def _per_step(runs: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
+    """Per cell (`cols`): medians over its ok runs of compute and communication seconds per timed
+    step, communication calls per step and samples per step (the global batch)."""
+    ok = runs[runs["status"] == "ok"]
+    num = lambda c: pd.to_numeric(ok[c], errors="coerce") if c in ok else pd.Series(np.nan, index=ok.index)  # noqa: E731
+    steps = num("timed_steps")
+    compute = sum(num(f"phase_{p}_s") for p in ("data", "forward", "backward", "optimizer")) / steps
+    frame = pd.DataFrame({**{c: ok[c] for c in cols}, "compute_s": compute, "comm_s": num("phase_comm_s") / steps,
+                          "calls": num("comm_calls_per_step"), "global_batch": num("global_batch"),
+                          "fixed_s": num("fixed_cost_s")})  # fmt: skip
+    return frame.groupby(cols, dropna=False, sort=True).median().reset_index()
+
+
+def _cells(d: Data, cols: list[str]) -> pd.DataFrame:
+    """cells.csv rows with the per-step medians and the speedup beside them, one per cell."""
+    cells = d.cells[d.cells["n_repeats"] > 0] if "n_repeats" in d.cells else d.cells
+    merged = cells.merge(_per_step(d.runs, cols), on=cols, how="left", suffixes=("", "_runs"))
+    sp = [c for c in ("speedup", "speedup_ci_low", "speedup_ci_high") if c in d.speed]
+    if sp and not d.speed.empty:
+        merged = merged.merge(d.speed[[*cols, *sp]], on=cols, how="left")
+    return merged
+
+
+def _name(r, cols: list[str]) -> str:
+    return ", ".join(f"{'p' if c == 'world_size' else 'n' if c == 'dataset_size' else c}={r[c]}" for c in cols if c != "strategy")
+
+
+# -- sync-dp: synchronous data parallelism, what communication costs ------------------------------
+
+
+def sync_dp(d: Data):
+    cols = [c for c in dict.fromkeys(("strategy", "world_size", *A.varying(d.runs, A.axes(d.runs)))) if c in d.cells]
+    t = _cells(d, cols)
+    columns = ["strategy", "cell", "iteration [ms]", "compute [ms]", "comm [ms]", "comm [% of step]", "calls/step",
+               "calls/epoch", "compute : exp. comm", "epoch [s]", "speedup"]  # fmt: skip
+    rows, found = [], []
+    for _, r in t.sort_values(cols, kind="stable").iterrows():
+        per_epoch = _num(r["calls"]) * _num(r.get("dataset_size")) / _num(r["global_batch"])
+        rows.append([str(r["strategy"]), _name(r, cols), _with_ci(r, "step_time_median_s", 1e3), _ms(r["compute_s"]),
+                     _ms(r["comm_s"]), _with_ci(r, "frac_comm", 100), _count(r["calls"]),
+                     _count(per_epoch), _with_ci(r, "compute_comm_ratio"),
+                     _with_ci(r, "epoch_time_s"), _with_ci(r, "speedup")])  # fmt: skip
+    multi = t[pd.to_numeric(t["world_size"], errors="coerce") > 1]
+    if not multi.empty:
+        p = int(pd.to_numeric(multi["world_size"]).max())
+        top = multi[pd.to_numeric(multi["world_size"]) == p].sort_values("frac_comm", ascending=False)
+        parts = [f"{r['strategy']} {pct_text(r['frac_comm'], r.get('frac_comm_ci_low'), r.get('frac_comm_ci_high'), r.get('frac_comm_ci_level'))}"
+                 f" ({_count(r['calls'])} calls per step)" for _, r in top.iterrows()]  # fmt: skip
+        found.append(f"With {p} processes, the share of each step spent communicating: " + "; ".join(parts) + ".")
+        by = {str(r["strategy"]): r for _, r in top.iterrows()}
+        if "allreduce" in by and "bucketed_allreduce" in by:
+            a, b = by["allreduce"], by["bucketed_allreduce"]
+            found.append(f"Bucketing cuts the calls per step from {_count(a['calls'])} (per-parameter all-reduce) to "
+                         f"{_count(b['calls'])}, and communication per step from {_ms(a['comm_s'])} to "
+                         f"{_ms(b['comm_s'])} ms.")  # fmt: skip
+        if "ddp" in by and np.isfinite(_num(by["ddp"].get("frac_exposed_comm"))):
+            r = by["ddp"]
+            found.append(f"DDP overlaps communication with the backward pass: of the {pct_text(r['frac_comm'])} of its "
+                         f"step spent communicating, {pct_text(r['frac_exposed_comm'])} is exposed (not hidden)."
+                         .replace(" (no interval)", ""))  # fmt: skip
+        if "speedup" in top:
+            best = top.dropna(subset=["speedup"]).sort_values("speedup", ascending=False)
+            if not best.empty:
+                r = best.iloc[0]
+                found.append(f"The best effective speedup at p = {p} is {r['strategy']}'s: "
+                             f"{ratio_text(r['speedup'], r.get('speedup_ci_low'), r.get('speedup_ci_high'))}.")  # fmt: skip
+    note = ("Iteration, epoch time and speedup: geometric means over repeats [95 % intervals]; compute (data, forward, "
+            "backward, optimizer) and communication (comm) per step, calls: medians over the cell's runs of the pacing rank's "
+            "phase seconds per timed step; calls per epoch = calls per step × dataset size / global batch; compute : "
+            "exposed (exp.) comm as in cells.csv.")  # fmt: skip
+    return columns, rows, note, found
+
+
+# -- dataset-size: when does parallelism pay off? --------------------------------------------------
+
+
+def crossover_samples(fixed_1: float, per_sample_1: float, fixed_p: float, per_sample_p: float, epochs: float) -> float:
+    """Samples N above which a run at p workers finishes first: a run takes fixed + epochs·N·(seconds
+    per sample), so N* = (F_p − F_1) / (epochs · (s_1 − s_p)); 0 when p is never slower, inf when p
+    is never faster, NaN when a number is missing."""
+    vals = np.array([fixed_1, per_sample_1, fixed_p, per_sample_p, epochs], float)
+    if not np.isfinite(vals).all():
+        return np.nan
+    gain = epochs * (per_sample_1 - per_sample_p)
+    if gain <= 0:
+        return np.inf if fixed_p >= fixed_1 or gain < 0 else 0.0
+    return max(0.0, (fixed_p - fixed_1) / gain)
+
+
+def dataset_size(d: Data):
+    cols = [c for c in dict.fromkeys(("strategy", "world_size", "dataset_size", *A.varying(d.runs, A.axes(d.runs))))
+            if c in d.cells]  # fmt: skip
+    t = _cells(d, cols)
+    t = t.assign(per_sample=pd.to_numeric(t["step_time_median_s"], errors="coerce") / t["global_batch"],
+                 _p=pd.to_numeric(t["world_size"], errors="coerce"), _n=pd.to_numeric(t["dataset_size"], errors="coerce"))
+    base = t[(t["strategy"].astype(str) == A.BASELINE_STRATEGY) & (t["_p"] == 1)]
+    epochs = _num(d.runs["epochs"].median()) if "epochs" in d.runs else 1.0
+    columns = ["strategy", "p", "dataset size", "epoch time [s]", "speedup", "ms per sample", "fixed cost per run [s]",
+               "pays off above [samples]"]  # fmt: skip
+    rows, found, crossings = [], [], {}
+    b1 = (float(base["fixed_s"].median()), float(base["per_sample"].median())) if not base.empty else (np.nan, np.nan)
+    for _, r in t.sort_values(["strategy", "_p", "_n"], kind="stable").iterrows():
+        n_star = crossover_samples(*b1, _num(r["fixed_s"]), _num(r["per_sample"]), epochs) if r["_p"] > 1 else np.nan
+        if r["_p"] > 1:
+            crossings.setdefault((str(r["strategy"]), int(r["_p"])), []).append(n_star)
+        rows.append([str(r["strategy"]), str(r["world_size"]), str(r["dataset_size"]), _with_ci(r, "epoch_time_s"),
+                     _with_ci(r, "speedup"), _ms(r["per_sample"]), sig3(_num(r["fixed_s"])),
+                     "–" if np.isnan(n_star) else "never" if np.isinf(n_star) else sig3(n_star)])  # fmt: skip
+    for (strategy, p), values in sorted(crossings.items(), key=lambda kv: kv[0][1]):
+        known = np.array(values, float)[~np.isnan(np.array(values, float))]
+        if not len(known):
+            continue
+        v = float(np.median(known))  # over the dataset sizes: each gives the crossing of its own cells
+        if np.isinf(v):
+            found.append(f"{strategy} at p = {p} never pays off here: its time per sample is no lower than one process's.")
+        elif np.isfinite(v):
+            sizes = sorted(t["_n"].dropna().unique())
+            inside = "within" if sizes and sizes[0] <= v <= sizes[-1] else "outside"
+            found.append(f"{strategy} at p = {p} pays off above about {sig3(v)} samples per run ({inside} the measured "
+                         f"sizes {sig3(sizes[0])}–{sig3(sizes[-1])}): below it, its larger fixed cost per run "
+                         f"outweighs its faster steps.")  # fmt: skip
+    note = ("Epoch time and speedup: geometric means [95 % intervals]. A run's time = fixed cost + epochs × samples × "
+            "seconds per sample (its timed steps' time per sample of the global batch); 'pays off above' is where "
+            "that line crosses one process's (the single baseline's, medians over its dataset sizes): "
+            "N* = (F_p − F_1) / (epochs · (s_1 − s_p)). The fitted T_p = T_comp/p + T_comm + T_sync per dataset size "
+            "is the cost model in the fits table.")  # fmt: skip
+    return columns, rows, note, found
+
+
+STUDIES: dict[str, Study] = {
+    "sync-dp": Study(
+        "Synchronous data parallelism: what communication costs",
+        "How much of each step do the synchronising strategies spend communicating, how many calls does it take, "
+        "and what do bucketing and DDP's overlap buy?",
+        ("phases", "speedup", "efficiency", "profile"),
+        sync_dp,
+    ),
+    "dataset-size": Study(
+        "Dataset size: when does parallelism pay off?",
+        "How do training time, speedup and efficiency change with the dataset size, and above which size does "
+        "adding workers pay off?",
+        ("dataset_size", "speedup", "fixed_cost"),
+        dataset_size,
+    ),
+}
+
+
+def section(name: str, runs: pd.DataFrame, cells: pd.DataFrame, speed: pd.DataFrame) -> Section:
+    """The report section of study `name` (a KeyError names the studies there are)."""
+    if name not in STUDIES:
+        raise KeyError(f"unknown study {name!r}: one of {', '.join(sorted(STUDIES))}")
+    study = STUDIES[name]
+    columns, rows, note, found = study.build(Data(runs, cells, speed))
+    return Section(name, study.title, study.question, columns, rows, note, study.figures, found)

@@ -1,0 +1,85 @@
+"""The study presets' report sections (studies.py): each answers its question from the data."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from report_synth import make_runs
+
+from ddpbench import analysis as A
+from ddpbench import report, studies
+
+
+def _section(name, runs):
+    cells, speed = A.cell_stats(runs), A.speedup_table(runs)
+    return studies.section(name, runs, cells, speed)
+
+
+def test_sync_dp_table_and_answer_from_the_cells():
+    runs = make_runs(strategies=("single", "allreduce", "bucketed_allreduce", "ddp"), world_sizes=(1, 2),
+                     repeats=3, failures=False, others_at_1=False)  # fmt: skip
+    calls = {"allreduce": 10.0, "bucketed_allreduce": 1.0, "ddp": 2.0, "single": 0.0}
+    runs["comm_calls_per_step"] = runs["strategy"].map(calls)
+    sec = _section("sync-dp", runs)
+    assert [r[0] for r in sec.rows] == ["allreduce", "bucketed_allreduce", "ddp", "single"]
+    row = dict(zip(sec.columns, sec.rows[0]))
+    r0 = runs[runs["strategy"] == "allreduce"].iloc[0]
+    assert row["calls/step"] == "10"
+    assert row["calls/epoch"] == str(int(10 * r0["dataset_size"] / r0["global_batch"]))  # calls x steps per epoch
+    cell = A.cell_stats(runs).set_index("strategy").loc["allreduce"]
+    assert f"{100 * cell['frac_comm']:.3g}" in row["comm [% of step]"]
+    text = " ".join(sec.findings)
+    assert "With 2 processes" in text and "Bucketing cuts the calls per step from 10 (per-parameter all-reduce) to 1" in text
+    assert "DDP overlaps communication" in text and "best effective speedup at p = 2" in text
+    assert sec.figures[0] == "phases"
+
+
+@pytest.mark.parametrize("f1, s1, fp, sp, epochs, expected", [
+    (2.0, 1e-3, 4.0, 0.5e-3, 1, 4000.0),   # 2 s more fixed cost, 0.5 ms less per sample
+    (2.0, 1e-3, 4.0, 0.5e-3, 2, 2000.0),   # two epochs: half the samples
+    (4.0, 1e-3, 2.0, 0.5e-3, 1, 0.0),      # cheaper and faster: pays off from the first sample
+    (2.0, 1e-3, 4.0, 1e-3, 1, np.inf),     # no faster: never
+    (2.0, 1e-3, 4.0, np.nan, 1, np.nan),   # a number missing: no answer
+])  # fmt: skip
+def test_crossover_is_where_the_run_time_lines_meet(f1, s1, fp, sp, epochs, expected):
+    got = studies.crossover_samples(f1, s1, fp, sp, epochs)
+    assert (np.isnan(got) and np.isnan(expected)) or got == pytest.approx(expected)
+    if np.isfinite(got) and got > 0:  # at N*, both runs take the same time
+        assert f1 + epochs * got * s1 == pytest.approx(fp + epochs * got * sp)
+
+
+def test_dataset_size_finds_the_size_above_which_more_workers_pay_off():
+    runs = make_runs(strategies=("single", "ddp"), world_sizes=(1, 2), dataset_sizes=(1024, 4096), repeats=3,
+                     failures=False, others_at_1=False)  # fmt: skip
+    runs["fixed_cost_s"] = np.where(runs["world_size"] == 1, 3.0, 5.0)
+    sec = _section("dataset-size", runs)
+    assert {r[0] for r in sec.rows} == {"single", "ddp"} and len(sec.rows) == 4
+    ddp = {r[2]: dict(zip(sec.columns, r)) for r in sec.rows if r[0] == "ddp"}
+    cells = A.cell_stats(runs)
+    batch = float(runs["global_batch"].median())
+    base = cells[cells["strategy"] == "single"]["step_time_median_s"].median() / batch  # medians over the sizes
+    for n in ("1024", "4096"):
+        mine = cells[(cells["strategy"] == "ddp") & (cells["dataset_size"].astype(str) == n)]["step_time_median_s"]
+        expected = studies.crossover_samples(3.0, base, 5.0, float(mine.iloc[0]) / batch, 1)
+        assert np.isfinite(expected) and expected > 0
+        assert ddp[n]["pays off above [samples]"] == studies.sig3(expected)
+    assert any("ddp at p = 2 pays off above about" in f for f in sec.findings)
+
+
+def test_report_has_the_study_section_and_rejects_an_unknown_study(tmp_path, capsys):
+    runs = make_runs(strategies=("single", "allreduce", "ddp"), world_sizes=(1, 2), repeats=2, failures=False,
+                     others_at_1=False)  # fmt: skip
+    path = tmp_path / "runs.csv"
+    runs.to_csv(path, index=False)
+    argv = ["--runs", str(path), "--out", str(tmp_path / "out"), "--no-pdf", "--bootstrap", "100"]
+    with pytest.raises(SystemExit) as err:
+        report.main([*argv, "--study", "no-such-study"])
+    assert err.value.code == 2 and "no-such-study" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()  # refused before any work
+    assert report.main([*argv, "--study", "sync-dp"]) == 0
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert html.index('id="findings"') < html.index('id="study"') < html.index('id="speedup"')
+    assert "Study: Synchronous data parallelism" in html and 'id="study-table"' in html
+    assert 'href="#fig-phases"' in html
+    tex = (tmp_path / "out" / "report.tex").read_text()
+    assert "\\section{Study: Synchronous data parallelism" in tex
+    assert report.main(argv) == 0 and 'id="study"' not in (tmp_path / "out" / "report.html").read_text()
