@@ -120,7 +120,7 @@ def sync_dp(d: Data):
                      _count(per_epoch), _with_ci(r, "compute_comm_ratio"),
                      _with_ci(r, "epoch_time_s"), _with_ci(r, "speedup")])  # fmt: skip
     multi = t[pd.to_numeric(t["world_size"], errors="coerce") > 1]
-    if not multi.empty:
+    if not multi.empty and "frac_comm" in multi:  # (runs without phase timings have no shares to compare)
         p = int(pd.to_numeric(multi["world_size"]).max())
         top = multi[pd.to_numeric(multi["world_size"]) == p].sort_values("frac_comm", ascending=False)
         parts = [f"{r['strategy']} {pct_text(r['frac_comm'], r.get('frac_comm_ci_low'), r.get('frac_comm_ci_high'), r.get('frac_comm_ci_level'))}"

@@ -83,3 +83,12 @@ def test_report_has_the_study_section_and_rejects_an_unknown_study(tmp_path, cap
     tex = (tmp_path / "out" / "report.tex").read_text()
     assert "\\section{Study: Synchronous data parallelism" in tex
     assert report.main(argv) == 0 and 'id="study"' not in (tmp_path / "out" / "report.html").read_text()
+
+
+@pytest.mark.parametrize("name", sorted(studies.STUDIES))
+def test_a_study_on_runs_without_phase_timings_shows_its_cells_and_claims_nothing(name):
+    runs = make_runs(strategies=("single", "ddp"), world_sizes=(1, 2), repeats=2, failures=False, others_at_1=False)
+    runs = runs.drop(columns=[c for c in runs.columns if c.startswith(("phase_", "frac_", "comm_"))] + ["global_batch"])
+    sec = _section(name, runs)
+    assert len(sec.rows) == 2 and all(len(r) == len(sec.columns) for r in sec.rows)
+    assert not any("communicating" in f or "pays off above" in f for f in sec.findings)
