@@ -157,6 +157,15 @@ LARGE = dict(strategies=MANY[:8], world_sizes=(1, 2, 4, 8), batch_sizes=(16, 32,
              failures=False)  # fmt: skip
 
 
+@pytest.fixture(scope="module")
+def large():
+    """The LARGE grid's data (three models: three figure groups)."""
+    runs = make_runs(**LARGE)
+    cells = A.cell_stats(runs)
+    speed = A.speedup_table(runs)
+    return plots.Data(runs, cells, speed, A.fits_table(runs, speed, n_boot=20))
+
+
 def test_small_grid_is_one_group_and_a_large_grid_one_per_model():
     small = plots.Data(make_runs(), *[None] * 3)
     assert plots.group_axes(small.runs) == [] and [g[0] for g in plots.figure_groups(small)] == [""]
@@ -173,12 +182,8 @@ def test_small_grid_is_one_group_and_a_large_grid_one_per_model():
         assert set(part.fits["group"]) <= set(d.fits["group"])  # fits still found by their labels
 
 
-def test_large_grid_figures_have_bounded_panels_and_series():
-    runs = make_runs(**LARGE)
-    cells = A.cell_stats(runs)
-    speed = A.speedup_table(runs)
-    d = plots.Data(runs, cells, speed, A.fits_table(runs, speed, n_boot=20))
-    label, _, part = plots.figure_groups(d)[0]
+def test_large_grid_figures_have_bounded_panels_and_series(large):
+    label, _, part = plots.figure_groups(large)[0]
     with plots.matplotlib.rc_context(plots.RC):
         figs = list(plots.draw_all(part))
         kinds: dict = {}
@@ -235,12 +240,8 @@ def test_too_many_panels_keep_each_axis_first_and_last_values_and_name_the_rest(
     assert none == "" and same is few
 
 
-def test_a_large_group_draws_every_kind_in_one_figure_per_chunk_spanning_each_axis():
-    runs = make_runs(**LARGE)
-    cells = A.cell_stats(runs)
-    speed = A.speedup_table(runs)
-    d = plots.Data(runs, cells, speed, A.fits_table(runs, speed, n_boot=20))
-    label, _, part = plots.figure_groups(d)[0]
+def test_a_large_group_draws_every_kind_in_one_figure_per_chunk_spanning_each_axis(large):
+    label, _, part = plots.figure_groups(large)[0]
     with plots.matplotlib.rc_context(plots.RC):
         for kind, strategy, stem, _, fig in plots.draw_all(part, ["speedup", "phases"]):
             titles = " ".join(ax.get_title() for ax in fig.axes)
