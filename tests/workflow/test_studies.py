@@ -1,8 +1,10 @@
 """The study presets of configs/studies/ (docs/studies.md) planned offline: with
 `--config dataset=synthetic` every cell on a real dataset trains on synthetic data of that
-dataset's shape, and no data-preparation job is planned. Dry runs only (seconds each);
-test_workflow.test_every_preset_plans dry-runs each preset as written."""
+dataset's shape, and no data-preparation job is planned (dry runs, seconds each;
+test_workflow.test_every_preset_plans dry-runs each preset as written). The studies with a
+report section also run as miniatures end to end (~30 s each) and must answer in it."""
 
+import json
 import re
 
 import pytest
@@ -87,3 +89,29 @@ def test_the_config_knows_the_studies_that_have_a_report_section():
     from ddpbench import config_schema, studies
 
     assert config_schema.STUDIES == tuple(sorted(studies.STUDIES))
+
+
+# A study's miniature: its grid (models, strategies, the axes it asks about) on tiny synthetic
+# data of the real shape, a few steps, one repeat, world sizes that fit 2 cores; end to end.
+MINIATURE = [
+    "--config", "dataset=synthetic", "repeats=1", "allow_oversubscribe=false", "results=results/miniature",
+    'grid={"world_size": [1, 2], "dataset_size": [256, 512]}',
+    'timing={"warmup_steps": 1, "min_timed_steps": 2, "min_timed_s": 0.0, "max_steps": 4, "epochs": 1}',
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("study, figures, answer", [
+    ("sync-dp", ["phases.svg", "speedup.svg"], "the share of each step spent communicating"),
+    ("dataset-size", ["dataset_size.svg", "fixed_cost.svg"], "p = 2"),
+])  # fmt: skip
+def test_a_studys_miniature_runs_end_to_end_and_answers_in_its_section(tmp_path, study, figures, answer):
+    snakemake(tmp_path, *MINIATURE, configfile=STUDIES / f"{study}.yaml")
+    out = tmp_path / "results" / "miniature"
+    runs = list((out / "runs").rglob("summary.json"))
+    assert runs and all(json.loads(p.read_text())["status"] in ("ok", "skipped") for p in runs)
+    html = (out / "report" / "report.html").read_text()
+    section = html[html.index('<section id="study">') : html.index("</section>", html.index('<section id="study">'))]
+    assert "The answer." in section and answer in section, section[:2000]
+    assert 'id="study-table"' in section and section.count("<tr>") >= 3  # a header and the cells
+    for name in figures:
+        assert (out / "report" / "figures" / name).is_file(), name
