@@ -533,7 +533,7 @@ PAGE_ANCHORS = ("comparisons", "speedup-table", "cells", "fits", "problems", "li
 def study_section(inp: Inputs, cells: pd.DataFrame, speed: pd.DataFrame, figures: list) -> dict:
     """The study's section for the templates: its question, answer, table and the figures it points
     to that this report has (in a grid of figure groups, the first group's)."""
-    sec = studies.section(inp.study, inp.runs, cells, speed)
+    sec = studies.section(inp.study, inp.runs, cells, speed, inp.steps, inp.profile)
     anchors = {}
     for f in figures:
         anchors.setdefault(f.kind, ("fig-" + pathlib.Path(f.svg).stem, f.title))

@@ -25,11 +25,14 @@ from ddpbench.findings import pct_text, ratio_text, sig3
 
 @dataclass
 class Data:
-    """What a study reads: the report's runs, cells and speedup tables."""
+    """What a study reads: the report's runs, cells and speedup tables (and the per-step and
+    profiler tables where the report has them)."""
 
     runs: pd.DataFrame
     cells: pd.DataFrame
     speed: pd.DataFrame
+    steps: pd.DataFrame | None = None
+    profile: pd.DataFrame | None = None
 
 
 @dataclass
@@ -206,6 +209,84 @@ def dataset_size(d: Data):
     return columns, rows, note, found
 
 
+# -- sync-strategies: which strategy, and where its time goes -------------------------------------
+
+LOSS_AT = (20, 40)  # iterations whose loss the study compares (steps.csv's step numbers)
+
+
+def _steps_by_cell(d: Data, cols: list[str]) -> pd.DataFrame:
+    """steps.csv rows with their cell's columns from runs.csv (steps.csv names only some axes;
+    the run folder ties them: two cells differing by nodes alone are told apart)."""
+    if d.steps is None or d.steps.empty or "run_dir" not in d.steps:
+        return pd.DataFrame(columns=["run_dir", "rank", "step", "timed", "total_s", "loss", *cols])
+    cells = d.runs[["run_dir", *cols]].drop_duplicates("run_dir")
+    steps = d.steps[[c for c in ("run_dir", "rank", "step", "timed", "total_s", "loss") if c in d.steps]]
+    return steps.merge(cells, on="run_dir", how="inner")
+
+
+def _rank_and_loss(steps: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
+    """Per cell: rank 0's and the slowest other rank's median timed step (medians over runs), and
+    rank 0's loss at each iteration of LOSS_AT (median over runs)."""
+    out = []
+    for key, g in steps.groupby(cols, dropna=False, sort=False):
+        timed = g[pd.to_numeric(g["timed"], errors="coerce") > 0]
+        per = timed.groupby(["run_dir", "rank"])["total_s"].median().unstack("rank")
+        row = dict(zip(cols, key))
+        row["rank0_s"] = float(per[0].median()) if 0 in per else np.nan
+        others = per.drop(columns=[0], errors="ignore")
+        row["others_s"] = float(others.max(axis=1).median()) if others.shape[1] else np.nan
+        r0 = g[g["rank"] == 0]
+        for it in LOSS_AT:
+            row[f"loss_{it}"] = float(pd.to_numeric(r0.loc[r0["step"] == it, "loss"], errors="coerce").median())
+        out.append(row)
+    return pd.DataFrame(out, columns=[*cols, "rank0_s", "others_s", *(f"loss_{i}" for i in LOSS_AT)])
+
+
+def sync_strategies(d: Data):
+    cols = [c for c in dict.fromkeys(("strategy", "world_size", *A.varying(d.runs, A.axes(d.runs)))) if c in d.cells]
+    t = _cells(d, cols).merge(_rank_and_loss(_steps_by_cell(d, cols), cols), on=cols, how="left")
+    comm = {}
+    if d.profile is not None and not d.profile.empty:
+        from ddpbench import plots  # here: it imports matplotlib, which no other study needs
+
+        pcols = [c for c in cols if c in d.profile]
+        for key, g in plots.profile_cells(d.profile, pcols).groupby(pcols, dropna=False, sort=False):
+            total = g["self_s"].sum()
+            comm[tuple(str(v) for v in key)] = g.loc[g["comm"], "self_s"].sum() / total if total > 0 else np.nan
+        t["profile_comm"] = [comm.get(tuple(str(r[c]) for c in pcols), np.nan) for _, r in t.iterrows()]
+    columns = ["strategy", "cell", "iteration [ms]", "rank 0 [ms]", "slowest other rank [ms]", "rank skew",
+               *(f"loss at {i}" for i in LOSS_AT), "test accuracy", "profiled comm [% of step]", "throughput [samples/s]",
+               "speedup"]  # fmt: skip
+    rows, found = [], []
+    for _, r in t.sort_values(cols, kind="stable").iterrows():
+        rows.append([str(r["strategy"]), _name(r, cols), _with_ci(r, "step_time_median_s", 1e3), _ms(r.get("rank0_s")),
+                     _ms(r.get("others_s")), _with_ci(r, "rank_skew"),
+                     *(sig3(_num(r.get(f"loss_{i}"))) if np.isfinite(_num(r.get(f"loss_{i}"))) else "–" for i in LOSS_AT),
+                     _with_ci(r, "test_acc", 100), sig3(100 * _num(r.get("profile_comm"))) if np.isfinite(_num(r.get("profile_comm"))) else "–",
+                     _with_ci(r, "samples_per_s"), _with_ci(r, "speedup")])  # fmt: skip
+    multi = t[pd.to_numeric(t["world_size"], errors="coerce") > 1]
+    if not multi.empty and "samples_per_s" in multi:
+        best = multi.sort_values("samples_per_s", ascending=False).iloc[0]
+        found.append(f"The fastest strategy here is {best['strategy']} ({_name(best, cols)}): "
+                     f"{_with_ci(best, 'samples_per_s')} samples/s, speedup {_with_ci(best, 'speedup')} over one process.")  # fmt: skip
+    gs = multi[multi["strategy"].astype(str) == "gather_scatter"]
+    for _, r in gs.iterrows():
+        if np.isfinite(_num(r.get("rank0_s"))) and np.isfinite(_num(r.get("others_s"))):
+            found.append(f"Gather/scatter's rank 0 gathers and scatters for everyone ({_name(r, cols)}): its step takes "
+                         f"{_ms(r['rank0_s'])} ms against {_ms(r['others_s'])} ms on the slowest other rank, rank skew "
+                         f"{_with_ci(r, 'rank_skew')}.")  # fmt: skip
+    losses = t.dropna(subset=[f"loss_{LOSS_AT[-1]}"]) if f"loss_{LOSS_AT[-1]}" in t else t.iloc[0:0]
+    if len(losses) > 1:
+        lo, hi = losses[f"loss_{LOSS_AT[-1]}"].min(), losses[f"loss_{LOSS_AT[-1]}"].max()
+        found.append(f"At iteration {LOSS_AT[-1]} the loss ranges from {sig3(lo)} to {sig3(hi)} over the cells "
+                     f"(rank 0, median over repeats): the exact strategies train the same model as one process.")  # fmt: skip
+    note = ("Iteration time, throughput, speedup: geometric means [95 % intervals]; rank 0 and the slowest other rank: "
+            "medians over runs of each rank's median timed step (steps.csv); loss at an iteration: rank 0's at that step "
+            "of steps.csv, median over runs; test accuracy and rank skew: medians [order-statistic intervals]; profiled "
+            "comm: communication operators' share of a profiled step (the profile figure).")  # fmt: skip
+    return columns, rows, note, found
+
+
 STUDIES: dict[str, Study] = {
     "sync-dp": Study(
         "Synchronous data parallelism: what communication costs",
@@ -221,13 +302,21 @@ STUDIES: dict[str, Study] = {
         ("dataset_size", "speedup", "fixed_cost"),
         dataset_size,
     ),
+    "sync-strategies": Study(
+        "Sync strategies: which one, and where its time goes",
+        "Which gradient-sync strategy trains fastest, what does rank 0's role in gather/scatter cost, do the "
+        "strategies train the same model, and where does a step's time go by operator?",
+        ("speedup", "rank_skew", "loss", "profile", "phases"),
+        sync_strategies,
+    ),
 }
 
 
-def section(name: str, runs: pd.DataFrame, cells: pd.DataFrame, speed: pd.DataFrame) -> Section:
+def section(name: str, runs: pd.DataFrame, cells: pd.DataFrame, speed: pd.DataFrame,
+            steps: pd.DataFrame | None = None, profile: pd.DataFrame | None = None) -> Section:  # fmt: skip
     """The report section of study `name` (a KeyError names the studies there are)."""
     if name not in STUDIES:
         raise KeyError(f"unknown study {name!r}: one of {', '.join(sorted(STUDIES))}")
     study = STUDIES[name]
-    columns, rows, note, found = study.build(Data(runs, cells, speed))
+    columns, rows, note, found = study.build(Data(runs, cells, speed, steps, profile))
     return Section(name, study.title, study.question, columns, rows, note, study.figures, found)

@@ -92,3 +92,29 @@ def test_a_study_on_runs_without_phase_timings_shows_its_cells_and_claims_nothin
     sec = _section(name, runs)
     assert len(sec.rows) == 2 and all(len(r) == len(sec.columns) for r in sec.rows)
     assert not any("communicating" in f or "pays off above" in f for f in sec.findings)
+
+
+def test_sync_strategies_reads_each_ranks_step_the_loss_at_20_and_40_and_the_profile():
+    from report_synth import make_profile, make_steps
+
+    runs = make_runs(strategies=("single", "gather_scatter", "allreduce", "ddp"), world_sizes=(1, 4), repeats=3,
+                     failures=False, others_at_1=False)  # fmt: skip
+    ok = runs[runs["status"] == "ok"]
+    steps, profile = make_steps(ok, n_steps=42), make_profile(runs)
+    sec = studies.section("sync-strategies", runs, A.cell_stats(runs), A.speedup_table(runs), steps, profile)
+    rows = {r[0]: dict(zip(sec.columns, r)) for r in sec.rows}
+    assert set(rows) == {"single", "gather_scatter", "allreduce", "ddp"}
+    gs = rows["gather_scatter"]
+    t = ok[ok["strategy"] == "gather_scatter"]["step_time_median_s"]
+    assert gs["rank 0 [ms]"] == studies.sig3(1e3 * t.median())  # make_steps: rank r takes (1 + 0.02 r) x the step
+    assert gs["slowest other rank [ms]"] == studies.sig3(1e3 * (t * 1.06).median())
+    assert gs["loss at 20"] == studies.sig3(2.3 * np.exp(-2.0)) and gs["loss at 40"] == studies.sig3(2.3 * np.exp(-4.0))
+    # make_profile at p = 4: communication 0.30 of the step x (1 + 0.1 r) on rank r, ranks summing to 1, 1, 1.08, 1.17
+    assert gs["profiled comm [% of step]"] == studies.sig3(100 * (0.30 * 1.15) / ((1 + 1 + 1.08 + 1.17) / 4))
+    assert rows["single"]["profiled comm [% of step]"] == "0"
+    text = " ".join(sec.findings)
+    assert "Gather/scatter's rank 0" in text and "The fastest strategy here is" in text
+    assert "At iteration 40 the loss ranges from" in text
+    # without steps or a profile: the cells, no per-rank or loss claims
+    bare = studies.section("sync-strategies", runs, A.cell_stats(runs), A.speedup_table(runs))
+    assert len(bare.rows) == 4 and not any("rank 0" in f or "iteration 40" in f for f in bare.findings)

@@ -78,7 +78,7 @@ def test_bad_dataset_override_fails_naming_the_key(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
-@pytest.mark.parametrize("study", ["sync-dp", "dataset-size"])
+@pytest.mark.parametrize("study", ["sync-dp", "dataset-size", "sync-strategies"])
 def test_a_study_with_a_report_section_passes_its_name_to_the_report(tmp_path, study):
     _, out = plan(tmp_path, study, *OFFLINE)
     (report,) = [line for line in out.splitlines() if "ddpbench.report" in line]
@@ -100,12 +100,16 @@ MINIATURE = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("study, figures, answer", [
-    ("sync-dp", ["phases.svg", "speedup.svg"], "the share of each step spent communicating"),
-    ("dataset-size", ["dataset_size.svg", "fixed_cost.svg"], "p = 2"),
+@pytest.mark.parametrize("study, figures, answer, extra", [
+    ("sync-dp", ["phases.svg", "speedup.svg"], "the share of each step spent communicating", []),
+    ("dataset-size", ["dataset_size.svg", "fixed_cost.svg"], "p = 2", []),
+    # VGG-11: a small batch, one node, one dataset size; 2 profiled steps
+    ("sync-strategies", ["profile.svg", "rank_skew.svg"], "The fastest strategy here is",
+     ['grid={"world_size": [1, 2], "nodes": [1], "dataset_size": [256], "batch_size": [32]}',
+      'timing={"warmup_steps": 1, "min_timed_steps": 2, "min_timed_s": 0.0, "max_steps": 4, "epochs": 1, "profile_steps": 2}']),
 ])  # fmt: skip
-def test_a_studys_miniature_runs_end_to_end_and_answers_in_its_section(tmp_path, study, figures, answer):
-    snakemake(tmp_path, *MINIATURE, configfile=STUDIES / f"{study}.yaml")
+def test_a_studys_miniature_runs_end_to_end_and_answers_in_its_section(tmp_path, study, figures, answer, extra):
+    snakemake(tmp_path, *MINIATURE, *extra, configfile=STUDIES / f"{study}.yaml")
     out = tmp_path / "results" / "miniature"
     runs = list((out / "runs").rglob("summary.json"))
     assert runs and all(json.loads(p.read_text())["status"] in ("ok", "skipped") for p in runs)
