@@ -278,8 +278,10 @@ def sync_strategies(d: Data):
     losses = t.dropna(subset=[f"loss_{LOSS_AT[-1]}"]) if f"loss_{LOSS_AT[-1]}" in t else t.iloc[0:0]
     if len(losses) > 1:
         lo, hi = losses[f"loss_{LOSS_AT[-1]}"].min(), losses[f"loss_{LOSS_AT[-1]}"].max()
+        same = abs(hi - lo) <= 1e-3 * max(abs(lo), abs(hi))  # exact strategies: the same model as one process
         found.append(f"At iteration {LOSS_AT[-1]} the loss ranges from {sig3(lo)} to {sig3(hi)} over the cells "
-                     f"(rank 0, median over repeats): the exact strategies train the same model as one process.")  # fmt: skip
+                     f"(rank 0, median over repeats)" + (": the strategies train the same model." if same else
+                     ": the strategies do not all train the same model (an approximate one, or other batches)."))  # fmt: skip
     note = ("Iteration time, throughput, speedup: geometric means [95 % intervals]; rank 0 and the slowest other rank: "
             "medians over runs of each rank's median timed step (steps.csv); loss at an iteration: rank 0's at that step "
             "of steps.csv, median over runs; test accuracy and rank skew: medians [order-statistic intervals]; profiled "
