@@ -1,4 +1,4 @@
-"""The study presets' report sections (studies.py): each answers its question from the data."""
+"""The study presets' report sections (studies.py): each answers its question from the data (the presets' planning and miniatures: tests/workflow/test_studies.py)."""
 
 import numpy as np
 import pandas as pd
@@ -114,7 +114,11 @@ def test_sync_strategies_reads_each_ranks_step_the_loss_at_20_and_40_and_the_pro
     assert rows["single"]["profiled comm [% of step]"] == "0"
     text = " ".join(sec.findings)
     assert "Gather/scatter's rank 0" in text and "The fastest strategy here is" in text
-    assert "At iteration 40 the loss ranges from" in text
+    assert "At iteration 40 the loss ranges from" in text and "the strategies train the same model." in text
+    off = steps.assign(loss=np.where(steps["run_dir"].isin(ok[ok["strategy"] == "ddp"]["run_dir"]), steps["loss"] * 1.1,
+                                     steps["loss"]))  # fmt: skip
+    other = studies.section("sync-strategies", runs, A.cell_stats(runs), A.speedup_table(runs), off, profile)
+    assert "do not all train the same model" in " ".join(other.findings)
     # without steps or a profile: the cells, no per-rank or loss claims
     bare = studies.section("sync-strategies", runs, A.cell_stats(runs), A.speedup_table(runs))
     assert len(bare.rows) == 4 and not any("rank 0" in f or "iteration 40" in f for f in bare.findings)
