@@ -289,6 +289,51 @@ def sync_strategies(d: Data):
     return columns, rows, note, found
 
 
+# -- cores-and-gpus: how many processes or GPUs, per batch size ---------------------------------------
+
+
+def _out_of_memory(runs: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
+    """Per cell: runs that ran out of memory (diagnosed failure kind oom) and runs in all."""
+    oom = runs.get("failure_kind", pd.Series("", index=runs.index)).astype(str).eq("oom")
+    frame = runs[cols].assign(_oom=oom.to_numpy(), _n=1)
+    return frame.groupby(cols, dropna=False, sort=False)[["_oom", "_n"]].sum().reset_index()
+
+
+def cores_and_gpus(d: Data):
+    cols = [c for c in dict.fromkeys(("device", "strategy", "world_size", "batch_size",
+                                      *A.varying(d.runs, A.axes(d.runs)))) if c in d.cells]  # fmt: skip
+    t = _cells(d, cols)
+    t = t.merge(_out_of_memory(d.runs, cols), on=cols, how="outer") if "device" in cols else t.assign(_oom=0, _n=0)
+    t = t.assign(_p=pd.to_numeric(t["world_size"], errors="coerce"), _b=pd.to_numeric(t["batch_size"], errors="coerce"))
+    columns = ["device", "batch", "processes / GPUs", "strategy", "throughput [samples/s]", "speedup", "out of memory",
+               "best for its batch"]  # fmt: skip
+    best = {}
+    for key, g in t.dropna(subset=["samples_per_s"]).groupby(["device", "_b"], dropna=False, sort=True):
+        top = g.sort_values("samples_per_s", ascending=False).iloc[0]
+        best[key] = top
+    rows, found = [], []
+    for _, r in t.sort_values(["device", "_b", "_p"], kind="stable").iterrows():
+        top = best.get((r["device"], r["_b"]))
+        is_best = top is not None and top["_p"] == r["_p"] and str(top["strategy"]) == str(r["strategy"])
+        oom = f"{int(r['_oom'])} of {int(r['_n'])} runs" if _num(r.get("_oom")) > 0 else ""
+        rows.append([str(r["device"]), str(r["batch_size"]), str(r["world_size"]), str(r["strategy"]),
+                     _with_ci(r, "samples_per_s"), _with_ci(r, "speedup"), oom, "best" if is_best else ""])  # fmt: skip
+    for device in sorted({k[0] for k in best}, key=str):
+        unit = "GPUs" if str(device) == "cuda" else "processes"
+        per = [f"batch {int(b)}: {int(top['_p'])} ({_with_ci(top, 'samples_per_s')} samples/s)"
+               for (dev, b), top in best.items() if dev == device]  # fmt: skip
+        found.append(f"On {device}, the number of {unit} with the highest throughput, per batch size: " + "; ".join(per) + ".")
+    ooms = t[t["_oom"] > 0]
+    if not ooms.empty:
+        named = "; ".join(f"batch {r['batch_size']} at {r['world_size']} on {r['device']} ({int(r['_oom'])} of {int(r['_n'])} runs)"
+                          for _, r in ooms.sort_values(["device", "_b", "_p"]).iterrows())  # fmt: skip
+        found.append(f"Out of memory, recorded and the grid went on: {named}.")
+    note = ("Throughput and speedup: geometric means over repeats [95 % intervals]; 'best for its batch': the cell with "
+            "the highest throughput estimate for its device and batch size (the intervals say whether its lead is "
+            "clear); out of memory: runs whose failure was diagnosed as oom (the failed-runs table has each reason).")  # fmt: skip
+    return columns, rows, note, found
+
+
 STUDIES: dict[str, Study] = {
     "sync-dp": Study(
         "Synchronous data parallelism: what communication costs",
@@ -303,6 +348,13 @@ STUDIES: dict[str, Study] = {
         "adding workers pay off?",
         ("dataset_size", "speedup", "fixed_cost"),
         dataset_size,
+    ),
+    "cores-and-gpus": Study(
+        "Cores and GPUs: how many, per batch size",
+        "How does throughput grow with CPU processes and with GPUs, which count is best for each batch size, and "
+        "which batch sizes do not fit?",
+        ("phases", "speedup", "throughput_vs_batch", "memory_vs_batch"),
+        cores_and_gpus,
     ),
     "sync-strategies": Study(
         "Sync strategies: which one, and where its time goes",

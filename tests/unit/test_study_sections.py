@@ -122,3 +122,24 @@ def test_sync_strategies_reads_each_ranks_step_the_loss_at_20_and_40_and_the_pro
     # without steps or a profile: the cells, no per-rank or loss claims
     bare = studies.section("sync-strategies", runs, A.cell_stats(runs), A.speedup_table(runs))
     assert len(bare.rows) == 4 and not any("rank 0" in f or "iteration 40" in f for f in bare.findings)
+
+
+def test_cores_and_gpus_names_the_best_count_per_batch_and_the_batches_that_did_not_fit():
+    runs = make_runs(strategies=("single", "ddp"), world_sizes=(1, 2, 4), batch_sizes=(32, 64), repeats=3,
+                     failures=False, others_at_1=False)  # fmt: skip
+    big = (runs["batch_size"] == 64) & (runs["world_size"] == 4)
+    runs.loc[big, ["status", "failure_kind"]] = ["failed", "oom"]
+    runs.loc[big, ["samples_per_s", "step_time_median_s", "epoch_time_s"]] = np.nan
+    sec = _section("cores-and-gpus", runs)
+    rows = [dict(zip(sec.columns, r)) for r in sec.rows]
+    cells = A.cell_stats(runs)
+    for b in (32, 64):
+        mine = cells[(cells["batch_size"] == b) & cells["samples_per_s"].notna()]
+        top = mine.sort_values("samples_per_s").iloc[-1]
+        (best,) = [r for r in rows if r["batch"] == str(b) and r["best for its batch"] == "best"]
+        assert best["processes / GPUs"] == str(top["world_size"])
+    (oom,) = [r for r in rows if r["out of memory"]]
+    assert oom["batch"] == "64" and oom["processes / GPUs"] == "4" and oom["out of memory"] == "3 of 3 runs"
+    text = " ".join(sec.findings)
+    assert "On cpu, the number of processes with the highest throughput, per batch size: batch 32:" in text
+    assert "Out of memory, recorded and the grid went on: batch 64 at 4 on cpu (3 of 3 runs)" in text
