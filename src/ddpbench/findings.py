@@ -107,6 +107,29 @@ def _level_note(level) -> str:
     return ""
 
 
+def num(x, digits: int = 3) -> str:
+    """Compact number; an absent value is an en dash, never 0 or 'nan'."""
+    if x is None or x is pd.NA or (isinstance(x, float) and np.isnan(x)):
+        return "–"
+    if isinstance(x, float) and np.isinf(x):
+        return "∞" if x > 0 else "−∞"
+    if isinstance(x, (int, np.integer)):
+        return str(int(x))
+    x = float(x)
+    if x == int(x) and abs(x) < 1e7:
+        return str(int(x))
+    if 100 <= abs(x) < 1e7:
+        return f"{x:.0f}"  # throughput, memory: digits beyond the integer are noise
+    return f"{x:.{digits}g}"
+
+
+def with_ci(est, lo, hi) -> str:
+    """'median [low, high]', or the median alone when there is no interval."""
+    if pd.isna(lo) or pd.isna(hi):
+        return num(est)
+    return f"{num(est)} [{num(lo)}, {num(hi)}]"
+
+
 def ratio_text(est, lo=np.nan, hi=np.nan, level=np.nan) -> str:
     """'1.52× [1.31, 1.76]', or '1.52× (no interval)'."""
     if not (_finite(lo) and _finite(hi)):

@@ -38,7 +38,7 @@ import yaml
 
 from ddpbench import analysis as A
 from ddpbench import aggregate, plots, safe_io, storage, studies
-from ddpbench.findings import Finding, bandwidth_text, findings
+from ddpbench.findings import Finding, bandwidth_text, findings, num, with_ci
 
 
 def _report_dir() -> pathlib.Path:
@@ -60,29 +60,6 @@ CELL_TABLE = ["step_time_median_s", "samples_per_s", "epoch_time_s", "frac_comm"
 
 
 # -- formatting ------------------------------------------------------------------------------
-
-
-def num(x, digits: int = 3) -> str:
-    """Compact number; an absent value is an en dash, never 0 or 'nan'."""
-    if x is None or x is pd.NA or (isinstance(x, float) and np.isnan(x)):
-        return "–"
-    if isinstance(x, float) and np.isinf(x):
-        return "∞" if x > 0 else "−∞"
-    if isinstance(x, (int, np.integer)):
-        return str(int(x))
-    x = float(x)
-    if x == int(x) and abs(x) < 1e7:
-        return str(int(x))
-    if 100 <= abs(x) < 1e7:
-        return f"{x:.0f}"  # throughput, memory: digits beyond the integer are noise
-    return f"{x:.{digits}g}"
-
-
-def with_ci(est, lo, hi) -> str:
-    """'median [low, high]', or the median alone when there is no interval."""
-    if pd.isna(lo) or pd.isna(hi):
-        return num(est)
-    return f"{num(est)} [{num(lo)}, {num(hi)}]"
 
 
 @dataclass

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from ddpbench import analysis as A
-from ddpbench.findings import pct_text, ratio_text, sig3
+from ddpbench.findings import num, pct_text, ratio_text, sig3, with_ci
 
 
 @dataclass
@@ -64,20 +64,12 @@ def _num(x) -> float:
 
 
 def _ms(x) -> str:
-    return "–" if not np.isfinite(_num(x)) else f"{sig3(1e3 * _num(x))}"
-
-
-def _count(x) -> str:
-    """A count as a whole number when it is one (6 calls, not 6.00)."""
-    v = _num(x)
-    return "–" if not np.isfinite(v) else str(int(v)) if v == int(v) else sig3(v)
+    return num(1e3 * _num(x))
 
 
 def _with_ci(r, col: str, scale: float = 1.0) -> str:
-    est, lo, hi = (_num(r.get(c, np.nan)) * scale for c in (col, f"{col}_ci_low", f"{col}_ci_high"))
-    if not np.isfinite(est):
-        return "–"
-    return f"{sig3(est)} [{sig3(lo)}, {sig3(hi)}]" if np.isfinite(lo) and np.isfinite(hi) else sig3(est)
+    """A cell's `col` with its interval, as the report's other tables write it (report.with_ci)."""
+    return with_ci(*(_num(r.get(c, np.nan)) * scale for c in (col, f"{col}_ci_low", f"{col}_ci_high")))
 
 
 def _per_step(runs: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
@@ -119,21 +111,21 @@ def sync_dp(d: Data):
     for _, r in t.sort_values(cols, kind="stable").iterrows():
         per_epoch = _num(r["calls"]) * _num(r.get("dataset_size")) / _num(r["global_batch"])
         rows.append([str(r["strategy"]), _name(r, cols), _with_ci(r, "step_time_median_s", 1e3), _ms(r["compute_s"]),
-                     _ms(r["comm_s"]), _with_ci(r, "frac_comm", 100), _count(r["calls"]),
-                     _count(per_epoch), _with_ci(r, "compute_comm_ratio"),
+                     _ms(r["comm_s"]), _with_ci(r, "frac_comm", 100), num(_num(r["calls"])),
+                     num(_num(per_epoch)), _with_ci(r, "compute_comm_ratio"),
                      _with_ci(r, "epoch_time_s"), _with_ci(r, "speedup")])  # fmt: skip
     multi = t[pd.to_numeric(t["world_size"], errors="coerce") > 1]
     if not multi.empty and "frac_comm" in multi:  # (runs without phase timings have no shares to compare)
         p = int(pd.to_numeric(multi["world_size"]).max())
         top = multi[pd.to_numeric(multi["world_size"]) == p].sort_values("frac_comm", ascending=False)
         parts = [f"{r['strategy']} {pct_text(r['frac_comm'], r.get('frac_comm_ci_low'), r.get('frac_comm_ci_high'), r.get('frac_comm_ci_level'))}"
-                 f" ({_count(r['calls'])} calls per step)" for _, r in top.iterrows()]  # fmt: skip
+                 f" ({num(_num(r['calls']))} calls per step)" for _, r in top.iterrows()]  # fmt: skip
         found.append(f"With {p} processes, the share of each step spent communicating: " + "; ".join(parts) + ".")
         by = {str(r["strategy"]): r for _, r in top.iterrows()}
         if "allreduce" in by and "bucketed_allreduce" in by:
             a, b = by["allreduce"], by["bucketed_allreduce"]
-            found.append(f"Bucketing cuts the calls per step from {_count(a['calls'])} (per-parameter all-reduce) to "
-                         f"{_count(b['calls'])}, and communication per step from {_ms(a['comm_s'])} to "
+            found.append(f"Bucketing cuts the calls per step from {num(_num(a['calls']))} (per-parameter all-reduce) to "
+                         f"{num(_num(b['calls']))}, and communication per step from {_ms(a['comm_s'])} to "
                          f"{_ms(b['comm_s'])} ms.")  # fmt: skip
         if "ddp" in by and np.isfinite(_num(by["ddp"].get("frac_exposed_comm"))):
             r = by["ddp"]
@@ -186,8 +178,8 @@ def dataset_size(d: Data):
         if r["_p"] > 1:
             crossings.setdefault((str(r["strategy"]), int(r["_p"])), []).append(n_star)
         rows.append([str(r["strategy"]), str(r["world_size"]), str(r["dataset_size"]), _with_ci(r, "epoch_time_s"),
-                     _with_ci(r, "speedup"), _ms(r["per_sample"]), sig3(_num(r["fixed_s"])),
-                     "–" if np.isnan(n_star) else "never" if np.isinf(n_star) else sig3(n_star)])  # fmt: skip
+                     _with_ci(r, "speedup"), _ms(r["per_sample"]), num(_num(r["fixed_s"])),
+                     "never" if np.isinf(n_star) else num(n_star)])  # fmt: skip
     for (strategy, p), values in sorted(crossings.items(), key=lambda kv: kv[0][1]):
         known = np.array(values, float)[~np.isnan(np.array(values, float))]
         if not len(known):
@@ -261,8 +253,8 @@ def sync_strategies(d: Data):
     for _, r in t.sort_values(cols, kind="stable").iterrows():
         rows.append([str(r["strategy"]), _name(r, cols), _with_ci(r, "step_time_median_s", 1e3), _ms(r.get("rank0_s")),
                      _ms(r.get("others_s")), _with_ci(r, "rank_skew"),
-                     *(sig3(_num(r.get(f"loss_{i}"))) if np.isfinite(_num(r.get(f"loss_{i}"))) else "–" for i in LOSS_AT),
-                     _with_ci(r, "test_acc", 100), sig3(100 * _num(r.get("profile_comm"))) if np.isfinite(_num(r.get("profile_comm"))) else "–",
+                     *(num(_num(r.get(f"loss_{i}"))) for i in LOSS_AT), _with_ci(r, "test_acc", 100),
+                     num(100 * _num(r.get("profile_comm"))),
                      _with_ci(r, "samples_per_s"), _with_ci(r, "speedup")])  # fmt: skip
     multi = t[pd.to_numeric(t["world_size"], errors="coerce") > 1]
     if not multi.empty and "samples_per_s" in multi:

@@ -61,7 +61,7 @@ def test_dataset_size_finds_the_size_above_which_more_workers_pay_off():
         mine = cells[(cells["strategy"] == "ddp") & (cells["dataset_size"].astype(str) == n)]["step_time_median_s"]
         expected = studies.crossover_samples(3.0, base, 5.0, float(mine.iloc[0]) / batch, 1)
         assert np.isfinite(expected) and expected > 0
-        assert ddp[n]["pays off above [samples]"] == studies.sig3(expected)
+        assert ddp[n]["pays off above [samples]"] == studies.num(expected)
     assert any("ddp at p = 2 pays off above about" in f for f in sec.findings)
 
 
@@ -106,11 +106,11 @@ def test_sync_strategies_reads_each_ranks_step_the_loss_at_20_and_40_and_the_pro
     assert set(rows) == {"single", "gather_scatter", "allreduce", "ddp"}
     gs = rows["gather_scatter"]
     t = ok[ok["strategy"] == "gather_scatter"]["step_time_median_s"]
-    assert gs["rank 0 [ms]"] == studies.sig3(1e3 * t.median())  # make_steps: rank r takes (1 + 0.02 r) x the step
-    assert gs["slowest other rank [ms]"] == studies.sig3(1e3 * (t * 1.06).median())
-    assert gs["loss at 20"] == studies.sig3(2.3 * np.exp(-2.0)) and gs["loss at 40"] == studies.sig3(2.3 * np.exp(-4.0))
+    assert gs["rank 0 [ms]"] == studies.num(1e3 * t.median())  # make_steps: rank r takes (1 + 0.02 r) x the step
+    assert gs["slowest other rank [ms]"] == studies.num(1e3 * (t * 1.06).median())
+    assert gs["loss at 20"] == studies.num(2.3 * np.exp(-2.0)) and gs["loss at 40"] == studies.num(2.3 * np.exp(-4.0))
     # make_profile at p = 4: communication 0.30 of the step x (1 + 0.1 r) on rank r, ranks summing to 1, 1, 1.08, 1.17
-    assert gs["profiled comm [% of step]"] == studies.sig3(100 * (0.30 * 1.15) / ((1 + 1 + 1.08 + 1.17) / 4))
+    assert gs["profiled comm [% of step]"] == studies.num(100 * (0.30 * 1.15) / ((1 + 1 + 1.08 + 1.17) / 4))
     assert rows["single"]["profiled comm [% of step]"] == "0"
     text = " ".join(sec.findings)
     assert "Gather/scatter's rank 0" in text and "The fastest strategy here is" in text
