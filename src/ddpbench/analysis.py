@@ -583,6 +583,39 @@ def _runs_by(df: pd.DataFrame, by: list[str]) -> dict[tuple[str, ...], pd.DataFr
     return {_key(k): g for k, g in df.groupby(by, dropna=False)}
 
 
+# -- the profiler's breakdown of a step (profile_steps > 0: aggregate's profile.csv) -------------
+
+
+def profile_cells(profile: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
+    """Per cell (`cols`) and operator: seconds of self time per profiled step, the mean over the
+    ranks of a run (an operator outside a rank's top list counts 0 there) and the median over the
+    cell's runs; `comm` marks communication operators, `activity` the device's (cuda) where a run
+    recorded it, else cpu. Rows of one cell sum to its profiled step (the "other" row included)."""
+    pr = profile.assign(self_s_per_step=pd.to_numeric(profile["self_s_per_step"], errors="coerce"),
+                        comm=pd.to_numeric(profile["comm"], errors="coerce") > 0)  # fmt: skip
+    has_cuda = pr.groupby("run_dir")["activity"].transform(lambda a: (a.astype(str) == "cuda").any())
+    pr = pr[pr["activity"].astype(str) == np.where(has_cuda, "cuda", "cpu")]
+    ranks = pr.groupby("run_dir")["rank"].transform("nunique")
+    pr = pr.assign(per_rank=pr["self_s_per_step"] / ranks)
+    out = []
+    for key, g in pr.groupby([*cols, "activity"], dropna=False, sort=False):
+        runs = g.pivot_table(index=["op", "comm"], columns="run_dir", values="per_rank", aggfunc="sum", fill_value=0.0)
+        med = runs.median(axis=1).rename("self_s").reset_index()  # a run without the operator: 0 there
+        out.append(med.assign(**dict(zip([*cols, "activity"], key))))
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=[*cols, "activity", "op", "comm", "self_s"])
+
+
+def profile_comm_shares(profile: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
+    """Per profiled cell (`cols`): `comm_share`, its communication operators' share of the profiled
+    step (profile_cells); NaN for a cell without profiled time."""
+    table = profile_cells(profile, cols)
+    rows = []
+    for key, g in table.groupby(cols, dropna=False, sort=False):
+        total = g["self_s"].sum()
+        rows.append((*(key if isinstance(key, tuple) else (key,)), g.loc[g["comm"], "self_s"].sum() / total if total > 0 else np.nan))
+    return pd.DataFrame(rows, columns=[*cols, "comm_share"])
+
+
 # -- comparisons between strategies -----------------------------------------------------------
 
 COMPARISON_COLUMNS = [

@@ -836,15 +836,9 @@ def profile_findings(profile: pd.DataFrame, runs: pd.DataFrame, shown: list[str]
     profiler's own overhead on a step as measured (profiled step / timed step − 1)."""
     if profile is None or profile.empty or not {"op", "comm", "self_s_per_step", "run_dir"} <= set(profile.columns):
         return []
-    from ddpbench import plots  # here: plots imports matplotlib, which the other findings never need
-
     cols = [c for c in dict.fromkeys(("strategy", *shown)) if c in profile]
-    table = plots.profile_cells(profile, cols)
-    parts = []
-    for key, g in table.groupby(cols, dropna=False, sort=False):
-        total = g["self_s"].sum()
-        if total > 0:
-            parts.append((g.loc[g["comm"], "self_s"].sum() / total, _cell_name(dict(zip(cols, key)), shown)))
+    shares = analysis.profile_comm_shares(profile, cols).dropna(subset=["comm_share"])
+    parts = [(r["comm_share"], _cell_name(r, shown)) for _, r in shares.iterrows()]
     if not parts:
         return []
     parts.sort(key=lambda part: (-part[0], part[1]))

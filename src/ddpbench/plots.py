@@ -967,24 +967,6 @@ PROFILE_TOP = 8  # operators drawn per panel; the rest of the step is one bar
 PROFILE_COLORS = {"communication": "#c44e52", "compute": "#4c72b0", "rest": "#bdbdbd"}
 
 
-def profile_cells(profile: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
-    """Per cell (`cols`) and operator: seconds of self time per profiled step, the mean over the
-    ranks of a run (an operator outside a rank's top list counts 0 there) and the median over the
-    cell's runs; `comm` marks communication operators, `activity` the device's (cuda) where a run
-    recorded it, else cpu. Rows of one cell sum to its profiled step (the "other" row included)."""
-    pr = profile.assign(self_s_per_step=_numeric(profile["self_s_per_step"]), comm=_numeric(profile["comm"]) > 0)
-    has_cuda = pr.groupby("run_dir")["activity"].transform(lambda a: (a.astype(str) == "cuda").any())
-    pr = pr[pr["activity"].astype(str) == np.where(has_cuda, "cuda", "cpu")]
-    ranks = pr.groupby("run_dir")["rank"].transform("nunique")
-    pr = pr.assign(per_rank=pr["self_s_per_step"] / ranks)
-    out = []
-    for key, g in pr.groupby([*cols, "activity"], dropna=False, sort=False):
-        runs = g.pivot_table(index=["op", "comm"], columns="run_dir", values="per_rank", aggfunc="sum", fill_value=0.0)
-        med = runs.median(axis=1).rename("self_s").reset_index()  # a run without the operator: 0 there
-        out.append(med.assign(**dict(zip([*cols, "activity"], key))))
-    return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=[*cols, "activity", "op", "comm", "self_s"])
-
-
 def fig_profile(d: Data):
     """One panel per profiled cell: its top operators by self time (milliseconds per profiled step,
     mean over ranks, median over repeats) as bars, communication in red, the rest of the step as
@@ -993,7 +975,7 @@ def fig_profile(d: Data):
         return []
     cols = [c for c in ("strategy", *A.varying(d.runs, A.axes(d.runs))) if c in d.profile]
     cols = list(dict.fromkeys(cols))
-    table = profile_cells(d.profile, cols)
+    table = A.profile_cells(d.profile, cols)
     table, omitted = _thin(table, cols)
     panels = []
     order = {s: i for i, s in enumerate(strategy_order(table["strategy"].astype(str).unique()))} if "strategy" in table else {}

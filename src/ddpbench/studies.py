@@ -237,15 +237,11 @@ def _rank_and_loss(steps: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
 def sync_strategies(d: Data):
     cols = [c for c in dict.fromkeys(("strategy", "world_size", *A.varying(d.runs, A.axes(d.runs)))) if c in d.cells]
     t = _cells(d, cols).merge(_rank_and_loss(_steps_by_cell(d, cols), cols), on=cols, how="left")
-    comm = {}
     if d.profile is not None and not d.profile.empty:
-        from ddpbench import plots  # here: it imports matplotlib, which no other study needs
-
         pcols = [c for c in cols if c in d.profile]
-        for key, g in plots.profile_cells(d.profile, pcols).groupby(pcols, dropna=False, sort=False):
-            total = g["self_s"].sum()
-            comm[tuple(str(v) for v in key)] = g.loc[g["comm"], "self_s"].sum() / total if total > 0 else np.nan
-        t["profile_comm"] = [comm.get(tuple(str(r[c]) for c in pcols), np.nan) for _, r in t.iterrows()]
+        shares = {tuple(str(r[c]) for c in pcols): r["comm_share"]
+                  for _, r in A.profile_comm_shares(d.profile, pcols).iterrows()}  # fmt: skip
+        t["profile_comm"] = [shares.get(tuple(str(r[c]) for c in pcols), np.nan) for _, r in t.iterrows()]
     columns = ["strategy", "cell", "iteration [ms]", "rank 0 [ms]", "slowest other rank [ms]", "rank skew",
                *(f"loss at {i}" for i in LOSS_AT), "test accuracy", "profiled comm [% of step]", "throughput [samples/s]",
                "speedup"]  # fmt: skip

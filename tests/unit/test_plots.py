@@ -255,7 +255,7 @@ def test_profile_cells_average_ranks_take_the_median_run_and_count_a_missing_ope
     prof = make_profile(runs)
     last = runs[(runs["status"] == "ok") & (runs["strategy"] == "allreduce") & (runs["world_size"] == 2)]["run_dir"].iloc[-1]
     prof = prof[~((prof["run_dir"] == last) & (prof["op"] == "aten::add_"))]  # one run lacks it
-    table = plots.profile_cells(prof, ["strategy", "world_size"])
+    table = A.profile_cells(prof, ["strategy", "world_size"])
     ar = table[(table["strategy"] == "allreduce") & (table["world_size"] == 2)].set_index("op")["self_s"]
     ok = runs[(runs["status"] == "ok") & (runs["strategy"] == "allreduce") & (runs["world_size"] == 2)]
     step = ok["step_time_median_s"].to_numpy()
