@@ -121,7 +121,7 @@ def make_steps(runs: pd.DataFrame, n_steps=12) -> pd.DataFrame:
                     run_dir=r["run_dir"], repeat=r["repeat"], world_size=r["world_size"], strategy=r["strategy"],
                     batch_size=r["batch_size"], scaling=r["scaling"], model=r["model"], dataset=r["dataset"],
                     dataset_size=r["dataset_size"], device=r["device"],
-                    step=s, epoch=0, rank=rank, timed=int(s >= 3), data_s=0.05 * t, forward_s=0.25 * t,
+                    step=s, epoch=s // 4, rank=rank, timed=int(s >= 3), data_s=0.05 * t, forward_s=0.25 * t,
                     backward_s=0.4 * t, comm_s=0.2 * t, exposed_comm_s=0.1 * t, optimizer_s=0.05 * t, total_s=t,
                     loss=2.3 * np.exp(-0.1 * s) + 0.01 * rank, samples=r["per_rank_batch"], comm_calls=4,
                     comm_bytes=1e6,

@@ -133,6 +133,10 @@ TITLES = {
     "fixed_cost": "Where a run's wall time goes",
     "link": "Throughput and communication vs link bandwidth",
     "profile": "Where a profiled step's time goes, by operator",
+    "epoch_throughput": "Throughput per epoch",
+    "strategy_bars": "Time per round, throughput and accuracy per strategy",
+    "throughput": "Throughput vs workers",
+    "epoch_time": "Epoch time vs workers",
 }
 
 
@@ -528,15 +532,16 @@ def _tag(d: Data, df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _vs_workers(d: Data, kind: str, df: pd.DataFrame, ycol: str, ylabel: str, note: str, *, ideal=None,
-                fits=False, logy=False, ymin0=False, lo=None, hi=None):  # fmt: skip
+                fits=False, logy=False, ymin0=False, lo=None, hi=None, absolute=False):  # fmt: skip
     """Panels per combination of the panel axes, strategies as coloured series, p on x.
-    With one world size beyond 1, strategies are dodged side by side (points with whiskers) at it."""
+    With one world size beyond 1, strategies are dodged side by side (points with whiskers) at it,
+    unless the metric is `absolute` (a time, not a ratio to p = 1): then p = 1 is drawn too."""
     df = df[df[ycol].notna()]
     if df.empty:
         return []
     pcols = [c for c in d.panel_axes if c in df]
     ps = sorted({int(p) for p in df["world_size"]})
-    categorical = len([p for p in ps if p > 1]) <= 1
+    categorical = len([p for p in ps if p > 1]) <= 1 and not absolute
     if categorical:  # one world size beyond the baseline: only it is drawn (S(1) = 1 by definition)
         df = df[df["world_size"] == max(ps)]
     preds = d.fits[(d.fits["kind"] == "prediction") & d.fits["law"].isin(["amdahl", "gustafson"])] if fits and not d.fits.empty else None
@@ -824,7 +829,8 @@ def _vs_axis(d: Data, kind: str, axis: str, metrics: list[tuple[str, str]], logx
     c = d.cells
     if axis not in c or _numeric(c[axis]).nunique() < 2:
         return []
-    c = c.assign(**{axis: _numeric(c[axis])}).dropna(subset=[axis])
+    auto = _auto_batch_cells(d, c) if axis == "batch_size" else c.iloc[0:0]
+    c = pd.concat([c.assign(**{axis: _numeric(c[axis])}).dropna(subset=[axis]).assign(_auto=False), auto])
     metrics = [(m, y) for m, y in metrics if m in c and c[m].notna().any()]
     if not metrics:
         return []
@@ -843,7 +849,11 @@ def _vs_axis(d: Data, kind: str, axis: str, metrics: list[tuple[str, str]], logx
 
         def draw(ax, payload, chunk=chunk):
             g, m, ylabel = payload
-            _strategy_series(ax, g, chunk, g["_strategy"], axis, m)
+            fixed, chosen = g[~g["_auto"].astype(bool)], g[g["_auto"].astype(bool)]
+            _strategy_series(ax, fixed, chunk, fixed["_strategy"], axis, m)
+            for s, r in chosen.dropna(subset=[m]).groupby("_strategy", sort=False):
+                ax.plot(r[axis], r[m], ls="none", marker="*", ms=11, color=strategy_style(s)["color"], mec="black",
+                        mew=0.5, label=AUTO_LABEL)  # fmt: skip
             if logx:
                 ax.set_xscale("log", base=2)
                 ticks = sorted(g[axis].unique())
@@ -856,8 +866,23 @@ def _vs_axis(d: Data, kind: str, axis: str, metrics: list[tuple[str, str]], logx
         out += _grid(f"{TITLES[kind]} ({notes})", panels, draw, xlabel=AXIS_LABELS.get(axis, axis.replace("_", " ")),
                      ylabel=metrics[0][1] if len(metrics) == 1 else None,
                      ncols=len(metrics) if len(metrics) > 1 else None,
-                     legend_order=[strategy_label(s) for s in chunk], omitted=omitted)  # fmt: skip
+                     legend_order=[strategy_label(s) for s in chunk] + [AUTO_LABEL], omitted=omitted)  # fmt: skip
     return out
+
+
+AUTO_LABEL = "batch_size auto, at the batch it chose (star)"
+
+
+def _auto_batch_cells(d: Data, cells: pd.DataFrame) -> pd.DataFrame:
+    """The cells of batch_size auto, placed at the per-rank batch they chose (analysis.auto_batch)."""
+    auto = cells[cells["batch_size"].astype(str) == "auto"]
+    if auto.empty:
+        return auto.assign(_auto=True)
+    cols = [a for a in A.axes(d.runs) if a in auto]
+    chosen = A.auto_batch(d.runs, cols)
+    key = lambda df: pd.Series([tuple(map(str, r)) for r in df[cols].itertuples(index=False)], index=df.index)  # noqa: E731
+    by = dict(zip(key(chosen), chosen["chosen"]))
+    return auto.assign(batch_size=key(auto).map(by).astype(float), _auto=True).dropna(subset=["batch_size"])
 
 
 def _strategy_series(ax, g: pd.DataFrame, chunk: list, strategies: pd.Series, x: str, m: str) -> None:
@@ -959,6 +984,139 @@ def fig_loss(d: Data):
 
 def fig_step_time(d: Data):
     return _per_strategy_steps(d, "step_time", "total_s", "max", "step time [s] (slowest rank)")
+
+
+# -- the accelerators study's figures: per epoch, per strategy, against workers ----------------------
+
+P_STYLES = ("-", "--", ":", "-.")  # line style by world size where strategies share a panel
+
+
+def fig_epoch_throughput(d: Data):
+    """Throughput of each epoch (global samples over the steps' pacing time, steps.csv), one line per
+    strategy and world size, one panel per combination of the panel axes: how throughput settles after
+    the first epoch (its warm-up steps, hollow) and what each device reaches."""
+    if d.steps is None or d.steps.empty:
+        return []
+    pcols = list(d.panel_axes)
+    t = A.epoch_throughput(d.runs, d.steps, ["strategy", "world_size", *pcols])
+    if t.empty or t["epoch"].nunique() < 2:
+        return []
+    t = t.assign(_strategy=t["strategy"].astype(str), _p=pd.to_numeric(t["world_size"], errors="coerce"))
+    ps = sorted(t["_p"].dropna().unique())
+    series = [(s, p) for s in strategy_order(t["_strategy"].unique()) for p in ps
+              if ((t["_strategy"] == s) & (t["_p"] == p)).any()]  # fmt: skip
+    name = lambda s, p: f"{text(s)}, p={int(p)}"  # noqa: E731
+    warm = "epoch with warm-up steps (hollow)"
+    out = []
+    for chunk in _chunks(series, min(MAX_SERIES, MAX_LEGEND - 1)):
+        keep = pd.Series(list(zip(t["_strategy"], t["_p"])), index=t.index).isin(chunk)
+        sub, omitted = _thin(t[keep], pcols)
+
+        def draw(ax, g, chunk=chunk):
+            for s, p in chunk:
+                r = g[(g["_strategy"] == s) & (g["_p"] == p)].sort_values("epoch")
+                if r.empty:
+                    continue
+                st = strategy_style(s)
+                x = r["epoch"].to_numpy(float) + 1
+                _series(ax, x, r["samples_per_s"], color=st["color"], marker=st["marker"], ls=P_STYLES[ps.index(p) % len(P_STYLES)],
+                        label=name(s, p))  # fmt: skip
+                w = r["warmup"].to_numpy(bool)
+                ax.plot(x[w], r["samples_per_s"].to_numpy(float)[w], ls="none", marker=st["marker"], ms=7, mfc="white",
+                        color=st["color"])  # fmt: skip
+            ax.plot([], [], ls="none", marker="o", ms=7, mfc="white", color="gray", label=warm)
+            epochs = sorted(g["epoch"].unique())
+            ax.set_xticks([e + 1 for e in epochs], [str(int(e) + 1) for e in epochs])
+            ax.set_ylim(bottom=0)
+
+        panels = [(_key_label(pcols, key), g) for key, g in _panels(sub, pcols)]
+        out += _grid("Throughput per epoch (median over repeats; pacing rank's steps, warm-up included)", panels, draw,
+                     xlabel="epoch", ylabel="throughput [samples/s]", sharey=True,
+                     legend_order=[name(*c) for c in chunk] + [warm], omitted=omitted)  # fmt: skip
+    return out
+
+
+STRATEGY_METRICS = [("round_ms", "time per round [ms]"), ("samples_per_s", "throughput [samples/s]"),
+                    ("test_acc_pct", "test accuracy [%]")]  # fmt: skip
+
+
+def fig_strategy_bars(d: Data):
+    """Per combination of the panel axes that compares two strategies or more: time per round (local
+    SGD's round: its local steps and the averaging; one step for the others), throughput and test
+    accuracy, one bar per strategy and world size, with their intervals where cells.csv has them."""
+    c = d.cells
+    if c.empty or "samples_per_s" not in c:
+        return []
+    pcols = [a for a in d.panel_axes if a in c]
+    cols = ["strategy", "world_size", *pcols]
+    c = c[c["samples_per_s"].notna()].merge(A.round_time(d.runs, cols), on=cols, how="left")
+    scale = {"round_ms": ("round_s", 1e3), "test_acc_pct": ("test_acc", 100.0)}
+    for m, (src, k) in scale.items():
+        for suffix in ("", "_ci_low", "_ci_high"):
+            c[m + suffix] = pd.to_numeric(c[src + suffix], errors="coerce") * k if src + suffix in c else np.nan
+    c = c.assign(_strategy=c["strategy"].astype(str), _p=pd.to_numeric(c["world_size"], errors="coerce"))
+    several = c.groupby(pcols, dropna=False)["_strategy"].transform("nunique") > 1 if pcols else c["_strategy"].nunique() > 1
+    c = c[several] if pcols else (c if several else c.iloc[0:0])
+    if c.empty:
+        return []
+    metrics = [(m, y) for m, y in STRATEGY_METRICS if c[m].notna().any()]
+
+    def draw(ax, payload):
+        g, m = payload
+        ax.set_xlabel(dict(STRATEGY_METRICS)[m])
+        pos = np.arange(len(g))
+        for i, (s, val) in enumerate(zip(g["_strategy"], g[m].to_numpy(float))):
+            if np.isfinite(val):
+                _hbars(ax, [i], [val], [0.0], facecolor=strategy_style(s)["color"], label=strategy_label(s))
+        lo, hi = g[f"{m}_ci_low"].to_numpy(float), g[f"{m}_ci_high"].to_numpy(float)
+        ok = np.isfinite(lo) & np.isfinite(hi)
+        if ok.any():
+            ends = np.stack([np.column_stack([lo[ok], pos[ok]]), np.column_stack([hi[ok], pos[ok]])], axis=1)
+            _add(ax, matplotlib.collections.LineCollection(ends, colors="black", linewidths=1.2), ends)
+        ax.autoscale_view()
+        ax.set_xlim(left=0)
+        ax.set_yticks(pos, [text(f"{s}, p={int(p)}", 18) for s, p in zip(g["_strategy"], g["_p"])])
+        for tick, s in zip(ax.get_yticklabels(), g["_strategy"]):
+            tick.set_color(strategy_style(s)["color"])
+        ax.set_ylim(len(g) - 0.5, -0.5)
+        ax.grid(False, axis="y")
+
+    out = []
+    for chunk in _chunks(strategy_order(c["_strategy"].unique()), MAX_SERIES):
+        sub, omitted = _thin(c[c["_strategy"].isin(chunk)], pcols, max(1, MAX_PANELS // len(metrics)))
+        panels = []
+        for key, g in _panels(sub, pcols):
+            g = g.assign(_o=g["_strategy"].map({s: i for i, s in enumerate(chunk)})).sort_values(["_o", "_p"])
+            where = _key_label(pcols, key)
+            panels += [(where or ylabel, (g, m)) for m, ylabel in metrics]
+        n_rows = max(len(g) for _, (g, _) in panels)
+        out += _grid("Time per round, throughput and accuracy per strategy (geometric means, accuracy: medians; bars: "
+                     "intervals)", panels, draw, xlabel=None, ylabel="strategy, world size p", ncols=len(metrics),
+                     panel_size=(2.6, 0.45 + 0.3 * n_rows), legend_order=[strategy_label(s) for s in chunk],
+                     omitted=omitted)  # fmt: skip
+    return out
+
+
+def _cells_vs_workers(d: Data, kind: str, col: str, ylabel: str, **style):
+    c = d.cells
+    if col not in c or c["world_size"].nunique() < 2:
+        return []
+    c = c[c[col].notna()]
+    pcols = [a for a in d.panel_axes if a in c]
+    if pcols:  # only panels that span world sizes (a batch size only one process ran says nothing here)
+        c = c[c.groupby(pcols, dropna=False)["world_size"].transform("nunique") > 1]
+    if c.empty:
+        return []
+    c = _tag(d, c)
+    return _vs_workers(d, kind, c, col, ylabel, level_note(c, col), absolute=True, **style)
+
+
+def fig_throughput(d: Data):
+    return _cells_vs_workers(d, "throughput", "samples_per_s", "throughput [samples/s]", ymin0=True)
+
+
+def fig_epoch_time(d: Data):
+    return _cells_vs_workers(d, "epoch_time", "epoch_time_s", "epoch time [s]", ymin0=True)
 
 
 # -- the profiler's breakdown of a step (profile_steps > 0) ----------------------------------------
@@ -1131,14 +1289,27 @@ KINDS = {
     "fixed_cost": _one(fig_fixed_cost),
     "link": _one(fig_link),
     "profile": _one(fig_profile),
+    "epoch_throughput": _one(fig_epoch_throughput),
+    "strategy_bars": _one(fig_strategy_bars),
+    "throughput": _one(fig_throughput),
+    "epoch_time": _one(fig_epoch_time),
 }
+# Kinds a study's report asks for (studies.Study.figures); other reports do not draw them: each is
+# another view of numbers the default figures and tables already show.
+ON_REQUEST = ("epoch_throughput", "strategy_bars", "throughput", "epoch_time")
+
+
+def kinds_for(requested=()) -> list[str]:
+    """The kinds a report draws: every kind but those drawn on request, plus the `requested` ones."""
+    return [k for k in KINDS if k not in ON_REQUEST or k in requested]
 
 
 def draw_all(d: Data, kinds=None):
-    """(kind, stem, title, figure) for every figure the data allow (of `kinds`, default all); parts
+    """(kind, stem, title, figure) for every figure the data allow (of `kinds`, default kinds_for()); parts
     after the first of a split figure get _2, _3, ... after the stem."""
+    wanted = kinds_for() if kinds is None else kinds
     for kind, draw in KINDS.items():
-        if kinds is not None and kind not in kinds:
+        if kind not in wanted:
             continue
         figs = draw(d)
         count: dict = {}
@@ -1273,12 +1444,12 @@ def collect(*drawings: Drawing) -> list[Figure]:
 
 
 def start_figures(d: Data, out: pathlib.Path, formats: tuple[str, ...] = FORMATS, kinds=None, pool=None) -> Drawing:
-    """Start drawing the figures of `kinds` (default all) in `pool`'s workers, one job per group and
+    """Start drawing the figures of `kinds` (default kinds_for()) in `pool`'s workers, one job per group and
     kind: small jobs keep the workers evenly busy (3 groups on 2 cores, as whole groups, left one
     core idle for a third of the time, and a grid of one group was drawn on one core). Without a
     pool the figures are drawn in this process when they are asked for."""
     folder = safe_io.real_dir(pathlib.Path(out) / "figures")
-    kinds = [k for k in KINDS if kinds is None or k in kinds]
+    kinds = kinds_for() if kinds is None else [k for k in KINDS if k in kinds]
     jobs = [(i, label, g, folder, [kind], formats) for i, (label, _, g) in enumerate(figure_groups(d), 1) for kind in kinds]
     return Drawing(jobs, pool)
 

@@ -796,8 +796,9 @@ def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.P
         cells = pending["cells"]()
         # The figures of the runs and cells are drawn while the fits are still being computed
         none = pd.DataFrame()
+        kinds = plots.kinds_for(studies.STUDIES[inp.study].figures if inp.study else ())
         early = plots.start_figures(plots.Data(runs, cells, none, none, inp.steps, inp.comm, profile=inp.profile), out, formats,
-                                    [k for k in plots.KINDS if k not in plots.FITTED_KINDS], pool)  # fmt: skip
+                                    [k for k in kinds if k not in plots.FITTED_KINDS], pool)  # fmt: skip
         speed, fits = pending["speedup+fits"]()
         comparisons = pending["comparisons"]()
         links = A.links_table(runs, inp.baseline_strategy)
@@ -806,7 +807,7 @@ def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.P
             with safe_io.atomic_write(out / f"{name}.csv", newline="") as handle:
                 table.to_csv(handle, index=False)
         data = plots.Data(runs, cells, speed, fits, inp.steps, inp.comm, profile=inp.profile)
-        late = plots.start_figures(data, out, formats, plots.FITTED_KINDS, pool)
+        late = plots.start_figures(data, out, formats, [k for k in kinds if k in plots.FITTED_KINDS], pool)
         # The findings and the page's tables are written while the workers draw
         against = (comparison_section(inp.compare_to, runs, out, inp.baseline_strategy, inp.max_rel_ci)
                    if inp.compare_to else None)  # fmt: skip

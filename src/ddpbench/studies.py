@@ -322,6 +322,130 @@ def cores_and_gpus(d: Data):
     return columns, rows, note, found
 
 
+# -- accelerators: what a GPU changes for the same workload -----------------------------------------
+
+
+def _memory(r) -> tuple[str, str]:
+    """A cell's peak memory and what it is: CUDA allocated on a GPU, the ranks' largest RSS on CPU."""
+    cuda = str(r.get("device")) == "cuda" and np.isfinite(_num(r.get("cuda_max_allocated_mb")))
+    col = "cuda_max_allocated_mb" if cuda else "peak_rss_mb"
+    return _with_ci(r, col), "GPU" if cuda else "RSS"
+
+
+def _by(t: pd.DataFrame, **match) -> pd.DataFrame:
+    keep = np.ones(len(t), bool)
+    for c, v in match.items():
+        keep &= (t[c].astype(str) == str(v)).to_numpy()
+    return t[keep]
+
+
+def accelerators(d: Data):
+    cols = [c for c in dict.fromkeys(("device", "model", "strategy", "world_size", "batch_size", "num_workers",
+                                      *A.varying(d.runs, A.axes(d.runs)))) if c in d.cells]  # fmt: skip
+    t = _cells(d, cols).merge(A.round_time(d.runs, cols), on=cols, how="left")
+    t = t.merge(A.auto_batch(d.runs, cols)[[*cols, "chosen", "method"]], on=cols, how="left")
+    per_epoch = A.epoch_throughput(d.runs, d.steps, cols) if d.steps is not None else pd.DataFrame(columns=[*cols, "epoch"])
+    epochs = {tuple(map(str, k)): g.sort_values("epoch")["samples_per_s"].tolist()
+              for k, g in per_epoch.groupby(cols, dropna=False, sort=False)} if not per_epoch.empty else {}  # fmt: skip
+    t = t.assign(_p=pd.to_numeric(t["world_size"], errors="coerce"), _key=[tuple(map(str, k)) for k in t[cols].itertuples(index=False)])
+    columns = ["device", "model", "strategy", "p", "batch", "workers", "throughput [samples/s]", "per epoch [samples/s]",
+               "epoch [s]", "round [ms]", "peak memory [MB]", "test accuracy [%]", "speedup"]  # fmt: skip
+    rows = []
+    order = ["device", "model", "_p", "strategy", "batch_size", "num_workers"]
+    for _, r in t.sort_values([c for c in order if c in t], kind="stable", key=lambda s: s.astype(str)).iterrows():
+        batch = str(r["batch_size"]) + (f" → {num(_num(r['chosen']))}" if np.isfinite(_num(r.get("chosen"))) else "")
+        mem, what = _memory(r)
+        rows.append([str(r["device"]), str(r.get("model", "")), str(r["strategy"]), str(r["world_size"]), batch,
+                     str(r.get("num_workers", "")), _with_ci(r, "samples_per_s"),
+                     " → ".join(num(v) for v in epochs.get(r["_key"], [])) or "–", _with_ci(r, "epoch_time_s"),
+                     _ms(r.get("round_s")), f"{mem} ({what})" if mem != "–" else mem, _with_ci(r, "test_acc", 100),
+                     _with_ci(r, "speedup")])  # fmt: skip
+    found = _accelerator_findings(d, t, per_epoch, cols)
+    note = ("Throughput, epoch time, speedup: geometric means over repeats [95 % intervals]; per epoch: each epoch's global "
+            "samples over its steps' time (the slowest rank's per step; the first epoch holds the warm-up steps), medians "
+            "over repeats; round: local SGD's local steps and their averaging (extra.round_time_s), one step for the "
+            "other strategies, medians; batch 'auto → N': the per-rank batch it chose; peak memory: CUDA allocated on a "
+            "GPU (GPU), the largest rank's resident set on CPU (RSS), medians [order-statistic intervals]; test accuracy: "
+            "medians.")  # fmt: skip
+    return columns, rows, note, found
+
+
+def _accelerator_findings(d: Data, t: pd.DataFrame, per_epoch: pd.DataFrame, cols: list[str]) -> list[str]:
+    found = []
+    ran = t.dropna(subset=["samples_per_s"])
+    devices = sorted(ran["device"].astype(str).unique())
+    skipped = d.runs[d.runs["status"] == "skipped"]
+    for device in sorted(set(d.runs["device"].astype(str)) - set(devices)):
+        gone = skipped[skipped["device"].astype(str) == device]
+        if len(gone):
+            found.append(f"Nothing ran on {device} here: its {len(gone)} runs were recorded as skipped "
+                         f"({gone['reason'].astype(str).iloc[0]}); the answers below are the other device's.")  # fmt: skip
+    # the same cell on each device
+    if len(devices) > 1:
+        keys = [c for c in cols if c != "device"]
+        both = ran.pivot_table(index=keys, columns="device", values="samples_per_s", aggfunc="first").dropna()
+        if not both.empty and {"cpu", "cuda"} <= set(both.columns):
+            ratio = both["cuda"] / both["cpu"]
+            found.append(f"On the same cells, the GPU's throughput is {sig3(ratio.median())}× the CPU's (median over "
+                         f"{len(ratio)} cells; {sig3(ratio.min())}–{sig3(ratio.max())}×).")  # fmt: skip
+    # the first epoch against the later ones
+    if not per_epoch.empty and per_epoch["epoch"].nunique() > 1:
+        first = per_epoch[per_epoch["epoch"] == per_epoch["epoch"].min()].set_index(cols)["samples_per_s"]
+        later = per_epoch[per_epoch["epoch"] > per_epoch["epoch"].min()].groupby(cols, dropna=False)["samples_per_s"].median()
+        share = (first / later).dropna()
+        for device, s in share.groupby(level="device"):
+            found.append(f"On {device}, the first epoch (with the warm-up steps) runs at {sig3(100 * s.median())} % of the later "
+                         f"epochs' throughput (median over {len(s)} cells).")  # fmt: skip
+    # batch auto: what it chose, at what memory, against the static batch
+    for _, r in ran[np.isfinite(pd.to_numeric(ran["chosen"], errors="coerce"))].iterrows():
+        mem, what = _memory(r)
+        static = _by(ran, device=r["device"], model=r.get("model"), strategy=r["strategy"], world_size=r["world_size"],
+                     num_workers=r.get("num_workers"))  # fmt: skip
+        static = static[pd.to_numeric(static["batch_size"], errors="coerce").notna()]
+        vs = ""
+        if not static.empty:
+            top = static.sort_values("samples_per_s", ascending=False).iloc[0]
+            vs = (f"; the best static batch ({top['batch_size']}) reaches {_with_ci(top, 'samples_per_s')} samples/s, "
+                  f"auto {_with_ci(r, 'samples_per_s')}")  # fmt: skip
+        found.append(f"batch_size auto on {r['device']} ({r.get('model')}) chose {num(_num(r['chosen']))} samples per rank "
+                     f"({r.get('method')}), peak memory {mem} MB ({what}){vs}.")  # fmt: skip
+    # batch x DataLoader workers (one process)
+    sweep = ran[(ran["_p"] == 1) & pd.to_numeric(ran["batch_size"], errors="coerce").notna()]
+    if "num_workers" in sweep and sweep["num_workers"].astype(str).nunique() > 1:
+        for (device, model), g in sweep.groupby(["device", "model"], sort=True):
+            top = g.sort_values("samples_per_s", ascending=False).iloc[0]
+            w = g.pivot_table(index="batch_size", columns="num_workers", values="samples_per_s", aggfunc="first")
+            lo, hi = w.columns.min(), w.columns.max()
+            gain = (w[hi] / w[lo]).dropna()
+            found.append(f"On {device} ({model}), the batch × DataLoader-workers sweep peaks at batch {top['batch_size']} with "
+                         f"{top['num_workers']} workers ({_with_ci(top, 'samples_per_s')} samples/s); {hi} workers instead of "
+                         f"{lo} change throughput by {'+' if gain.median() >= 1 else ''}{sig3(100 * (gain.median() - 1))} % (median over {len(gain)} batch "
+                         f"sizes).")  # fmt: skip
+    # the strategies, per device and model, at their common batch and world size
+    multi = ran[ran["_p"] > 1]
+    for (device, model), g in multi.groupby(["device", "model"], sort=True):
+        p = int(g["_p"].min())
+        at = g[g["_p"] == p]
+        base = _by(ran, device=device, model=model, strategy=A.BASELINE_STRATEGY)
+        base = base[base["batch_size"].astype(str).isin(at["batch_size"].astype(str)) &
+                    base["num_workers"].astype(str).isin(at["num_workers"].astype(str))] if "num_workers" in base else base  # fmt: skip
+        parts = [f"{r['strategy']} {_ms(r['round_s'])} ms a round, {_with_ci(r, 'samples_per_s')} samples/s, accuracy "
+                 f"{_with_ci(r, 'test_acc', 100)} %" for _, r in pd.concat([base, at]).iterrows()]  # fmt: skip
+        fastest = at.sort_values("samples_per_s", ascending=False).iloc[0]
+        found.append(f"On {device} ({model}), one process against {p} (per-rank batch {fastest['batch_size']}): "
+                     + "; ".join(parts) + f". Fastest at p = {p}: {fastest['strategy']}.")  # fmt: skip
+    # CPU epoch time against processes (DDP)
+    ddp = _by(ran, device="cpu", strategy="ddp")
+    for model, g in ddp.groupby("model", sort=True) if "model" in ddp else []:
+        one = _by(ran, device="cpu", model=model, strategy=A.BASELINE_STRATEGY)
+        one = one[one["batch_size"].astype(str).isin(g["batch_size"].astype(str))]
+        if "num_workers" in one:
+            one = one[one["num_workers"].astype(str).isin(g["num_workers"].astype(str))]
+        series = [f"{_with_ci(r, 'epoch_time_s')} s at {int(r['_p'])}" for _, r in pd.concat([one, g]).sort_values("_p").iterrows()]
+        found.append(f"On CPU ({model}), the epoch time against processes (one process, then DDP): " + ", ".join(series) + ".")
+    return found
+
+
 STUDIES: dict[str, Study] = {
     "sync-dp": Study(
         "Synchronous data parallelism: what communication costs",
@@ -341,8 +465,16 @@ STUDIES: dict[str, Study] = {
         "Cores and GPUs: how many, per batch size",
         "How does throughput grow with CPU processes and with GPUs, which count is best for each batch size, and "
         "which batch sizes do not fit?",
-        ("phases", "speedup", "throughput_vs_batch", "memory_vs_batch"),
+        ("phases", "throughput", "speedup", "throughput_vs_batch", "memory_vs_batch"),
         cores_and_gpus,
+    ),
+    "accelerators": Study(
+        "Accelerators: what a GPU changes for the same workload",
+        "How do throughput per epoch, the largest batch that fits and its memory, the DataLoader's workers, and "
+        "single vs pipeline vs federated averaging vs DDP differ between CPU and GPU, and how does the CPU's epoch "
+        "time fall with processes?",
+        ("epoch_throughput", "memory_vs_batch", "throughput_vs_batch", "strategy_bars", "epoch_time"),
+        accelerators,
     ),
     "sync-strategies": Study(
         "Sync strategies: which one, and where its time goes",

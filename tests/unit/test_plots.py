@@ -34,7 +34,7 @@ def many():
     """Eleven strategies, p = 1, 2, 4, batch 32 and 64, two dataset sizes: far more series than one panel holds."""
     runs = make_runs(strategies=MANY, world_sizes=(1, 2, 4), batch_sizes=(32, 64), dataset_sizes=(2048, 4096), repeats=2)
     with plots.matplotlib.rc_context(plots.RC):
-        figs = list(plots.draw_all(_data(runs)))
+        figs = list(plots.draw_all(_data(runs), plots.KINDS))  # the kinds drawn on request too
         for *_, fig in figs:
             fig.canvas.draw()
         yield figs
@@ -128,7 +128,8 @@ def test_one_colour_per_strategy_in_every_figure(many):
             if t.get_text().startswith("strategy="):
                 line = handle[0] if isinstance(handle, tuple) or hasattr(handle, "lines") else handle
                 line = line.lines[0] if hasattr(line, "lines") else line
-                colours.setdefault(t.get_text(), set()).add(matplotlib.colors.to_hex(line.get_color()))
+                colour = line.get_color() if hasattr(line, "get_color") else line.get_facecolor()  # a bar's patch
+                colours.setdefault(t.get_text(), set()).add(matplotlib.colors.to_hex(colour))
     assert len(colours) >= 10
     assert all(len(c) == 1 for c in colours.values()), colours
     assert len({next(iter(c)) for c in colours.values()}) == len(colours)  # and no two strategies share one
@@ -278,3 +279,25 @@ def test_profile_figure_has_a_panel_per_cell_with_the_top_operators_and_the_rest
         colors = {matplotlib.colors.to_hex(c) for coll in ax.collections for c in coll.get_facecolor()}
         comm = "gloo:all_reduce" in labels
         assert (matplotlib.colors.to_hex(plots.PROFILE_COLORS["communication"]) in colors) == comm, ax.get_title()
+
+
+def test_kinds_drawn_on_request_are_left_out_of_other_reports():
+    assert not set(plots.ON_REQUEST) & set(plots.kinds_for())
+    assert set(plots.kinds_for(("throughput",))) == set(plots.kinds_for()) | {"throughput"}
+    runs = make_runs(strategies=("single", "ddp"), world_sizes=(1, 2), batch_sizes=(32, 64), repeats=2, failures=False)
+    drawn = {k for k, *_ in plots.draw_all(_data(runs))}
+    assert drawn and not drawn & set(plots.ON_REQUEST)
+    plots.plt.close("all")
+
+
+def test_batch_size_auto_is_marked_at_the_batch_it_chose():
+    runs = make_runs(strategies=("single",), world_sizes=(1,), batch_sizes=(32, 64), repeats=2, failures=False)
+    runs["batch_size"] = runs["batch_size"].astype(str)
+    auto = runs[runs["batch_size"] == "64"].assign(batch_size="auto", extra_auto_batch=256, peak_rss_mb=900.0,
+                                                   run_dir=lambda d: d["run_dir"] + "-auto")  # fmt: skip
+    runs = pd.concat([runs, auto], ignore_index=True)
+    (fig,) = plots.fig_memory_vs_batch(plots.Data(runs, A.cell_stats(runs), pd.DataFrame(), pd.DataFrame()))
+    stars = [ln for ax in fig.axes for ln in ax.get_lines() if ln.get_marker() == "*"]
+    assert [list(ln.get_xdata()) for ln in stars] == [[256.0]] and list(stars[0].get_ydata()) == [900.0]
+    assert plots.AUTO_LABEL in [t.get_text() for t in fig.legends[0].get_texts()]
+    plots.plt.close(fig)

@@ -1,5 +1,7 @@
 """The study presets' report sections (studies.py): each answers its question from the data (the presets' planning and miniatures: tests/workflow/test_studies.py)."""
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -143,3 +145,75 @@ def test_cores_and_gpus_names_the_best_count_per_batch_and_the_batches_that_did_
     text = " ".join(sec.findings)
     assert "On cpu, the number of processes with the highest throughput, per batch size: batch 32:" in text
     assert "Out of memory, recorded and the grid went on: batch 64 at 4 on cpu (3 of 3 runs)" in text
+
+
+def test_epoch_throughput_counts_every_ranks_samples_over_the_slowest_ranks_time():
+    runs = pd.DataFrame([dict(run_dir="a", status="ok", strategy="ddp", world_size=2),
+                         dict(run_dir="b", status="ok", strategy="pipeline", world_size=2),
+                         dict(run_dir="c", status="failed", strategy="ddp", world_size=2)])  # fmt: skip
+    rows = []
+    for run, samples, times in (("a", (10, 10), (1.0, 2.0)), ("b", (0, 20), (1.0, 1.0)), ("c", (10, 10), (9.0, 9.0))):
+        for step in range(4):  # two epochs of two steps; the first step a warm-up
+            for rank in (0, 1):
+                rows.append(dict(run_dir=run, epoch=step // 2, step=step, rank=rank, samples=samples[rank],
+                                 total_s=times[rank] * (2 if step == 0 else 1), timed=int(step > 0)))  # fmt: skip
+    got = A.epoch_throughput(runs, pd.DataFrame(rows), ["strategy", "world_size"]).set_index(["strategy", "epoch"])
+    # ddp: 2 steps x 20 samples over 2 x the slower rank's 2 s (4 s in the warm-up step): 40 / 6, then 40 / 4
+    assert got.loc[("ddp", 0), "samples_per_s"] == pytest.approx(40 / 6) and got.loc[("ddp", 1), "samples_per_s"] == 10
+    assert got.loc[("pipeline", 1), "samples_per_s"] == 20  # the last stage's samples, not twice the batch
+    assert got.loc[("ddp", 0), "warmup"] and not got.loc[("ddp", 1), "warmup"]
+    assert set(got["n"]) == {1}  # the failed run left out
+
+
+def test_round_time_is_local_sgds_measured_round_and_one_step_for_the_others():
+    runs = pd.DataFrame([dict(status="ok", strategy="local_sgd", step_time_median_s=0.1, extra_round_time_s=0.5, extra_steps_per_round=4),
+                         dict(status="ok", strategy="local_sgd_short", step_time_median_s=0.1, extra_round_time_s=np.nan, extra_steps_per_round=4),
+                         dict(status="ok", strategy="ddp", step_time_median_s=0.2, extra_round_time_s=np.nan, extra_steps_per_round=np.nan)])  # fmt: skip
+    got = A.round_time(runs, ["strategy"]).set_index("strategy")["round_s"]
+    assert got["local_sgd"] == 0.5 and got["local_sgd_short"] == pytest.approx(0.4) and got["ddp"] == 0.2
+
+
+def _accelerator_runs():
+    """CPU: one process at batch 32 and 128 with 0 and 2 DataLoader workers, batch auto, DDP at 2 and 4 and local
+    SGD at 2 (batch 128, 0 workers); the same cells on cuda recorded as skipped."""
+    base = make_runs(strategies=("single", "ddp", "local_sgd"), world_sizes=(1, 2, 4), batch_sizes=(32, 128), repeats=3,
+                     failures=False, others_at_1=False)  # fmt: skip
+    base = base[(base["strategy"] == "single") | ((base["batch_size"] == 128) &
+                                                  ~((base["strategy"] == "local_sgd") & (base["world_size"] == 4)))]  # fmt: skip
+    base = base.assign(device="cpu", num_workers=0, batch_size=base["batch_size"].astype(str))
+    workers = base[base["strategy"] == "single"].assign(num_workers=2, run_dir=lambda d: d["run_dir"] + "-w2",
+                                                        samples_per_s=lambda d: d["samples_per_s"] * 1.1)  # fmt: skip
+    auto = base[(base["strategy"] == "single") & (base["batch_size"] == "128")].assign(
+        batch_size="auto", run_dir=lambda d: d["run_dir"] + "-auto", extra_auto_batch=1024,
+        extra_auto_batch_method="cpu: peak RSS growth", peak_rss_mb=1800.0)  # fmt: skip
+    local = base["strategy"] == "local_sgd"
+    base.loc[local, "extra_round_time_s"] = 4 * base.loc[local, "step_time_median_s"] * 0.9
+    base.loc[local, "extra_steps_per_round"] = 4
+    cuda = base.assign(device="cuda", status="skipped", run_dir=lambda d: d["run_dir"] + "-cuda",
+                       reason="device cuda requested but CUDA is not available here")  # fmt: skip
+    cuda[["samples_per_s", "step_time_median_s", "epoch_time_s"]] = np.nan
+    return pd.concat([base, workers, auto, cuda], ignore_index=True)
+
+
+def test_accelerators_answers_each_part_of_its_question():
+    from report_synth import make_steps
+
+    runs = _accelerator_runs()
+    ok = runs[runs["status"] == "ok"]
+    steps = make_steps(ok, n_steps=12)  # three epochs of four steps; the first step 1.5x, three warm-up steps
+    sec = studies.section("accelerators", runs, A.cell_stats(runs), A.speedup_table(runs), steps)
+    rows = [dict(zip(sec.columns, r)) for r in sec.rows]
+    assert len(rows) == 8 and {r["device"] for r in rows} == {"cpu"}  # skipped cells: in the findings and problems
+    (auto,) = [r for r in rows if r["batch"].startswith("auto") and r["device"] == "cpu"]
+    assert auto["batch"] == "auto → 1024" and auto["peak memory [MB]"].endswith("(RSS)")
+    (local,) = [r for r in rows if r["strategy"] == "local_sgd" and r["device"] == "cpu"]
+    t = ok[ok["strategy"] == "local_sgd"]["step_time_median_s"]
+    assert local["round [ms]"] == studies.num(1e3 * (4 * t * 0.9).median())
+    assert local["per epoch [samples/s]"].count("→") == 2  # three epochs
+    text = " ".join(sec.findings)
+    assert "Nothing ran on cuda here: its 15 runs were recorded as skipped" in text
+    assert "On cpu, the first epoch (with the warm-up steps) runs at" in text
+    assert "batch_size auto on cpu (mlp) chose 1024 samples per rank (cpu: peak RSS growth)" in text
+    assert "2 workers instead of 0 change throughput by +10.0 %" in text  # the sweep's workers: 1.1x at each batch
+    assert "one process against 2 (per-rank batch 128)" in text and "local_sgd" in text
+    assert re.search(r"the epoch time against processes \(one process, then DDP\): .+ s at 1, .+ s at 2, .+ s at 4\.", text)

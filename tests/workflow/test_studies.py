@@ -78,7 +78,7 @@ def test_bad_dataset_override_fails_naming_the_key(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
-@pytest.mark.parametrize("study", ["sync-dp", "dataset-size", "sync-strategies", "cores-and-gpus"])
+@pytest.mark.parametrize("study", sorted(SHAPES))
 def test_a_study_with_a_report_section_passes_its_name_to_the_report(tmp_path, study):
     _, out = plan(tmp_path, study, *OFFLINE)
     (report,) = [line for line in out.splitlines() if "ddpbench.report" in line]
@@ -110,6 +110,11 @@ MINIATURE = [
     ("sync-strategies", ["profile.svg", "rank_skew.svg"], "The fastest strategy here is",
      ['grid={"world_size": [1, 2], "nodes": [1], "dataset_size": [256], "batch_size": [32]}',
       'timing={"warmup_steps": 1, "min_timed_steps": 2, "min_timed_s": 0.0, "max_steps": 4, "epochs": 1, "profile_steps": 2}']),
+    # the simple CNN: batch 32, 128 and auto x 0 and 2 DataLoader workers, the strategies at 2; two epochs
+    ("accelerators", ["epoch_throughput.svg", "strategy_bars.svg", "memory_vs_batch.svg"],
+     "the batch × DataLoader-workers sweep peaks at",
+     ['grid={"world_size": [1, 2], "dataset_size": [256], "model": ["simple_cnn"], "batch_size": [32, 128, "auto"]}',
+      'timing={"warmup_steps": 1, "min_timed_steps": 2, "min_timed_s": 0.0, "max_steps": 4, "epochs": 2}']),
 ])  # fmt: skip
 def test_a_studys_miniature_runs_end_to_end_and_answers_in_its_section(tmp_path, study, figures, answer, extra):
     snakemake(tmp_path, *MINIATURE, *extra, configfile=STUDIES / f"{study}.yaml")
