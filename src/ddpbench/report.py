@@ -578,7 +578,7 @@ _TEX = {
     "\\": r"$\backslash$", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
     "~": r"\~{}", "^": r"\^{}", "<": r"$<$", ">": r"$>$", "|": r"$|$",
     "–": "--", "—": "---", "−": "-", "×": r"$\times$", "α": r"$\alpha$", "·": r"$\cdot$", "²": r"$^2$",
-    "≥": r"$\geq$", "≤": r"$\leq$", "∞": r"$\infty$", "`": "", "\n": " ", "\r": " ", "\t": " ",
+    "≥": r"$\geq$", "≤": r"$\leq$", "∞": r"$\infty$", "→": r"$\rightarrow$", "`": "", "\n": " ", "\r": " ", "\t": " ",
     # Braced so that no value is read as an optional argument or a star: a cell starting with '[' after \\,
     # \rowcolor, \toprule or \midrule was taken for one ("Missing number", no PDF); a '*' after \\ vanished.
     "[": "{[}", "]": "{]}", "*": "{*}",

@@ -89,6 +89,7 @@ def test_tex_escape():
         r"a\_b \& 50\% \{x\} \$y \#1 \~{} \^{} $\backslash$"
     )
     assert report.tex_escape("α × 2–3 − 1") == r"$\alpha$ $\times$ 2--3 - 1"
+    assert report.tex_escape("auto → 256") == r"auto $\rightarrow$ 256"  # the study tables' arrows
     assert report.tex_escape(report.TexRaw("figures/a_b.pdf")) == "figures/a_b.pdf"
     # Brackets and stars braced (never an optional argument), control characters dropped, the rest of
     # Unicode in ASCII where it decomposes, else '?'.
