@@ -217,3 +217,18 @@ def test_accelerators_answers_each_part_of_its_question():
     assert "2 workers instead of 0 change throughput by +10.0 %" in text  # the sweep's workers: 1.1x at each batch
     assert "one process against 2 (per-rank batch 128)" in text and "local_sgd" in text
     assert re.search(r"the epoch time against processes \(one process, then DDP\): .+ s at 1, .+ s at 2, .+ s at 4\.", text)
+
+
+def test_accelerators_compares_the_devices_on_the_same_cells():
+    runs = _accelerator_runs()
+    cpu = runs[runs["device"] == "cpu"]
+    gpu = cpu.assign(device="cuda", run_dir=lambda d: d["run_dir"] + "-gpu", samples_per_s=cpu["samples_per_s"] * 10,
+                     epoch_time_s=cpu["epoch_time_s"] / 10, step_time_median_s=cpu["step_time_median_s"] / 10,
+                     cuda_max_allocated_mb=700.0)  # fmt: skip
+    runs = pd.concat([cpu, gpu], ignore_index=True)
+    sec = studies.section("accelerators", runs, A.cell_stats(runs), A.speedup_table(runs))
+    text = " ".join(sec.findings)
+    assert "the GPU's throughput is 10.0× the CPU's (median over 8 cells; 10.0–10.0×)" in text and "Nothing ran" not in text
+    assert "batch_size auto on cuda (mlp) chose 1024" in text and "peak memory 700 [700, 700] MB (GPU)" in text
+    rows = [dict(zip(sec.columns, r)) for r in sec.rows]
+    assert {r["peak memory [MB]"][-5:] for r in rows if r["device"] == "cuda"} == {"(GPU)"}
