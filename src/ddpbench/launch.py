@@ -6,7 +6,7 @@
 Validates the cell flags first (exit 2 naming the bad parameter, nothing started), runs
 `torchrun --standalone` (a free port per cell, so concurrent cells never collide) or a
 c10d rendezvous across nodes (torchrun as `python -m ddpbench.torchrun`: the same
-torch.distributed.run, with a cheaper exit and, on CPU, ranks forked from the agent with
+torch.distributed.run, with a cheaper exit and, on CPU, ranks forked from a zygote with
 torch already imported), enforces the wall-clock limit timeout_s + grace, and
 guarantees DIR/summary.json (on node 0): if the ranks did not write one (a crash, a kill,
 the limit), it writes status failed or timeout; on any failure the summary's `failure`
@@ -127,7 +127,7 @@ def launch(args: argparse.Namespace, params: CellParams) -> int:
     signal.signal(signal.SIGTERM, _terminated)
     cmd = [sys.executable, "-m", "ddpbench.torchrun", *rendezvous(args, out)]  # torchrun, with a cheaper exit
     cmd += ["--nproc-per-node", str(args.nproc_per_node), "--max-restarts", "0"]
-    if params.device == "cpu":  # ranks forked from the agent, torch already imported (ddpbench.torchrun)
+    if params.device == "cpu":  # ranks forked with torch already imported (ddpbench.torchrun's zygote)
         cmd += ["--start-method", "fork"]
     cmd += ["-m", "ddpbench.train", "--out", str(out), *params.to_argv()]
     if args.dump_params:

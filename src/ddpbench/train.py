@@ -89,13 +89,27 @@ def main(argv: list[str] | None = None) -> int:
     return run(params, args.out, args.dump_params)
 
 
+FORKED_FROM_THREADS: int | None = None  # threads of the process this rank was forked from (None: not forked)
+
+
+def threads_of(pid: int) -> int | None:
+    """How many threads process `pid` has (Linux /proc), or None where that cannot be read."""
+    try:
+        return len(os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return None
+
+
 def forked_main(*argv: str) -> None:
-    """A rank forked by ddpbench.torchrun from an agent that had imported this module: it
-    starts now with its imports done. A failure exits non-zero, as `main` as a script would.
-    The agent's signal handlers (SIGTERM raising an exception inside whatever the rank was
-    doing) are reset to a new interpreter's, so a rank the agent stops dies of the signal."""
-    global RANK_STARTED, IMPORTS_DONE
+    """A rank forked (ddpbench.torchrun's zygote) from a process that had imported this module:
+    it starts now with its imports done. A failure exits non-zero, as `main` as a script would.
+    Signal handlers it may have inherited (an agent's SIGTERM raising an exception inside
+    whatever the rank was doing) are reset to a new interpreter's, so a rank the agent stops
+    dies of the signal."""
+    global RANK_STARTED, IMPORTS_DONE, FORKED_FROM_THREADS
     RANK_STARTED = IMPORTS_DONE = time.time()
+    # One thread: no lock can have been copied held (ddpbench.torchrun's zygote); more: a risk
+    FORKED_FROM_THREADS = threads_of(os.getppid())
     for name in ("SIGTERM", "SIGHUP", "SIGQUIT"):
         signal.signal(getattr(signal, name), signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -336,6 +350,7 @@ def execute(
         "measurement_short": short,  # max_steps or the timeout stopped it before the minimums
         "comm_volume": strategy.comm_volume,
         "oversubscribed": device.type == "cpu" and oversubscribed(threads or 1, ranks.local_world),
+        "forked_from_threads": FORKED_FROM_THREADS,
         "model_parameters": flat.numel(),
         **dict(zip(("training_health", "training_health_reason"),
                    metrics.training_health([r["loss"] for r in sorted(run.records, key=lambda r: r["step"])]))),  # fmt: skip

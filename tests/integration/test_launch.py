@@ -72,8 +72,28 @@ def test_every_mark_of_the_timeline_is_there_in_order_on_a_real_world_size_2_run
     assert summary["fixed_cost_s"] == pytest.approx(wall - summary["timed_wall_s"])
 
 
+def test_cpu_ranks_are_forked_from_a_single_threaded_zygote(tmp_path):
+    """A fork copies any lock another thread of the parent holds, locked, with nobody left to
+    release it: a 4-rank cell hung for good in one rank's TCPStore client when its ranks were
+    forked from torchrun's agent (two store threads and a keep-alive timer by then). The ranks
+    are forked from a zygote started before anything is threaded, with torch imported."""
+    summary, _, _ = launch(tmp_path / "run", "--strategy", "allreduce")
+    assert summary["status"] == "ok", summary["reason"]
+    assert summary["extra"]["forked_from_threads"] == 1
+    assert summary["timeline_s"]["imports"] == 0  # forked with the harness imported: no imports of its own
+
+
+def test_the_zygote_is_started_only_for_forked_harness_ranks():
+    from ddpbench import torchrun
+
+    assert torchrun.forks_ranks(["--standalone", "--start-method", "fork", "-m", "ddpbench.train", "--out", "x"])
+    assert not torchrun.forks_ranks(["--standalone", "-m", "ddpbench.train", "--out", "x"])  # CUDA cells: spawn
+    assert not torchrun.forks_ranks(["--start-method", "fork", "-m", "other.module"])
+    assert not torchrun.forks_ranks(["--start-method"])
+
+
 # Loaded by every Python process of a launch (PYTHONPATH): each rank records at exit
-# whether torch._dynamo was imported. A rank the agent forked (CPU cells) leaves through
+# whether torch._dynamo was imported. A forked rank (CPU cells) leaves through
 # os._exit, which skips atexit: the probe wraps it.
 DYNAMO_PROBE = """
 import atexit, json, os, sys
