@@ -413,6 +413,8 @@ def _accelerator_findings(d: Data, t: pd.DataFrame, per_epoch: pd.DataFrame, col
     sweep = ran[(ran["_p"] == 1) & pd.to_numeric(ran["batch_size"], errors="coerce").notna()]
     if "num_workers" in sweep and sweep["num_workers"].astype(str).nunique() > 1:
         for (device, model), g in sweep.groupby(["device", "model"], sort=True):
+            if g["num_workers"].astype(str).nunique() < 2:  # no sweep for this model (ResNet-18's CPU cells)
+                continue
             top = g.sort_values("samples_per_s", ascending=False).iloc[0]
             w = g.pivot_table(index="batch_size", columns="num_workers", values="samples_per_s", aggfunc="first")
             lo, hi = w.columns.min(), w.columns.max()

@@ -215,6 +215,11 @@ def test_accelerators_answers_each_part_of_its_question():
     assert "On cpu, the first epoch (with the warm-up steps) runs at" in text
     assert "batch_size auto on cpu (mlp) chose 1024 samples per rank (cpu: peak RSS growth)" in text
     assert "2 workers instead of 0 change throughput by +10.0 %" in text  # the sweep's workers: 1.1x at each batch
+    # a model that ran without the workers sweep (ResNet-18 on CPU) claims none
+    one = (runs["strategy"] == "single") & (runs["batch_size"] == "128") & (runs["num_workers"] == 0) & (runs["device"] == "cpu")
+    other = pd.concat([runs, runs[one].assign(model="resnet18", run_dir=lambda d: d["run_dir"] + "-r18")], ignore_index=True)
+    again = studies.section("accelerators", other, A.cell_stats(other), A.speedup_table(other), steps)
+    assert " ".join(again.findings).count("DataLoader-workers sweep") == 1
     assert "one process against 2 (per-rank batch 128)" in text and "local_sgd" in text
     assert re.search(r"the epoch time against processes \(one process, then DDP\): .+ s at 1, .+ s at 2, .+ s at 4\.", text)
 

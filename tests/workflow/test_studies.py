@@ -104,7 +104,7 @@ MINIATURE = [
     ("sync-dp", ["phases.svg", "speedup.svg"], "the share of each step spent communicating", []),
     ("dataset-size", ["dataset_size.svg", "fixed_cost.svg"], "p = 2", []),
     # DenseNet-121 on 32 px images, batch 32 (the CPU part's), one dataset size; the CUDA cells skip
-    ("cores-and-gpus", ["phases.svg", "speedup.svg"], "On cpu, the number of processes with the highest throughput",
+    ("cores-and-gpus", ["phases.svg", "speedup.svg", "throughput.svg"], "On cpu, the number of processes with the highest throughput",
      ['grid={"world_size": [1, 2], "dataset_size": [256], "batch_size": [32], "image_size": [32]}']),
     # VGG-11: a small batch, one node, one dataset size; 2 profiled steps
     ("sync-strategies", ["profile.svg", "rank_skew.svg"], "The fastest strategy here is",
