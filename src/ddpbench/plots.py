@@ -1349,6 +1349,15 @@ def _select(df: pd.DataFrame | None, info: dict) -> pd.DataFrame | None:
     return df[keep]
 
 
+def _of_runs(df: pd.DataFrame | None, runs: pd.DataFrame) -> pd.DataFrame | None:
+    """The rows of a per-run table (steps, profile) that belong to `runs`, by run folder: those
+    tables name only some axes (steps.csv has no num_workers), so selecting by value would
+    leave other groups' runs in."""
+    if df is None or df.empty or "run_dir" not in df or "run_dir" not in runs:
+        return df
+    return df[df["run_dir"].isin(runs["run_dir"])]
+
+
 def figure_groups(d: Data) -> list[tuple[str, dict, Data]]:
     """(label, {axis: value}, data of the group) per combination of `group_axes`, sorted; one
     ("", {}, d) for a grid without such axes. The collective sweep belongs to no group: the first
@@ -1360,8 +1369,9 @@ def figure_groups(d: Data) -> list[tuple[str, dict, Data]]:
     for key, _ in d.runs.groupby(cols, dropna=False, sort=True):
         key = key if isinstance(key, tuple) else (key,)
         info = {c: v for c, v in zip(cols, key)}
-        part = Data(_select(d.runs, info), _select(d.cells, info), _select(d.speed, info), _select(d.fits, info),
-                    _select(d.steps, info), d.comm if not out else None, d.series_axes, _select(d.profile, info))  # fmt: skip
+        runs = _select(d.runs, info)
+        part = Data(runs, _select(d.cells, info), _select(d.speed, info), _select(d.fits, info),
+                    _of_runs(d.steps, runs), d.comm if not out else None, d.series_axes, _of_runs(d.profile, runs))  # fmt: skip
         out.append((text(", ".join(f"{c}={v}" for c, v in info.items())), info, part))
     return out
 

@@ -301,3 +301,18 @@ def test_batch_size_auto_is_marked_at_the_batch_it_chose():
     assert [list(ln.get_xdata()) for ln in stars] == [[256.0]] and list(stars[0].get_ydata()) == [900.0]
     assert plots.AUTO_LABEL in [t.get_text() for t in fig.legends[0].get_texts()]
     plots.plt.close(fig)
+
+
+def test_a_groups_steps_are_its_runs_steps_even_on_an_axis_steps_csv_lacks():
+    """steps.csv names only some axes (no num_workers): a group's steps are its runs', by folder."""
+    runs = make_runs(strategies=("single", "ddp"), world_sizes=(1, 2), repeats=1, failures=False)
+    two = runs.assign(num_workers=2, run_dir=runs["run_dir"] + "-w2")
+    runs = pd.concat([runs.assign(num_workers=0), two], ignore_index=True)
+    steps = make_steps(runs)
+    assert "num_workers" not in steps
+    d = plots.Data(runs, A.cell_stats(runs), pd.DataFrame(), pd.DataFrame(), steps, profile=make_profile(runs))
+    groups = plots.figure_groups(d)
+    assert [label for label, *_ in groups] == ["num_workers=0", "num_workers=2"]
+    for _, info, part in groups:
+        mine = set(runs[runs["num_workers"] == info["num_workers"]]["run_dir"])
+        assert set(part.steps["run_dir"]) == mine and set(part.profile["run_dir"]) == mine
