@@ -339,6 +339,14 @@ def _by(t: pd.DataFrame, **match) -> pd.DataFrame:
     return t[keep]
 
 
+def _epochs_text(values: list, shown: int = 4) -> str:
+    """Throughput per epoch, first to last; more than `shown` epochs: the first two, an ellipsis, the
+    last, and how many (the epoch_throughput figure draws them all)."""
+    if len(values) <= shown:
+        return " → ".join(num(v) for v in values) or "–"
+    return " → ".join([num(values[0]), num(values[1]), "…", num(values[-1])]) + f" ({len(values)} epochs)"
+
+
 def accelerators(d: Data):
     cols = [c for c in dict.fromkeys(("device", "model", "strategy", "world_size", "batch_size", "num_workers",
                                       *A.varying(d.runs, A.axes(d.runs)))) if c in d.cells]  # fmt: skip
@@ -357,7 +365,7 @@ def accelerators(d: Data):
         mem, what = _memory(r)
         rows.append([str(r["device"]), str(r.get("model", "")), str(r["strategy"]), str(r["world_size"]), batch,
                      str(r.get("num_workers", "")), _with_ci(r, "samples_per_s"),
-                     " → ".join(num(v) for v in epochs.get(r["_key"], [])) or "–", _with_ci(r, "epoch_time_s"),
+                     _epochs_text(epochs.get(r["_key"], [])), _with_ci(r, "epoch_time_s"),
                      _ms(r.get("round_s")), f"{mem} ({what})" if mem != "–" else mem, _with_ci(r, "test_acc", 100),
                      _with_ci(r, "speedup")])  # fmt: skip
     found = _accelerator_findings(d, t, per_epoch, cols)

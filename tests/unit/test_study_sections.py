@@ -210,6 +210,7 @@ def test_accelerators_answers_each_part_of_its_question():
     t = ok[ok["strategy"] == "local_sgd"]["step_time_median_s"]
     assert local["round [ms]"] == studies.num(1e3 * (4 * t * 0.9).median())
     assert local["per epoch [samples/s]"].count("→") == 2  # three epochs
+    assert studies._epochs_text([1.0, 2.0, 3.0, 4.0, 5.0]) == "1 → 2 → … → 5 (5 epochs)"
     text = " ".join(sec.findings)
     assert "Nothing ran on cuda here: its 15 runs were recorded as skipped" in text
     assert "On cpu, the first epoch (with the warm-up steps) runs at" in text
