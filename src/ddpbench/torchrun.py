@@ -67,13 +67,14 @@ def start_zygote() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    if forks_ranks(argv):
+    forked = forks_ranks(argv)
+    if forked:
         start_zygote()  # before torch is imported here: nothing is threaded yet
     from torch.distributed.run import parse_args, run
 
     args = parse_args(argv)
     try:
-        if forks_ranks(argv) and args.module and args.training_script == FORKED_MODULE:
+        if forked:
             run_forked(args)
         else:
             run(args)  # raises (ChildFailedError, SystemExit) when a rank fails
