@@ -210,16 +210,16 @@ def _steps_by_cell(d: Data, cols: list[str]) -> pd.DataFrame:
     """steps.csv rows with their cell's columns from runs.csv (steps.csv names only some axes;
     the run folder ties them: two cells differing by nodes alone are told apart)."""
     if d.steps is None or d.steps.empty or "run_dir" not in d.steps:
-        return pd.DataFrame(columns=["run_dir", "rank", "step", "timed", "total_s", "loss", *cols])
+        return pd.DataFrame(columns=["run_dir", "rank", "step", "timed", "total_s", "loss", "samples", *cols])
     cells = d.runs[["run_dir", *cols]].drop_duplicates("run_dir")
-    steps = d.steps[[c for c in ("run_dir", "rank", "step", "timed", "total_s", "loss") if c in d.steps]]
+    steps = d.steps[[c for c in ("run_dir", "rank", "step", "timed", "total_s", "loss", "samples") if c in d.steps]]
     return steps.merge(cells, on="run_dir", how="inner")
 
 
 def _rank_and_loss(steps: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
     """Per cell: rank 0's and the slowest other rank's median timed step (medians over runs), and
-    rank 0's loss at each iteration of LOSS_AT (median over runs)."""
-    out = []
+    the global batch's loss at each iteration of LOSS_AT (median over runs)."""
+    out, curves = [], _loss_curves(steps, cols)
     for key, g in steps.groupby(cols, dropna=False, sort=False):
         timed = g[pd.to_numeric(g["timed"], errors="coerce") > 0]
         per = timed.groupby(["run_dir", "rank"])["total_s"].median().unstack("rank")
@@ -227,11 +227,68 @@ def _rank_and_loss(steps: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
         row["rank0_s"] = float(per[0].median()) if 0 in per else np.nan
         others = per.drop(columns=[0], errors="ignore")
         row["others_s"] = float(others.max(axis=1).median()) if others.shape[1] else np.nan
-        r0 = g[g["rank"] == 0]
+        curve = curves.get(key if isinstance(key, tuple) else (key,), pd.Series(dtype=float))
         for it in LOSS_AT:
-            row[f"loss_{it}"] = float(pd.to_numeric(r0.loc[r0["step"] == it, "loss"], errors="coerce").median())
+            row[f"loss_{it}"] = float(curve.get(it, np.nan))
         out.append(row)
     return pd.DataFrame(out, columns=[*cols, "rank0_s", "others_s", *(f"loss_{i}" for i in LOSS_AT)])
+
+
+AGREE = 1e-3  # relative loss difference below which two curves are the same model (summation order aside)
+UNSTABLE = 1.5  # a loss this many times the first step's: the training diverged for a while
+
+
+def _batch_loss(steps: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
+    """The global batch's loss at each step of each run: the ranks' losses weighted by their samples
+    (a rank's own loss is its shard's, not comparable with one process's over the whole batch)."""
+    s = steps.assign(loss=pd.to_numeric(steps["loss"], errors="coerce"),
+                     w=pd.to_numeric(steps.get("samples", 1), errors="coerce")).dropna(subset=["loss", "w"])  # fmt: skip
+    s = s.assign(lw=s["loss"] * s["w"])
+    g = s.groupby(["run_dir", "step", *cols], dropna=False, sort=False)[["lw", "w"]].sum().reset_index()
+    return g.assign(loss=g["lw"] / g["w"]).drop(columns=["lw", "w"])
+
+
+def _loss_curves(steps: pd.DataFrame, cols: list[str]) -> dict[tuple, pd.Series]:
+    """Per cell: the global batch's loss at each step, median over runs (exact strategies repeat it bit for bit)."""
+    b = _batch_loss(steps, cols)
+    return {key if isinstance(key, tuple) else (key,): g.groupby("step")["loss"].median().sort_index()
+            for key, g in b.groupby(cols, dropna=False, sort=False)}  # fmt: skip
+
+
+def parting_step(curve: pd.Series, ref: pd.Series, rel: float = AGREE) -> float:
+    """The first step at which `curve` differs from `ref` by more than `rel` of ref's loss (nan: never)."""
+    both = pd.concat([curve, ref], axis=1, join="inner").dropna()
+    off = (both.iloc[:, 0] - both.iloc[:, 1]).abs() > rel * both.iloc[:, 1].abs()
+    return float(off.idxmax()) if off.any() else np.nan
+
+
+def _curves_text(curves: dict[tuple, pd.Series], t: pd.DataFrame, cols: list[str]) -> str:
+    """Whether the cells' loss curves are one model's, and if they part, where and why: an
+    unstable run (a loss spike) amplifies the last-bit differences between summation orders."""
+    if len(curves) < 2:
+        return "."
+    one = t[pd.to_numeric(t["world_size"], errors="coerce") == 1]
+    ref_row = one.iloc[0] if not one.empty else t.iloc[0]
+    ref_key = tuple(ref_row[c] for c in cols)
+    ref = curves.get(ref_key, next(iter(curves.values())))
+    ref_name = f"{ref_row['strategy']} ({_name(ref_row, cols)})"
+    parts = {k: parting_step(c, ref) for k, c in curves.items() if k != ref_key}
+    parted = {k: s for k, s in parts.items() if np.isfinite(s)}
+    if not parted:
+        return ": the strategies train the same model (their loss curves agree to 3 digits at every step)."
+    first = min(parted.values())
+    who = ", ".join(sorted({str(k[cols.index("strategy")]) for k, s in parted.items() if s == first}))
+    if first <= ref.index.min():
+        return (f"; the loss curves differ from {ref_name}'s from the first iteration ({who}): the "
+                "strategies do not all train the same model (an approximate one, or other batches).")  # fmt: skip
+    text = (f"; the loss curves agree with {ref_name}'s to 3 digits through iteration {int(first) - 1} "
+            f"and part from iteration {int(first)} ({who} first)")  # fmt: skip
+    if ref.max() > UNSTABLE * ref.iloc[0]:
+        return (text + f"; the loss peaks at {sig3(ref.max())} at iteration {int(ref.idxmax())} ({sig3(ref.iloc[0])} at "
+                "the first): training this unstable amplifies small differences, down to the last-bit ones between "
+                "exact strategies' summation orders, so the later losses and accuracies differ by chance, not by "
+                "strategy (compare them at a learning rate that trains stably).")  # fmt: skip
+    return text + ": the strategies do not all train the same model (an approximate one, or other batches)."
 
 
 def sync_strategies(d: Data):
@@ -266,13 +323,11 @@ def sync_strategies(d: Data):
     losses = t.dropna(subset=[f"loss_{LOSS_AT[-1]}"]) if f"loss_{LOSS_AT[-1]}" in t else t.iloc[0:0]
     if len(losses) > 1:
         lo, hi = losses[f"loss_{LOSS_AT[-1]}"].min(), losses[f"loss_{LOSS_AT[-1]}"].max()
-        same = abs(hi - lo) <= 1e-3 * max(abs(lo), abs(hi))  # exact strategies: the same model as one process
         found.append(f"At iteration {LOSS_AT[-1]} the loss ranges from {sig3(lo)} to {sig3(hi)} over the cells "
-                     f"(rank 0, median over repeats)" + (": the strategies train the same model." if same else
-                     ": the strategies do not all train the same model (an approximate one, or other batches)."))  # fmt: skip
+                     f"(the global batch's, median over repeats)" + _curves_text(_loss_curves(_steps_by_cell(d, cols), cols), t, cols))  # fmt: skip
     note = ("Iteration time, throughput, speedup: geometric means [95 % intervals]; rank 0 and the slowest other rank: "
-            "medians over runs of each rank's median timed step (steps.csv); loss at an iteration: rank 0's at that step "
-            "of steps.csv, median over runs; test accuracy and rank skew: medians [order-statistic intervals]; profiled "
+            "medians over runs of each rank's median timed step (steps.csv); loss at an iteration: the global batch's at that step "
+            "of steps.csv (the ranks' losses weighted by their samples), median over runs; test accuracy and rank skew: medians [order-statistic intervals]; profiled "
             "comm: communication operators' share of a profiled step (the profile figure).")  # fmt: skip
     return columns, rows, note, found
 

@@ -110,17 +110,33 @@ def test_sync_strategies_reads_each_ranks_step_the_loss_at_20_and_40_and_the_pro
     t = ok[ok["strategy"] == "gather_scatter"]["step_time_median_s"]
     assert gs["rank 0 [ms]"] == studies.num(1e3 * t.median())  # make_steps: rank r takes (1 + 0.02 r) x the step
     assert gs["slowest other rank [ms]"] == studies.num(1e3 * (t * 1.06).median())
-    assert gs["loss at 20"] == studies.num(2.3 * np.exp(-2.0)) and gs["loss at 40"] == studies.num(2.3 * np.exp(-4.0))
+    # the global batch's loss: make_steps' rank r loses 0.01 r more on its equal shard, so the mean over 4 ranks adds 0.015
+    assert gs["loss at 20"] == studies.num(2.3 * np.exp(-2.0) + 0.015) and gs["loss at 40"] == studies.num(2.3 * np.exp(-4.0) + 0.015)
+    assert rows["single"]["loss at 20"] == studies.num(2.3 * np.exp(-2.0))
     # make_profile at p = 4: communication 0.30 of the step x (1 + 0.1 r) on rank r, ranks summing to 1, 1, 1.08, 1.17
     assert gs["profiled comm [% of step]"] == studies.num(100 * (0.30 * 1.15) / ((1 + 1 + 1.08 + 1.17) / 4))
     assert rows["single"]["profiled comm [% of step]"] == "0"
     text = " ".join(sec.findings)
     assert "Gather/scatter's rank 0" in text and "The fastest strategy here is" in text
-    assert "At iteration 40 the loss ranges from" in text and "the strategies train the same model." in text
-    off = steps.assign(loss=np.where(steps["run_dir"].isin(ok[ok["strategy"] == "ddp"]["run_dir"]), steps["loss"] * 1.1,
-                                     steps["loss"]))  # fmt: skip
-    other = studies.section("sync-strategies", runs, A.cell_stats(runs), A.speedup_table(runs), off, profile)
-    assert "do not all train the same model" in " ".join(other.findings)
+    assert "At iteration 40 the loss ranges from" in text and "differ from single (p=1)'s from the first iteration" in text
+    # every rank of every cell on one curve: the same model
+    steps = steps.assign(loss=2.3 * np.exp(-0.1 * steps["step"]))
+    same = " ".join(studies.section("sync-strategies", runs, A.cell_stats(runs), A.speedup_table(runs), steps, profile).findings)
+    assert "the strategies train the same model (" in same
+    ddp = steps["run_dir"].isin(ok[ok["strategy"] == "ddp"]["run_dir"])
+    off = steps.assign(loss=np.where(ddp, steps["loss"] * 1.1, steps["loss"]))
+    other = " ".join(studies.section("sync-strategies", runs, A.cell_stats(runs), A.speedup_table(runs), off, profile).findings)
+    assert "differ from single (p=1)'s from the first iteration (ddp)" in other and "do not all train the same model" in other
+    # every curve jumps to twice its first loss at step 6; ddp's parts from the others' at step 9 (rounding, amplified)
+    spiked = steps["loss"].where(steps["step"] != 6, 2 * 2.3)
+    chaos = steps.assign(loss=np.where(ddp & (steps["step"] >= 9), spiked * 1.01, spiked))
+    text = " ".join(studies.section("sync-strategies", runs, A.cell_stats(runs), A.speedup_table(runs), chaos, profile).findings)
+    assert "agree with single (p=1)'s to 3 digits through iteration 8 and part from iteration 9 (ddp first)" in text
+    assert "the loss peaks at 4.60 at iteration 6 (2.30 at the first)" in text and "by chance, not by strategy" in text
+    # a curve that parts without a spike: not the same model
+    late = steps.assign(loss=np.where(ddp & (steps["step"] >= 9), steps["loss"] * 1.01, steps["loss"]))
+    text = " ".join(studies.section("sync-strategies", runs, A.cell_stats(runs), A.speedup_table(runs), late, profile).findings)
+    assert "part from iteration 9 (ddp first): the strategies do not all train the same model" in text
     # without steps or a profile: the cells, no per-rank or loss claims
     bare = studies.section("sync-strategies", runs, A.cell_stats(runs), A.speedup_table(runs))
     assert len(bare.rows) == 4 and not any("rank 0" in f or "iteration 40" in f for f in bare.findings)
