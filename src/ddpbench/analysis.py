@@ -206,6 +206,18 @@ def label(row, cols: list[str]) -> str:
     return ", ".join(f"{c}={row[c]}" for c in cols) or "all runs"
 
 
+def matching(df: pd.DataFrame | None, values: dict) -> pd.DataFrame | None:
+    """The rows whose columns equal `values` as text (mixed int/"auto" columns compare predictably);
+    a column the table lacks does not narrow it."""
+    if df is None or df.empty:
+        return df
+    keep = np.ones(len(df), bool)
+    for c, v in values.items():
+        if c in df:
+            keep &= (df[c].astype(str) == str(v)).to_numpy()
+    return df[keep]
+
+
 def _key(values) -> tuple[str, ...]:
     # String keys: NaN and mixed int/"auto" columns compare predictably.
     return tuple(str(v) for v in values)

@@ -1212,9 +1212,9 @@ def fig_link(d: Data):
         for key, g in _panels(runs_med[runs_med["strategy"].astype(str).isin(chunk)], pcols):
             info = dict(zip(pcols, key))
             where = _key_label(pcols, key)
-            sel = _select(cells, info)
+            sel = A.matching(cells, info)
             # The single process at these settings: world size and what cannot matter to it aside.
-            ref = _select(base, {k: v for k, v in info.items() if k not in (*A.LAUNCH_AXES, *A.IRRELEVANT_AT_BASELINE)})
+            ref = A.matching(base, {k: v for k, v in info.items() if k not in (*A.LAUNCH_AXES, *A.IRRELEVANT_AT_BASELINE)})
             for m, ylabel in metrics:
                 frame = sel if m == "samples_per_s" else g
                 if len(frame) and m in frame and frame[m].notna().any():
@@ -1339,16 +1339,6 @@ def group_axes(runs: pd.DataFrame) -> list[str]:
     return [a for a in A.varying(runs, A.axes(runs)) if a not in PLOTTED_AXES]
 
 
-def _select(df: pd.DataFrame | None, info: dict) -> pd.DataFrame | None:
-    if df is None or df.empty:
-        return df
-    keep = np.ones(len(df), bool)
-    for c, v in info.items():
-        if c in df:
-            keep &= (df[c].astype(str) == str(v)).to_numpy()
-    return df[keep]
-
-
 def _of_runs(df: pd.DataFrame | None, runs: pd.DataFrame) -> pd.DataFrame | None:
     """The rows of a per-run table (steps, profile) that belong to `runs`, by run folder: those
     tables name only some axes (steps.csv has no num_workers), so selecting by value would
@@ -1369,8 +1359,8 @@ def figure_groups(d: Data) -> list[tuple[str, dict, Data]]:
     for key, _ in d.runs.groupby(cols, dropna=False, sort=True):
         key = key if isinstance(key, tuple) else (key,)
         info = {c: v for c, v in zip(cols, key)}
-        runs = _select(d.runs, info)
-        part = Data(runs, _select(d.cells, info), _select(d.speed, info), _select(d.fits, info),
+        runs = A.matching(d.runs, info)
+        part = Data(runs, A.matching(d.cells, info), A.matching(d.speed, info), A.matching(d.fits, info),
                     _of_runs(d.steps, runs), d.comm if not out else None, d.series_axes, _of_runs(d.profile, runs))  # fmt: skip
         out.append((text(", ".join(f"{c}={v}" for c, v in info.items())), info, part))
     return out

@@ -387,13 +387,6 @@ def _memory(r) -> tuple[str, str]:
     return _with_ci(r, col), "GPU" if cuda else "RSS"
 
 
-def _by(t: pd.DataFrame, **match) -> pd.DataFrame:
-    keep = np.ones(len(t), bool)
-    for c, v in match.items():
-        keep &= (t[c].astype(str) == str(v)).to_numpy()
-    return t[keep]
-
-
 def _epochs_text(values: list, shown: int = 4) -> str:
     """Throughput per epoch, first to last; more than `shown` epochs: the first two, an ellipsis, the
     last, and how many (the epoch_throughput figure draws them all)."""
@@ -462,8 +455,8 @@ def _accelerator_findings(d: Data, t: pd.DataFrame, per_epoch: pd.DataFrame, col
     # batch auto: what it chose, at what memory, against the static batch
     for _, r in ran[np.isfinite(pd.to_numeric(ran["chosen"], errors="coerce"))].iterrows():
         mem, what = _memory(r)
-        static = _by(ran, device=r["device"], model=r.get("model"), strategy=r["strategy"], world_size=r["world_size"],
-                     num_workers=r.get("num_workers"))  # fmt: skip
+        static = A.matching(ran, dict(device=r["device"], model=r.get("model"), strategy=r["strategy"],
+                                      world_size=r["world_size"], num_workers=r.get("num_workers")))  # fmt: skip
         static = static[pd.to_numeric(static["batch_size"], errors="coerce").notna()]
         vs = ""
         if not static.empty:
@@ -491,7 +484,7 @@ def _accelerator_findings(d: Data, t: pd.DataFrame, per_epoch: pd.DataFrame, col
     for (device, model), g in multi.groupby(["device", "model"], sort=True):
         p = int(g["_p"].min())
         at = g[g["_p"] == p]
-        base = _by(ran, device=device, model=model, strategy=A.BASELINE_STRATEGY)
+        base = A.matching(ran, dict(device=device, model=model, strategy=A.BASELINE_STRATEGY))
         base = base[base["batch_size"].astype(str).isin(at["batch_size"].astype(str)) &
                     base["num_workers"].astype(str).isin(at["num_workers"].astype(str))] if "num_workers" in base else base  # fmt: skip
         parts = [f"{r['strategy']} {_ms(r['round_s'])} ms a round, {_with_ci(r, 'samples_per_s')} samples/s, accuracy "
@@ -500,9 +493,9 @@ def _accelerator_findings(d: Data, t: pd.DataFrame, per_epoch: pd.DataFrame, col
         found.append(f"On {device} ({model}), one process against {p} (per-rank batch {fastest['batch_size']}): "
                      + "; ".join(parts) + f". Fastest at p = {p}: {fastest['strategy']}.")  # fmt: skip
     # CPU epoch time against processes (DDP)
-    ddp = _by(ran, device="cpu", strategy="ddp")
+    ddp = A.matching(ran, dict(device="cpu", strategy="ddp"))
     for model, g in ddp.groupby("model", sort=True) if "model" in ddp else []:
-        one = _by(ran, device="cpu", model=model, strategy=A.BASELINE_STRATEGY)
+        one = A.matching(ran, dict(device="cpu", model=model, strategy=A.BASELINE_STRATEGY))
         one = one[one["batch_size"].astype(str).isin(g["batch_size"].astype(str))]
         if "num_workers" in one:
             one = one[one["num_workers"].astype(str).isin(g["num_workers"].astype(str))]
