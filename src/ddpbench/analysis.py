@@ -103,14 +103,16 @@ def run_version(runs: pd.DataFrame) -> pd.Series:
     """Per run, what must be equal for two runs to be pooled: the code fingerprint (package
     source + lock) and the packages that differ from the lock. Runs from before provenance
     was recorded share one (unknown) version."""
-    code = _text(runs, "env_code_fingerprint")
-    off = _text(runs, "env_off_lock")
+    code = text_column(runs, "env_code_fingerprint")
+    off = text_column(runs, "env_off_lock")
     return code.where(off == "", code + ", off-lock: " + off)
 
 
-def _text(runs: pd.DataFrame, name: str) -> pd.Series:
+def text_column(runs: pd.DataFrame, name: str) -> pd.Series:
     """A text column with "" for missing values (and for a missing column)."""
-    return runs[name].fillna("").astype(str) if name in runs else pd.Series("", index=runs.index)
+    if name not in runs:
+        return pd.Series("", index=runs.index)
+    return runs[name].map(lambda v: "" if pd.isna(v) else str(v))  # an all-NaN column is float: no fillna("")
 
 
 def supersede_other_versions(runs: pd.DataFrame) -> pd.DataFrame:
@@ -126,7 +128,7 @@ def supersede_other_versions(runs: pd.DataFrame) -> pd.DataFrame:
     runs = runs.copy()
     # A table whose runs all succeeded reads `reason` as an all-NaN float column: make room for text.
     runs["reason"] = runs["reason"].astype(object) if "reason" in runs else None
-    order = pd.DataFrame({"started": _text(runs, "env_started_utc"), "row": range(len(runs))}, index=runs.index)
+    order = pd.DataFrame({"started": text_column(runs, "env_started_utc"), "row": range(len(runs))}, index=runs.index)
     cols = axes(runs)
     for _, g in runs.groupby(cols, dropna=False, sort=False):
         if version[g.index].nunique() < 2:
@@ -376,7 +378,7 @@ def oversubscribed_runs(runs: pd.DataFrame) -> pd.Series:
 def unhealthy_runs(runs: pd.DataFrame) -> pd.Series:
     """Runs that did not learn: loss non-finite, ended far above its start, or spiked (train.py's
     extra.training_health): a fast run that does not learn answers nothing."""
-    return _text(runs, "extra_training_health").isin(["diverged", "unstable"])
+    return text_column(runs, "extra_training_health").isin(["diverged", "unstable"])
 
 
 def _few_timed_steps(runs: pd.DataFrame) -> bool:
@@ -444,7 +446,7 @@ def cell_stats(runs: pd.DataFrame, max_rel_ci: float = MAX_REL_CI) -> pd.DataFra
     flags = dict(
         n_busy=busy_runs(runs).to_numpy(bool),
         n_oversubscribed=oversubscribed_runs(runs).to_numpy(bool),
-        n_off_lock=(_text(runs, "env_off_lock") != "").to_numpy(),
+        n_off_lock=(text_column(runs, "env_off_lock") != "").to_numpy(),
         n_nondeterministic=nondeterministic_mask(runs[timed], cols).reindex(runs.index, fill_value=False).to_numpy(bool),
         n_diverged=unhealthy_runs(runs).to_numpy(bool),
     )

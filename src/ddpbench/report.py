@@ -345,7 +345,7 @@ def environment(runs: pd.DataFrame) -> list[tuple[str, str]]:
         if col in runs and runs[col].notna().any():
             rows.append((label, _values(runs[col])))
     if "env_off_lock" in runs:
-        off = runs["env_off_lock"].fillna("").astype(str)
+        off = A.text_column(runs, "env_off_lock")
         rows.append(("packages off the lock", _values(off[off != ""]) if (off != "").any() else "none"))
     rest = [c for c in runs.columns if c.startswith("env_") and c not in known and runs[c].notna().any()]
     rows += [(c.removeprefix("env_var_").removeprefix("env_"), _values(runs[c])) for c in rest]

@@ -1,7 +1,9 @@
 """Runs of different code or packages are never pooled (issue 23): the rule that sets older
 versions aside, the flag on ratios across versions, and the same-seed determinism check."""
 
+import numpy as np
 import pandas as pd
+import pytest
 
 from ddpbench import analysis as A
 
@@ -90,3 +92,14 @@ def test_a_table_read_back_with_an_empty_reason_column_is_set_aside_too(tmp_path
     raw.to_csv(tmp_path / "runs.csv", index=False)
     runs = A.load_runs(tmp_path / "runs.csv")
     assert list(runs["status"]) == ["superseded", "ok"] and "(old)" in runs["reason"][0]
+
+
+@pytest.mark.filterwarnings("error")
+def test_the_report_names_off_lock_packages_and_says_none_when_the_column_is_empty():
+    from ddpbench import report
+
+    runs = _runs([1.0, 1.0], ["a", "a"], ["1", "2"])
+    runs["env_off_lock"] = np.nan  # read back from a CSV where no run was off the lock: a float column
+    assert ("packages off the lock", "none") in report.environment(runs)
+    runs["env_off_lock"] = pd.Series([np.nan, "numpy 2.0 (lock 2.1)"], dtype=object)
+    assert ("packages off the lock", "numpy 2.0 (lock 2.1)") in report.environment(runs)
