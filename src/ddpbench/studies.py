@@ -342,14 +342,54 @@ def _out_of_memory(runs: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
     return frame.groupby(cols, dropna=False, sort=False)[["_oom", "_n"]].sum().reset_index()
 
 
+def _devices_not_run(runs: pd.DataFrame, ran: list[str]) -> list[str]:
+    """One answer per device of the grid on which nothing ran, with the recorded reason."""
+    found = []
+    skipped = runs[runs["status"] == "skipped"]
+    for device in sorted(set(runs["device"].astype(str)) - set(ran)):
+        gone = skipped[skipped["device"].astype(str) == device]
+        if len(gone):
+            found.append(f"Nothing ran on {device} here: its {len(gone)} runs were recorded as skipped "
+                         f"({gone['reason'].astype(str).iloc[0]}); the answers below are the other device's.")  # fmt: skip
+    return found
+
+
+def _oversubscribed(runs: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
+    """Per cell: whether any of its runs had more ranks than the machine's cores (flagged per run)."""
+    flag = runs.get("extra_oversubscribed", pd.Series(False, index=runs.index)).map(A.truthy)
+    frame = runs[cols].assign(_over=flag.to_numpy())
+    return frame.groupby(cols, dropna=False, sort=False)["_over"].any().reset_index()
+
+
+def _scaling_text(g: pd.DataFrame, unit: str) -> str:
+    """Throughput against the worker count of one device and batch, with the speedup and the
+    communication share at each count, and where adding workers stops paying."""
+    g = g.sort_values("_p")
+    parts = []
+    for _, r in g.iterrows():
+        extra = [f"speedup {_with_ci(r, 'speedup')}"] if r["_p"] > 1 and np.isfinite(_num(r.get("speedup"))) else []
+        if r["_p"] > 1 and np.isfinite(_num(r.get("frac_comm"))):
+            extra.append(f"{pct_text(r['frac_comm'], r.get('frac_comm_ci_low'), r.get('frac_comm_ci_high'), r.get('frac_comm_ci_level'))}"
+                         " of a step communicating")  # fmt: skip
+        if r.get("_over"):
+            extra.append("oversubscribed")
+        parts.append(f"{int(r['_p'])} → {_with_ci(r, 'samples_per_s')} samples/s" + (f" ({', '.join(extra)})" if extra else ""))
+    peak = g.sort_values("samples_per_s", ascending=False).iloc[0]
+    after = g[g["_p"] > peak["_p"]]
+    tail = (f"; beyond {int(peak['_p'])} {unit} throughput falls" if not after.empty and
+            after["samples_per_s"].max() < peak["samples_per_s"] else "")  # fmt: skip
+    return "; ".join(parts) + tail
+
+
 def cores_and_gpus(d: Data):
     cols = [c for c in dict.fromkeys(("device", "strategy", "world_size", "batch_size",
                                       *A.varying(d.runs, A.axes(d.runs)))) if c in d.cells]  # fmt: skip
     t = _cells(d, cols)
     t = t.merge(_out_of_memory(d.runs, cols), on=cols, how="outer") if "device" in cols else t.assign(_oom=0, _n=0)
+    t = t.merge(_oversubscribed(d.runs, cols), on=cols, how="left")
     t = t.assign(_p=pd.to_numeric(t["world_size"], errors="coerce"), _b=pd.to_numeric(t["batch_size"], errors="coerce"))
-    columns = ["device", "batch", "processes / GPUs", "strategy", "throughput [samples/s]", "speedup", "out of memory",
-               "best for its batch"]  # fmt: skip
+    columns = ["device", "batch", "processes / GPUs", "strategy", "throughput [samples/s]", "speedup", "comm [% of step]",
+               "out of memory", "best for its batch"]  # fmt: skip
     best = {}
     for key, g in t.dropna(subset=["samples_per_s"]).groupby(["device", "_b"], dropna=False, sort=True):
         top = g.sort_values("samples_per_s", ascending=False).iloc[0]
@@ -359,13 +399,20 @@ def cores_and_gpus(d: Data):
         top = best.get((r["device"], r["_b"]))
         is_best = top is not None and top["_p"] == r["_p"] and str(top["strategy"]) == str(r["strategy"])
         oom = f"{int(r['_oom'])} of {int(r['_n'])} runs" if _num(r.get("_oom")) > 0 else ""
-        rows.append([str(r["device"]), str(r["batch_size"]), str(r["world_size"]), str(r["strategy"]),
-                     _with_ci(r, "samples_per_s"), _with_ci(r, "speedup"), oom, "best" if is_best else ""])  # fmt: skip
+        comm = _with_ci(r, "frac_comm", 100) if r["_p"] > 1 and np.isfinite(_num(r.get("frac_comm"))) else ""
+        rows.append([str(r["device"]), str(r["batch_size"]), str(r["world_size"]) + (" (oversubscribed)" if r.get("_over") else ""),
+                     str(r["strategy"]), _with_ci(r, "samples_per_s"), _with_ci(r, "speedup"), comm, oom,
+                     "best" if is_best else ""])  # fmt: skip
+    found += _devices_not_run(d.runs, sorted({str(k[0]) for k in best}))
     for device in sorted({k[0] for k in best}, key=str):
         unit = "GPUs" if str(device) == "cuda" else "processes"
         per = [f"batch {int(b)}: {int(top['_p'])} ({_with_ci(top, 'samples_per_s')} samples/s)"
                for (dev, b), top in best.items() if dev == device]  # fmt: skip
         found.append(f"On {device}, the number of {unit} with the highest throughput, per batch size: " + "; ".join(per) + ".")
+        ran = t.dropna(subset=["samples_per_s"])
+        for b, g in ran[ran["device"] == device].groupby("_b", sort=True):
+            if g["_p"].nunique() > 1:
+                found.append(f"On {device} at batch {int(b)}, throughput against {unit}: {_scaling_text(g, unit)}.")
     ooms = t[t["_oom"] > 0]
     if not ooms.empty:
         named = "; ".join(f"batch {r['batch_size']} at {r['world_size']} on {r['device']} ({int(r['_oom'])} of {int(r['_n'])} runs)"
@@ -373,7 +420,9 @@ def cores_and_gpus(d: Data):
         found.append(f"Out of memory, recorded and the grid went on: {named}.")
     note = ("Throughput and speedup: geometric means over repeats [95 % intervals]; 'best for its batch': the cell with "
             "the highest throughput estimate for its device and batch size (the intervals say whether its lead is "
-            "clear); out of memory: runs whose failure was diagnosed as oom (the failed-runs table has each reason).")  # fmt: skip
+            "clear); comm: the share of a step spent communicating (the phases figure splits it); oversubscribed: more "
+            "ranks than the machine's cores; out of memory: runs whose failure was diagnosed as oom (the failed-runs "
+            "table has each reason).")  # fmt: skip
     return columns, rows, note, found
 
 
@@ -427,15 +476,9 @@ def accelerators(d: Data):
 
 
 def _accelerator_findings(d: Data, t: pd.DataFrame, per_epoch: pd.DataFrame, cols: list[str]) -> list[str]:
-    found = []
     ran = t.dropna(subset=["samples_per_s"])
     devices = sorted(ran["device"].astype(str).unique())
-    skipped = d.runs[d.runs["status"] == "skipped"]
-    for device in sorted(set(d.runs["device"].astype(str)) - set(devices)):
-        gone = skipped[skipped["device"].astype(str) == device]
-        if len(gone):
-            found.append(f"Nothing ran on {device} here: its {len(gone)} runs were recorded as skipped "
-                         f"({gone['reason'].astype(str).iloc[0]}); the answers below are the other device's.")  # fmt: skip
+    found = _devices_not_run(d.runs, devices)
     # the same cell on each device
     if len(devices) > 1:
         keys = [c for c in cols if c != "device"]

@@ -161,6 +161,19 @@ def test_cores_and_gpus_names_the_best_count_per_batch_and_the_batches_that_did_
     text = " ".join(sec.findings)
     assert "On cpu, the number of processes with the highest throughput, per batch size: batch 32:" in text
     assert "Out of memory, recorded and the grid went on: batch 64 at 4 on cpu (3 of 3 runs)" in text
+    assert "On cpu at batch 32, throughput against processes: 1 → " in text and "falls" not in text
+    # 4 processes on a 2-core machine: flagged, and slower than 2
+    slow = runs.copy()
+    four = (slow["world_size"] == 4) & (slow["batch_size"] == 32)
+    slow.loc[four, "extra_oversubscribed"] = True
+    slow.loc[four, "samples_per_s"] /= 3
+    slow.loc[four, ["step_time_median_s", "epoch_time_s"]] *= 3
+    sec = _section("cores-and-gpus", slow)
+    text = " ".join(sec.findings)
+    at = re.search(r"On cpu at batch 32, throughput against processes: (.*?)\.(?: On|$)", text).group(1)
+    assert re.search(r"2 → [\d.]+ \[.*?\] samples/s \(speedup [\d.]+ \[.*?\], [\d.]+ % \[.*?\] (?:\(\d+ % interval\) )?of a step communicating\)", at)
+    assert "4 → " in at and "oversubscribed)" in at and at.endswith("beyond 2 processes throughput falls")
+    assert [r for r in sec.rows if r[1] == "32" and r[2] == "4 (oversubscribed)"]
 
 
 def test_epoch_throughput_counts_every_ranks_samples_over_the_slowest_ranks_time():
