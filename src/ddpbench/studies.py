@@ -161,6 +161,26 @@ def crossover_samples(fixed_1: float, per_sample_1: float, fixed_p: float, per_s
     return max(0.0, (fixed_p - fixed_1) / gain)
 
 
+def _size_trends(t: pd.DataFrame) -> list[str]:
+    """Per strategy and worker count: how the epoch time grows with the dataset size (against the
+    data's own growth) and, for p > 1, the speedup and efficiency at each size."""
+    found = []
+    for (p, strategy), g in t.dropna(subset=["epoch_time_s"]).groupby(["_p", "strategy"], sort=True):
+        g = g.sort_values("_n")
+        if g["_n"].nunique() < 2:
+            continue
+        lo, hi = g.iloc[0], g.iloc[-1]
+        text = (f"{strategy} at p = {int(p)}: epoch time {_with_ci(lo, 'epoch_time_s')} s at {sig3(lo['_n'])} samples → "
+                f"{_with_ci(hi, 'epoch_time_s')} s at {sig3(hi['_n'])} (×{sig3(hi['epoch_time_s'] / lo['epoch_time_s'])} "
+                f"for ×{sig3(hi['_n'] / lo['_n'])} the data)")  # fmt: skip
+        if p > 1 and g["speedup"].notna().any():
+            at = ", ".join(f"{_with_ci(r, 'speedup')} at {sig3(r['_n'])}" for _, r in g.iterrows())
+            text += (f"; speedup {at}; efficiency {sig3(100 * lo['speedup'] / p)} % → "
+                     f"{sig3(100 * hi['speedup'] / p)} %")  # fmt: skip
+        found.append(text + ".")
+    return found
+
+
 def dataset_size(d: Data):
     cols = [c for c in dict.fromkeys(("strategy", "world_size", "dataset_size", *A.varying(d.runs, A.axes(d.runs))))
             if c in d.cells]  # fmt: skip
@@ -180,6 +200,7 @@ def dataset_size(d: Data):
         rows.append([str(r["strategy"]), str(r["world_size"]), str(r["dataset_size"]), _with_ci(r, "epoch_time_s"),
                      _with_ci(r, "speedup"), _ms(r["per_sample"]), num(_num(r["fixed_s"])),
                      "never" if np.isinf(n_star) else num(n_star)])  # fmt: skip
+    found += _size_trends(t)
     for (strategy, p), values in sorted(crossings.items(), key=lambda kv: kv[0][1]):
         known = np.array(values, float)[~np.isnan(np.array(values, float))]
         if not len(known):

@@ -65,6 +65,14 @@ def test_dataset_size_finds_the_size_above_which_more_workers_pay_off():
         assert np.isfinite(expected) and expected > 0
         assert ddp[n]["pays off above [samples]"] == studies.num(expected)
     assert any("ddp at p = 2 pays off above about" in f for f in sec.findings)
+    # how the epoch time and the speedup change with the size, from the cells' own numbers
+    (trend,) = [f for f in sec.findings if f.startswith("ddp at p = 2: epoch time")]
+    at = {n: cells[(cells["strategy"] == "ddp") & (cells["dataset_size"] == n)].iloc[0] for n in (1024, 4096)}
+    sp = A.speedup_table(runs).set_index(["strategy", "dataset_size"])["speedup"]
+    ratio = at[4096]["epoch_time_s"] / at[1024]["epoch_time_s"]
+    assert f"(×{studies.sig3(ratio)} for ×4.00 the data)" in trend
+    assert f"efficiency {studies.sig3(50 * sp['ddp', 1024])} % → {studies.sig3(50 * sp['ddp', 4096])} %" in trend
+    assert sec.findings[0].startswith("single at p = 1: epoch time") and "speedup" not in sec.findings[0]
 
 
 def test_report_has_the_study_section_and_rejects_an_unknown_study(tmp_path, capsys):
