@@ -314,7 +314,8 @@ def _curves_text(curves: dict[tuple, pd.Series], t: pd.DataFrame, cols: list[str
 
 def sync_strategies(d: Data):
     cols = [c for c in dict.fromkeys(("strategy", "world_size", *A.varying(d.runs, A.axes(d.runs)))) if c in d.cells]
-    t = _cells(d, cols).merge(_rank_and_loss(_steps_by_cell(d, cols), cols), on=cols, how="left")
+    steps = _steps_by_cell(d, cols)
+    t = _cells(d, cols).merge(_rank_and_loss(steps, cols), on=cols, how="left")
     if d.profile is not None and not d.profile.empty:
         pcols = [c for c in cols if c in d.profile]
         shares = {tuple(str(r[c]) for c in pcols): r["comm_share"]
@@ -345,7 +346,7 @@ def sync_strategies(d: Data):
     if len(losses) > 1:
         lo, hi = losses[f"loss_{LOSS_AT[-1]}"].min(), losses[f"loss_{LOSS_AT[-1]}"].max()
         found.append(f"At iteration {LOSS_AT[-1]} the loss ranges from {sig3(lo)} to {sig3(hi)} over the cells "
-                     f"(the global batch's, median over repeats)" + _curves_text(_loss_curves(_steps_by_cell(d, cols), cols), t, cols))  # fmt: skip
+                     f"(the global batch's, median over repeats)" + _curves_text(_loss_curves(steps, cols), t, cols))  # fmt: skip
     note = ("Iteration time, throughput, speedup: geometric means [95 % intervals]; rank 0 and the slowest other rank: "
             "medians over runs of each rank's median timed step (steps.csv); loss at an iteration: the global batch's at that step "
             "of steps.csv (the ranks' losses weighted by their samples), median over runs; test accuracy and rank skew: medians [order-statistic intervals]; profiled "
