@@ -85,6 +85,11 @@ def _per_step(runs: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
     return frame.groupby(cols, dropna=False, sort=True).median().reset_index()
 
 
+def _comm_share(r) -> str:
+    """A cell's share of a step spent communicating, with its interval (cells.csv's frac_comm)."""
+    return pct_text(r["frac_comm"], r.get("frac_comm_ci_low"), r.get("frac_comm_ci_high"), r.get("frac_comm_ci_level"))
+
+
 def _cells(d: Data, cols: list[str]) -> pd.DataFrame:
     """cells.csv rows with the per-step medians and the speedup beside them, one per cell."""
     cells = d.cells[d.cells["n_repeats"] > 0] if "n_repeats" in d.cells else d.cells
@@ -118,7 +123,7 @@ def sync_dp(d: Data):
     if not multi.empty and "frac_comm" in multi:  # (runs without phase timings have no shares to compare)
         p = int(pd.to_numeric(multi["world_size"]).max())
         top = multi[pd.to_numeric(multi["world_size"]) == p].sort_values("frac_comm", ascending=False)
-        parts = [f"{r['strategy']} {pct_text(r['frac_comm'], r.get('frac_comm_ci_low'), r.get('frac_comm_ci_high'), r.get('frac_comm_ci_level'))}"
+        parts = [f"{r['strategy']} {_comm_share(r)}"
                  f" ({num(_num(r['calls']))} calls per step)" for _, r in top.iterrows()]  # fmt: skip
         found.append(f"With {p} processes, the share of each step spent communicating: " + "; ".join(parts) + ".")
         by = {str(r["strategy"]): r for _, r in top.iterrows()}
@@ -391,7 +396,7 @@ def _scaling_text(g: pd.DataFrame, unit: str) -> str:
     for _, r in g.iterrows():
         extra = [f"speedup {_with_ci(r, 'speedup')}"] if r["_p"] > 1 and np.isfinite(_num(r.get("speedup"))) else []
         if r["_p"] > 1 and np.isfinite(_num(r.get("frac_comm"))):
-            extra.append(f"{pct_text(r['frac_comm'], r.get('frac_comm_ci_low'), r.get('frac_comm_ci_high'), r.get('frac_comm_ci_level'))}"
+            extra.append(f"{_comm_share(r)}"
                          " of a step communicating")  # fmt: skip
         if r.get("_over"):
             extra.append("oversubscribed")
