@@ -4,6 +4,7 @@ from Snakemake's private metadata, so it holds in a fresh checkout too.
 
     python -m ddpbench.status [SNAKEMAKE ARGS]          # e.g. --configfile configs/tiny.yaml
     python -m ddpbench.status --rerun [SNAKEMAKE ARGS]  # move the stale runs aside, run them again
+    python -m ddpbench.status --rerun-failed [SNAKEMAKE ARGS]  # the failed and timed-out ones too
 
 The current plan (every run the config asks for, with the cell parameters it would run
 with) comes from a Snakemake dry run with the same arguments. A run is stale when its
@@ -15,7 +16,9 @@ summary.json records
 - another lock hash, or other off-lock packages than this environment has: "environment".
 `--rerun` moves each stale run folder under RESULTS/superseded/<UTC time>/ (nothing measured
 is lost), then runs Snakemake with the same arguments, which redoes exactly those runs and
-the tables and report after them.
+the tables and report after them. A failed or timed-out run is a measurement too (Snakemake
+never redoes it by itself: the grid goes on past it); `--rerun-failed` also moves those aside
+and redoes them, e.g. after a hang whose cause is gone. The moved run keeps its reason.
 
     python -m ddpbench.status --unlock-stale [SNAKEMAKE ARGS]  # what scripts/main.sh runs first
 
@@ -121,7 +124,7 @@ def plan_of(snakemake_args: list[str], cwd: str | os.PathLike = ".") -> dict[str
 
 
 def supersede(stale: list[RunState], results: str, cwd: Path) -> Path:
-    """Move each stale run folder under RESULTS/superseded/<UTC time>/, keeping its path."""
+    """Move each run folder of `stale` under RESULTS/superseded/<UTC time>/, keeping its path."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     root = cwd / results / "superseded" / stamp
     for s in stale:
@@ -143,6 +146,8 @@ def report(all_states: list[RunState], results: str) -> str:
             lines.append(f"{s.state:<6} {s.run_dir}  ({'; '.join(s.reasons)})")
     if counts["stale"]:
         lines.append("rerun exactly the stale runs: python -m ddpbench.status --rerun [the same snakemake arguments]")
+    if counts["failed"]:
+        lines.append("rerun the failed ones too: python -m ddpbench.status --rerun-failed [the same snakemake arguments]")
     return "\n".join(lines)
 
 
@@ -252,6 +257,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--rerun", action="store_true", help="move the stale runs aside and run snakemake")
     parser.add_argument(
+        "--rerun-failed", action="store_true", help="--rerun, moving the failed and timed-out runs aside as well"
+    )
+    parser.add_argument(
         "--unlock-stale",
         action="store_true",
         help="only unlock the directory if a killed snakemake left its lock (exit 1 if one is running there)",
@@ -263,12 +271,14 @@ def main(argv: list[str] | None = None) -> int:
     plan = plan_of(snakemake_args, cwd)
     all_states = states(plan)
     print(report(all_states, plan["results"]), flush=True)
-    stale = [s for s in all_states if s.state == "stale"]
-    if not args.rerun:
+    redo = ("stale", "failed") if args.rerun_failed else ("stale",)
+    moved = [s for s in all_states if s.state in redo]
+    if not (args.rerun or args.rerun_failed):
         return 0
-    if stale:
-        where = supersede(stale, plan["results"], cwd)
-        print(f"[ddpbench] moved {len(stale)} stale run(s) to {where}; rerunning them", flush=True)
+    if moved:
+        where = supersede(moved, plan["results"], cwd)
+        what = " and ".join(f"{sum(s.state == k for s in moved)} {k}" for k in redo)
+        print(f"[ddpbench] moved {what} run(s) to {where}; rerunning them", flush=True)
     return subprocess.run([sys.executable, "-m", "snakemake", *snakemake_args], cwd=cwd).returncode
 
 

@@ -1,6 +1,7 @@
 """A study knows where its runs came from (issue 23): stale runs are listed from what the
-results folder holds, `--rerun` redoes exactly those, a setting a strategy does not read
-reruns nothing of it, and an archive rebuilds the same tables elsewhere."""
+results folder holds, `--rerun` redoes exactly those (`--rerun-failed` the failed ones too),
+a setting a strategy does not read reruns nothing of it, and an archive rebuilds the same
+tables elsewhere."""
 
 import json
 import os
@@ -89,6 +90,30 @@ def test_status_lists_stale_runs_and_rerun_redoes_exactly_those(study):
     kept = list((study / RESULTS / "superseded").rglob("summary.json"))
     assert len(kept) == 1 and json.loads(kept[0].read_text())["env"]["code_fingerprint"] == "0123456789abcdef"
     assert "3 planned runs: 3 current, 0 stale" in status(study).stdout
+
+
+def test_a_failed_run_is_listed_and_rerun_failed_redoes_it_keeping_the_failure(study):
+    runs = summaries(study)
+    hung = next(p for d, p in runs.items() if "strategy~ddp" in d and "world_size~2" in d)
+    others = {p: p.stat().st_mtime_ns for p in runs.values() if p != hung}
+    summary = json.loads(hung.read_text())
+    summary.update(status="timeout", reason="timed out after 1800 s (rank 1 in init_process_group)")
+    hung.write_text(json.dumps(summary))
+
+    out = status(study).stdout
+    assert "3 planned runs: 2 current, 0 stale, 0 not yet run, 1 failed or timed out" in out, out
+    assert f"failed {hung.parent.relative_to(study).as_posix()}  (timed out after 1800 s" in out
+    assert "--rerun-failed" in out
+    # --rerun redoes stale runs only: the failure stays as measured
+    assert "moved" not in status(study, "--rerun").stdout and json.loads(hung.read_text())["status"] == "timeout"
+
+    rerun = status(study, "--rerun-failed")
+    assert "moved 0 stale and 1 failed run(s)" in rerun.stdout, rerun.stdout
+    assert json.loads(hung.read_text())["status"] == "ok"
+    assert all(p.stat().st_mtime_ns == t for p, t in others.items())  # nothing else redone
+    kept = [json.loads(p.read_text()) for p in (study / RESULTS / "superseded").rglob("summary.json")]
+    assert any(k["status"] == "timeout" and "rank 1 in init_process_group" in k["reason"] for k in kept)
+    assert "3 planned runs: 3 current, 0 stale, 0 not yet run, 0 failed" in status(study).stdout
 
 
 def test_a_setting_a_strategy_does_not_read_does_not_rerun_it(study):
