@@ -408,6 +408,35 @@ def _scaling_text(g: pd.DataFrame, unit: str) -> str:
     return "; ".join(parts) + tail
 
 
+_ONE = {"GPUs": "GPU", "processes": "process"}
+
+
+def _skipped_counts(runs: pd.DataFrame, device, ran: set[int]) -> tuple[list[int], int, str]:
+    """The worker counts of `device` the grid asked for that never ran (recorded as skipped): the
+    counts, how many runs, and the first run's reason (e.g. NCCL's one GPU per rank)."""
+    gone = runs[(runs["status"] == "skipped") & (runs["device"].astype(str) == str(device))]
+    p = pd.to_numeric(gone["world_size"], errors="coerce")
+    gone = gone[p.notna() & ~p.isin(ran)]
+    counts = sorted({int(w) for w in pd.to_numeric(gone["world_size"])})
+    return counts, len(gone), (gone["reason"].astype(str).iloc[0] if len(gone) else "")
+
+
+def _counts_not_run(runs: pd.DataFrame, device, ran: int, unit: str) -> str:
+    counts, _, reason = _skipped_counts(runs, device, {ran})
+    return f" (the {' and '.join(map(str, counts))}-{_ONE[unit]} cells were skipped: {reason})" if counts else ""
+
+
+def _batch_text(g: pd.DataFrame) -> str:
+    """Throughput per batch size of one worker count, and whether it keeps rising with the batch."""
+    g = g.sort_values("_b")
+    text = ", ".join(f"batch {int(r['_b'])} → {_with_ci(r, 'samples_per_s')}" for _, r in g.iterrows()) + " samples/s"
+    if len(g) > 1:
+        top = g.sort_values("samples_per_s").iloc[-1]
+        rises = top["_b"] == g["_b"].max()
+        text += "; it rises to the largest batch" if rises else f"; it peaks at batch {int(top['_b'])}"
+    return text
+
+
 def cores_and_gpus(d: Data):
     cols = [c for c in dict.fromkeys(("device", "strategy", "world_size", "batch_size",
                                       *A.varying(d.runs, A.axes(d.runs)))) if c in d.cells]  # fmt: skip
@@ -431,13 +460,20 @@ def cores_and_gpus(d: Data):
                      str(r["strategy"]), _with_ci(r, "samples_per_s"), _with_ci(r, "speedup"), comm, oom,
                      "best" if is_best else ""])  # fmt: skip
     found += _devices_not_run(d.runs, sorted({str(k[0]) for k in best}))
+    ran = t.dropna(subset=["samples_per_s"])
     for device in sorted({k[0] for k in best}, key=str):
         unit = "GPUs" if str(device) == "cuda" else "processes"
+        mine = ran[ran["device"] == device]
+        if mine["_p"].nunique() == 1:  # one count (e.g. one GPU): no best count to name, but the batch still tells
+            p = int(mine["_p"].iloc[0])
+            found.append(f"On {device} only {p} {unit if p > 1 else _ONE[unit]} ran"
+                         f"{_counts_not_run(d.runs, device, p, unit)}; throughput against the batch: "
+                         f"{_batch_text(mine)}.")  # fmt: skip
+            continue
         per = [f"batch {int(b)}: {int(top['_p'])} ({_with_ci(top, 'samples_per_s')} samples/s)"
                for (dev, b), top in best.items() if dev == device]  # fmt: skip
         found.append(f"On {device}, the number of {unit} with the highest throughput, per batch size: " + "; ".join(per) + ".")
-        ran = t.dropna(subset=["samples_per_s"])
-        for b, g in ran[ran["device"] == device].groupby("_b", sort=True):
+        for b, g in mine.groupby("_b", sort=True):
             if g["_p"].nunique() > 1:
                 found.append(f"On {device} at batch {int(b)}, throughput against {unit}: {_scaling_text(g, unit)}.")
     ooms = t[t["_oom"] > 0]
@@ -562,6 +598,11 @@ def _accelerator_findings(d: Data, t: pd.DataFrame, per_epoch: pd.DataFrame, col
         fastest = at.sort_values("samples_per_s", ascending=False).iloc[0]
         found.append(f"On {device} ({model}), one process against {p} (per-rank batch {fastest['batch_size']}): "
                      + "; ".join(parts) + f". Fastest at p = {p}: {fastest['strategy']}.")  # fmt: skip
+    for device in devices:  # e.g. one GPU: NCCL wants a GPU per rank, so no strategy ran at p > 1
+        counts, n, reason = _skipped_counts(d.runs, device, set(multi[multi["device"].astype(str) == device]["_p"]))
+        if counts and n:
+            found.append(f"On {device} the strategies at p = {', '.join(map(str, counts))} did not run: their {n} runs "
+                         f"were recorded as skipped ({reason}).")  # fmt: skip
     # CPU epoch time against processes (DDP)
     ddp = A.matching(ran, dict(device="cpu", strategy="ddp"))
     for model, g in ddp.groupby("model", sort=True) if "model" in ddp else []:

@@ -184,6 +184,25 @@ def test_cores_and_gpus_names_the_best_count_per_batch_and_the_batches_that_did_
     assert [r for r in sec.rows if r[1] == "32" and r[2] == "4 (oversubscribed)"]
 
 
+def test_cores_and_gpus_on_one_gpu_answers_with_the_batch_and_names_the_counts_skipped():
+    """One GPU: the 2-GPU cells are skipped at start (NCCL wants a GPU per rank), so no best count
+    exists to name; the answer gives throughput against the batch instead (measured on an H100)."""
+    runs = make_runs(strategies=("single", "ddp"), world_sizes=(1, 2), batch_sizes=(16, 64), repeats=3,
+                     failures=False, others_at_1=False)  # fmt: skip
+    runs["device"] = "cuda"
+    two = runs["world_size"] == 2
+    reason = "device cuda with 2 processes on this node needs as many GPUs; 1 visible"
+    runs.loc[two, ["status", "reason"]] = ["skipped", reason]
+    runs.loc[two, ["samples_per_s", "step_time_median_s", "epoch_time_s"]] = np.nan
+    runs.loc[runs["batch_size"] == 64, "samples_per_s"] *= 3
+    sec = _section("cores-and-gpus", runs)
+    (answer,) = [f for f in sec.findings if f.startswith("On cuda")]
+    assert answer.startswith(f"On cuda only 1 GPU ran (the 2-GPU cells were skipped: {reason}); throughput against the batch: batch 16 → ")
+    assert answer.endswith("samples/s; it rises to the largest batch.") and "highest throughput" not in answer
+    cells = A.cell_stats(runs).dropna(subset=["samples_per_s"]).set_index("batch_size")
+    assert f"batch 64 → {studies.num(cells.loc[64, 'samples_per_s'])} [" in answer
+
+
 def test_epoch_throughput_counts_every_ranks_samples_over_the_slowest_ranks_time():
     runs = pd.DataFrame([dict(run_dir="a", status="ok", strategy="ddp", world_size=2),
                          dict(run_dir="b", status="ok", strategy="pipeline", world_size=2),
@@ -275,3 +294,14 @@ def test_accelerators_compares_the_devices_on_the_same_cells():
     assert "batch_size auto on cuda (mlp) chose 1024" in text and "peak memory 700 [700, 700] MB (GPU)" in text
     rows = [dict(zip(sec.columns, r)) for r in sec.rows]
     assert {r["peak memory [MB]"][-5:] for r in rows if r["device"] == "cuda"} == {"(GPU)"}
+    assert "did not run" not in text
+
+    # one GPU: its one-process cells ran, its 2- and 4-rank strategies were skipped at start (as on the H100)
+    reason = "device cuda with 2 processes on this node needs as many GPUs; 1 visible"
+    multi = (runs["device"] == "cuda") & (runs["world_size"] > 1)
+    runs.loc[multi, ["status", "reason"]] = ["skipped", reason]
+    runs.loc[multi, ["samples_per_s", "step_time_median_s", "epoch_time_s"]] = np.nan
+    sec = studies.section("accelerators", runs, A.cell_stats(runs), A.speedup_table(runs))
+    n = int(multi.sum())
+    assert f"On cuda the strategies at p = 2, 4 did not run: their {n} runs were recorded as skipped ({reason})." in sec.findings
+    assert not any(f.startswith("On cuda (mlp), one process against") for f in sec.findings)
