@@ -81,7 +81,7 @@ def _per_step(runs: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
     compute = sum(num(f"phase_{p}_s") for p in ("data", "forward", "backward", "optimizer")) / steps
     frame = pd.DataFrame({**{c: ok[c] for c in cols}, "compute_s": compute, "comm_s": num("phase_comm_s") / steps,
                           "calls": num("comm_calls_per_step"), "global_batch": num("global_batch"),
-                          "fixed_s": num("fixed_cost_s")})  # fmt: skip
+                          "fixed_s": num("fixed_cost_s"), "steps": num("total_steps")})  # fmt: skip
     return frame.groupby(cols, dropna=False, sort=True).median().reset_index()
 
 
@@ -538,6 +538,12 @@ def accelerators(d: Data):
     return columns, rows, note, found
 
 
+def _after_steps(r) -> str:
+    """' after N steps of B samples', where the run recorded them (accuracy depends on both)."""
+    steps, batch = _num(r.get("steps")), _num(r.get("global_batch"))
+    return f" after {int(steps)} steps of {int(batch)}" if np.isfinite(steps) and np.isfinite(batch) else ""
+
+
 def _accelerator_findings(d: Data, t: pd.DataFrame, per_epoch: pd.DataFrame, cols: list[str]) -> list[str]:
     ran = t.dropna(subset=["samples_per_s"])
     devices = sorted(ran["device"].astype(str).unique())
@@ -593,11 +599,16 @@ def _accelerator_findings(d: Data, t: pd.DataFrame, per_epoch: pd.DataFrame, col
         base = A.matching(ran, dict(device=device, model=model, strategy=A.BASELINE_STRATEGY))
         base = base[base["batch_size"].astype(str).isin(at["batch_size"].astype(str)) &
                     base["num_workers"].astype(str).isin(at["num_workers"].astype(str))] if "num_workers" in base else base  # fmt: skip
+        both = pd.concat([base, at])
         parts = [f"{r['strategy']} {_ms(r['round_s'])} ms a round, {_with_ci(r, 'samples_per_s')} samples/s, accuracy "
-                 f"{_with_ci(r, 'test_acc', 100)} %" for _, r in pd.concat([base, at]).iterrows()]  # fmt: skip
+                 f"{_with_ci(r, 'test_acc', 100)} %{_after_steps(r)}" for _, r in both.iterrows()]  # fmt: skip
         fastest = at.sort_values("samples_per_s", ascending=False).iloc[0]
+        fewer = ""
+        if both["steps"].nunique() > 1 and both["test_acc"].nunique() > 1:  # weak scaling: fewer, larger steps
+            fewer = (" The accuracies come after different numbers of optimizer steps (the same epochs in steps of "
+                     f"{p}× the samples), so they compare training budgets, not the strategies' maths.")  # fmt: skip
         found.append(f"On {device} ({model}), one process against {p} (per-rank batch {fastest['batch_size']}): "
-                     + "; ".join(parts) + f". Fastest at p = {p}: {fastest['strategy']}.")  # fmt: skip
+                     + "; ".join(parts) + f". Fastest at p = {p}: {fastest['strategy']}." + fewer)  # fmt: skip
     for device in devices:  # e.g. one GPU: NCCL wants a GPU per rank, so no strategy ran at p > 1
         counts, n, reason = _skipped_counts(d.runs, device, set(multi[multi["device"].astype(str) == device]["_p"]))
         if counts and n:

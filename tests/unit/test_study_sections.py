@@ -278,6 +278,13 @@ def test_accelerators_answers_each_part_of_its_question():
     again = studies.section("accelerators", other, A.cell_stats(other), A.speedup_table(other), steps)
     assert " ".join(again.findings).count("DataLoader-workers sweep") == 1
     assert "one process against 2 (per-rank batch 128)" in text and "local_sgd" in text
+    # accuracy is stated with its optimizer steps; where they and the accuracies differ, the answer says why
+    one = runs[(runs["strategy"] == "single") & (runs["batch_size"] == "128") & (runs["num_workers"] == 0)].iloc[0]
+    assert f"after {one['total_steps']} steps of {one['global_batch']}" in text
+    assert "compare training budgets" not in text  # same accuracy everywhere (make_runs)
+    runs.loc[runs["strategy"] == "ddp", ["test_acc", "total_steps"]] = [0.2, 6]
+    text = " ".join(studies.section("accelerators", runs, A.cell_stats(runs), A.speedup_table(runs), steps).findings)
+    assert "The accuracies come after different numbers of optimizer steps (the same epochs in steps of 2× the samples)" in text
     assert re.search(r"the epoch time against processes \(one process, then DDP\): .+ s at 1, .+ s at 2, .+ s at 4\.", text)
 
 
