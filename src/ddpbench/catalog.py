@@ -90,12 +90,24 @@ def load() -> dict[str, Any]:
     return json.loads(CATALOG_PATH.read_text())
 
 
+def _row(model: str, synthetic_shape: str) -> dict[str, Any] | None:
+    return next((r for r in load()["models"] if r["model"] == model and r["input"] == synthetic_shape), None)
+
+
 def gradient_bytes(model: str, synthetic_shape: str) -> int | None:
     """A model's gradient size for an input, from the committed catalog (None: not listed)."""
-    for row in load()["models"]:
-        if row["model"] == model and row["input"] == synthetic_shape:
-            return row["gradient_bytes"]
-    return None
+    row = _row(model, synthetic_shape)
+    return row["gradient_bytes"] if row else None
+
+
+def forward_flops(model: str, synthetic_shape: str, image_size: int | None = None) -> float | None:
+    """A model's forward FLOPs a sample (None: not listed); imagenette's scale with the image's area
+    from the catalog's image_size (convolutions dominate them)."""
+    row = _row(model, synthetic_shape)
+    if row is None:
+        return None
+    scale = (image_size / load()["image_size"]) ** 2 if synthetic_shape == "imagenette" and image_size else 1.0
+    return row["forward_flops_per_sample"] * scale
 
 
 def _size(n: float) -> str:

@@ -18,6 +18,7 @@ Pure Python (no torch): gradient sizes come from the committed catalog.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 from pathlib import Path
 from typing import Any, Iterable
@@ -33,6 +34,11 @@ FIXED_RUN_S = 4.0
 # probe): lab cells cost 5-11 s fixed against 3 s for one node (the interconnect preset, docs/clusters.md).
 LAB_RUN_S = 4.0
 PREFIX = "ddpbench plan: "
+# A CPU thread's pace, in a model's forward FLOPs (the catalog's) per second of training step
+# (forward, backward, update), for the estimate before anything is measured: one thread of the
+# 2-core VM measured 16 G for DenseNet-121 at 160 px and 31 G for VGG-11 on 32 px, so this
+# middle is within 1.5x of either.
+CPU_FORWARD_FLOPS_PER_S = 24e9
 
 
 def timed_steps(p: dict[str, Any]) -> int | None:
@@ -48,6 +54,23 @@ def timed_steps(p: dict[str, Any]) -> int | None:
     if int(p.get("max_steps") or 0):
         steps = min(steps, int(p["max_steps"]))
     return max(0, steps - first_timed)
+
+
+def compute_s(p: dict[str, Any], cores: int) -> float:
+    """Seconds a CPU run's steps and evaluation should take at CPU_FORWARD_FLOPS_PER_S a thread
+    (0 on a GPU, for batch auto, or for a model the catalog lacks)."""
+    timed = timed_steps(p)
+    shape = p["dataset"] if p["dataset"] != "synthetic" else p.get("synthetic_shape", "cifar10")
+    flops = catalog.forward_flops(p["model"], shape, int(p.get("image_size") or 0) or None)
+    if p.get("device", "cpu") != "cpu" or timed is None or not flops:
+        return 0.0
+    world = int(p["world_size"])
+    threads = int(p.get("threads_per_rank") or 0) or max(1, cores // world)
+    slower = max(1.0, world * threads / cores)  # ranks x threads beyond the cores share them
+    per_rank = int(p["batch_size"]) if p.get("scaling") == "weak" else int(p["batch_size"]) / world
+    steps = timed + 1 + int(p["warmup_steps"]) + int(p.get("profile_steps") or 0)
+    samples = steps * per_rank + int(p.get("test_size") or 0) / 3  # evaluation: a forward pass only
+    return samples * flops / (CPU_FORWARD_FLOPS_PER_S * threads) * slower
 
 
 def _name(p: dict[str, Any]) -> str:
@@ -136,11 +159,13 @@ def time_estimate(cells: list[dict[str, Any]], repeats: int, runs_to_do: int, re
     if measured:
         per_run, source = statistics.median(measured), f"the median of {len(measured)} runs measured here"
     else:
-        min_s = max((float(p["min_timed_s"]) for p in cells), default=0.0)
+        cores = os.cpu_count() or 1
+        steps = [max(1.2 * float(p["min_timed_s"]), compute_s(p, cores)) for p in cells]
         on_link = sum(str(p.get("link", NO_LINK)) != NO_LINK for p in cells) / max(len(cells), 1)
-        per_run = FIXED_RUN_S + on_link * LAB_RUN_S + 1.2 * min_s
+        per_run = FIXED_RUN_S + on_link * LAB_RUN_S + statistics.mean(steps or [0.0])
         lab = f" (+ {LAB_RUN_S:g} s a cell over a link)" if on_link else ""
-        source = f"a default: {FIXED_RUN_S:g} s fixed{lab} + 1.2 x min_timed_s"
+        source = (f"a default: {FIXED_RUN_S:g} s fixed{lab} + the steps, the longer of 1.2 x min_timed_s and the "
+                  f"model's FLOPs at {CPU_FORWARD_FLOPS_PER_S / 1e9:g} GFLOP/s a CPU thread")  # fmt: skip
     total = runs_to_do * per_run
     return (
         f"{len(cells)} cells x {repeats} repeats; {runs_to_do} run(s) to measure, about {_duration(total)} "

@@ -1,6 +1,7 @@
 """The plan's warnings fire on the grids they describe and stay quiet otherwise."""
 
 import json
+import os
 
 from ddpbench import catalog, plan
 from ddpbench.params import CellParams
@@ -57,6 +58,26 @@ def test_the_time_estimate_uses_measured_runs_when_there_are_some(tmp_path):
 
 def test_the_default_estimate_counts_what_a_link_cell_adds(tmp_path):
     one_node, on_link = cell(min_timed_s=1.0), cell(min_timed_s=1.0, link="100mbit")
-    assert "5 s a run, a default: 4 s fixed + 1.2 x min_timed_s" in plan.time_estimate([one_node], 3, 3, tmp_path)
+    assert "5 s a run, a default: 4 s fixed + the steps" in plan.time_estimate([one_node], 3, 3, tmp_path)
     line = plan.time_estimate([one_node, on_link, on_link, on_link], 3, 90, tmp_path)
     assert "8 s a run, a default: 4 s fixed (+ 4 s a cell over a link)" in line and "about 12 min" in line
+
+
+def test_the_default_estimate_counts_a_heavy_models_steps(tmp_path):
+    """The sync-strategies preset said 'about 2 min' for a 30-minute study: VGG-11's steps count now."""
+    vgg = dict(model="vgg11", dataset="synthetic", synthetic_shape="cifar10", batch_size=256, dataset_size=12800,
+               epochs=1, warmup_steps=0, min_timed_steps=40, max_steps=41, min_timed_s=0.0, profile_steps=5,
+               test_size=1000, threads_per_rank=1, scaling="strong")  # fmt: skip
+    one, four = cell(**vgg, strategy="single", world_size=1), cell(**vgg, strategy="ddp", world_size=4)
+    flops = catalog.forward_flops("vgg11", "cifar10")
+    expected = (46 * 256 + 1000 / 3) * flops / plan.CPU_FORWARD_FLOPS_PER_S
+    assert plan.compute_s(one, cores=2) == expected  # ~154 s; measured 122 s (31 GFLOP/s on this VM)
+    # 4 ranks of 64 on 2 cores: a quarter of the work each, two ranks to a core
+    assert plan.compute_s(four, cores=2) == (46 * 64 + 1000 / 3) * flops / plan.CPU_FORWARD_FLOPS_PER_S * 2
+    assert plan.compute_s({**one, "device": "cuda"}, cores=2) == 0 and plan.compute_s({**one, "batch_size": "auto"}, cores=2) == 0
+    line = plan.time_estimate([one] + [four] * 6, 3, 21, tmp_path)  # 30 min measured for its 21 runs on 2 cores
+    cores = os.cpu_count()
+    per_run = plan.FIXED_RUN_S + (plan.compute_s(one, cores) + 6 * plan.compute_s(four, cores)) / 7
+    assert f"({per_run:.0f} s a run, a default: 4 s fixed + the steps" in line, line
+    # imagenette's FLOPs follow the image's area
+    assert catalog.forward_flops("densenet121", "imagenette", 80) == catalog.forward_flops("densenet121", "imagenette") / 4
