@@ -327,9 +327,9 @@ def _curves_text(curves: dict[tuple, pd.Series], t: pd.DataFrame, cols: list[str
                 "the first): training this unstable amplifies small differences, down to the last-bit ones between "
                 "exact strategies' summation orders, so the later losses and accuracies differ by chance, not by "
                 "strategy (compare them at a learning rate that trains stably).")  # fmt: skip
-    if norms is not None and len(norms) > 1 and (norms.max() - norms.min()) <= WEIGHTS_AGREE * norms.median():
+    spread = (norms.max() - norms.min()) / norms.median() if norms is not None and len(norms) > 1 else np.nan
+    if spread <= WEIGHTS_AGREE:
         gaps = pd.concat({k: (c - ref).abs() for k, c in curves.items() if k != ref_key}, axis=1).max(axis=1)
-        spread = (norms.max() - norms.min()) / norms.median()
         digits = max(6, int(np.ceil(-np.log10(spread))) + 2) if spread > 0 else 6  # enough to show the spread
         return (text + f", by at most {sig3(100 * gaps.max() / ref.iloc[0])} % of the first loss (iteration "
                 f"{int(gaps.idxmax())}), while their final weights' norms agree to a relative {spread:.1g} "
@@ -390,15 +390,24 @@ def _out_of_memory(runs: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
     return frame.groupby(cols, dropna=False, sort=False)[["_oom", "_n"]].sum().reset_index()
 
 
+def _skipped_counts(runs: pd.DataFrame, device, ran: set[int]) -> tuple[list[int], int, str]:
+    """The worker counts of `device` the grid asked for that never ran (recorded as skipped): the
+    counts, how many runs, and the first run's reason (e.g. NCCL's one GPU per rank)."""
+    gone = runs[(runs["status"] == "skipped") & (runs["device"].astype(str) == str(device))]
+    p = pd.to_numeric(gone["world_size"], errors="coerce")
+    keep = p.notna() & ~p.isin(ran)
+    reason = gone.loc[keep, "reason"].astype(str).iloc[0] if keep.any() else ""
+    return sorted(set(p[keep].astype(int))), int(keep.sum()), reason
+
+
 def _devices_not_run(runs: pd.DataFrame, ran: list[str]) -> list[str]:
     """One answer per device of the grid on which nothing ran, with the recorded reason."""
     found = []
-    skipped = runs[runs["status"] == "skipped"]
     for device in sorted(set(runs["device"].astype(str)) - set(ran)):
-        gone = skipped[skipped["device"].astype(str) == device]
-        if len(gone):
-            found.append(f"Nothing ran on {device} here: its {len(gone)} runs were recorded as skipped "
-                         f"({gone['reason'].astype(str).iloc[0]}); the answers below are the other device's.")  # fmt: skip
+        _, n, reason = _skipped_counts(runs, device, set())
+        if n:
+            found.append(f"Nothing ran on {device} here: its {n} runs were recorded as skipped "
+                         f"({reason}); the answers below are the other device's.")  # fmt: skip
     return found
 
 
@@ -430,16 +439,6 @@ def _scaling_text(g: pd.DataFrame, unit: str) -> str:
 
 
 _ONE = {"GPUs": "GPU", "processes": "process"}
-
-
-def _skipped_counts(runs: pd.DataFrame, device, ran: set[int]) -> tuple[list[int], int, str]:
-    """The worker counts of `device` the grid asked for that never ran (recorded as skipped): the
-    counts, how many runs, and the first run's reason (e.g. NCCL's one GPU per rank)."""
-    gone = runs[(runs["status"] == "skipped") & (runs["device"].astype(str) == str(device))]
-    p = pd.to_numeric(gone["world_size"], errors="coerce")
-    gone = gone[p.notna() & ~p.isin(ran)]
-    counts = sorted({int(w) for w in pd.to_numeric(gone["world_size"])})
-    return counts, len(gone), (gone["reason"].astype(str).iloc[0] if len(gone) else "")
 
 
 def _counts_not_run(runs: pd.DataFrame, device, ran: int, unit: str) -> str:
