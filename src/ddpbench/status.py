@@ -200,9 +200,10 @@ def is_snakemake(argv: list[str]) -> bool:
 def live_snakemakes(workdir: str | os.PathLike, proc: str | os.PathLike = "/proc") -> list[int]:
     """PIDs of the snakemake processes on this machine whose working directory (their
     --directory, else their cwd) is `workdir`. Processes whose cwd cannot be read (another
-    user's) are not counted."""
+    user's) are not counted, nor a snakemake's own child: between fork and exec a job's process
+    still shows its parent's command line and directory."""
     target = os.path.realpath(workdir)
-    found = []
+    found: dict[int, int | None] = {}  # pid -> parent pid
     for entry in Path(proc).iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
@@ -214,8 +215,16 @@ def live_snakemakes(workdir: str | os.PathLike, proc: str | os.PathLike = "/proc
         except OSError:  # gone meanwhile, or not ours
             continue
         if os.path.realpath(snakemake_directory(argv[1:], cwd)) == target:
-            found.append(int(entry.name))
-    return sorted(found)
+            found[int(entry.name)] = _parent(entry)
+    return sorted(pid for pid, parent in found.items() if parent not in found)
+
+
+def _parent(entry: Path) -> int | None:
+    """The parent PID from /proc/PID/stat (after the command's name, which may hold spaces)."""
+    try:
+        return int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def unlock_stale(snakemake_args: list[str], cwd: str | os.PathLike = ".", proc: str | os.PathLike = "/proc") -> int:

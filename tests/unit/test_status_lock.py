@@ -21,11 +21,12 @@ def write_lock(workdir):
     (locks / "0.output.lock").write_text("results/runs/a/summary.json\nresults/aggregate/runs.csv\n")
 
 
-def fake_process(proc, pid, argv, cwd):
+def fake_process(proc, pid, argv, cwd, parent=1):
     entry = proc / str(pid)
     entry.mkdir(parents=True)
     (entry / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
     (entry / "cwd").symlink_to(cwd)
+    (entry / "stat").write_text(f"{pid} (python3 -m x) S {parent} {pid} {pid} 0 -1\n")  # a name with spaces
 
 
 @pytest.mark.parametrize(
@@ -70,6 +71,17 @@ def test_live_snakemake_in_the_directory_keeps_its_lock(tmp_path, capsys):
     assert status.unlock_stale([], work, proc=proc) == 1
     assert "PID 4242" in capsys.readouterr().err
     assert status.lock_files(work)
+
+
+def test_a_snakemakes_child_between_fork_and_exec_is_not_another_snakemake(tmp_path):
+    """A job's process shows its parent's command line and directory until it execs (seen once
+    in CI: two PIDs for one snakemake)."""
+    work, proc = tmp_path / "work", tmp_path / "proc"
+    work.mkdir()
+    fake_process(proc, 500, ["python", "-m", "snakemake", "--cores", "1"], work)
+    fake_process(proc, 501, ["python", "-m", "snakemake", "--cores", "1"], work, parent=500)
+    fake_process(proc, 600, ["python", "-m", "snakemake"], work, parent=42)  # a second, separate run
+    assert status.live_snakemakes(work, proc) == [500, 600]
 
 
 def test_live_snakemake_found_through_its_directory_flag(tmp_path):
