@@ -7,7 +7,7 @@ apart, phases summing to the step within 2 %).
 
 For each model and batch (single, synthetic 224 px images, 10 classes), blocks of `--steps`
 steps alternate between
-- harness: `ddpbench.train.train_loop` instrumented as a run is (an event at every phase
+- harness: `ddpbench.run.train.train_loop` instrumented as a run is (an event at every phase
   boundary, one wait for the device per step); its step time is the median of the
   records' total_s, as summary.json reports it;
 - bare: a plain loop written here (no harness code) with one CUDA event recorded after
@@ -27,9 +27,11 @@ import time
 
 import torch
 
-from ddpbench import data as datamod
-from ddpbench import metrics, models, strategies, train
-from ddpbench.params import CellParams
+from ddpbench.run import data as datamod
+from ddpbench.run import timers
+from ddpbench.run import models, train
+from ddpbench import strategies
+from ddpbench.core.params import CellParams
 from ddpbench.strategies.base import Context
 
 PHASES = ("data_s", "forward_s", "backward_s", "exposed_comm_s", "optimizer_s", "other_s")
@@ -86,7 +88,7 @@ def measure(model_name: str, batch: int, rounds: int, steps: int, image_size: in
         """(records, the timed wall time that the harness's throughput divides by)."""
         model, opt, sampler, loader = loops["harness"]
         train.StepRecorder.LAG = lag
-        ctx = Context(params, 0, 1, device, metrics.CommMeter(), metrics.Clock("cuda"))
+        ctx = Context(params, 0, 1, device, timers.CommMeter(), timers.Clock("cuda"))
         try:
             run = train.train_loop(model, opt, single, ctx, loader, sampler, steps, batch, first_timed=0)
         finally:

@@ -4,7 +4,7 @@ side by side in one run, printed as a ratio of step times (target: <= 1.02).
     python benchmarks/instrumentation_overhead.py [--rounds 15 --steps 20] [cell flags]
     torchrun --standalone --nproc-per-node 2 benchmarks/instrumentation_overhead.py --strategy ddp
 
-"Instrumented" is the loop as `ddpbench.train` runs it: device synchronisation and a clock
+"Instrumented" is the loop as `ddpbench.run.train` runs it: device synchronisation and a clock
 read at every phase boundary, the communication meter, DDP's timing hook, a step record.
 "Bare" is `train_loop` with ctx.instrument False: none of that (DDP's built-in hook).
 Both train their own copy of the same model on the same batches; blocks of `--steps`
@@ -23,9 +23,11 @@ import time
 import torch
 import torch.distributed as dist
 
-from ddpbench import data as datamod
-from ddpbench import metrics, models, strategies, train
-from ddpbench.params import CellParams
+from ddpbench.run import data as datamod
+from ddpbench.run import timers
+from ddpbench.run import models, train
+from ddpbench import strategies
+from ddpbench.core.params import CellParams
 from ddpbench.strategies.base import Context
 
 
@@ -53,7 +55,7 @@ def main() -> None:
     for instrument in (False, True):
         torch.manual_seed(params.seed)
         model = models.build(params.model, data.shape, data.classes).to(device)
-        ctx = Context(params, ranks.rank, ranks.world, device, metrics.CommMeter(), metrics.Clock(device.type))
+        ctx = Context(params, ranks.rank, ranks.world, device, timers.CommMeter(), timers.Clock(device.type))
         ctx.instrument = instrument
         model = strategy.wrap(model, ctx)
         loops[instrument] = (model, strategy.make_optimizer(model, ctx), ctx)
@@ -62,7 +64,7 @@ def main() -> None:
         """(wall, CPU) seconds of one block; CPU time (this process, all threads) is far
         less disturbed by other jobs on a shared machine than wall time."""
         model, optimizer, ctx = loops[instrument]
-        clock = metrics.Clock(device.type)
+        clock = timers.Clock(device.type)
         if ranks.launched:
             dist.barrier()
         start, cpu = clock.now(), time.process_time()
@@ -105,10 +107,10 @@ def bookkeeping_s(device: torch.device, n: int = 5000) -> float:
     import tempfile
     from pathlib import Path
 
-    from ddpbench.diagnose import Heartbeat
+    from ddpbench.run.diagnose import Heartbeat
 
     heartbeat = Heartbeat(Path(tempfile.mkdtemp()) / "heartbeat_rank0")  # the failure diagnosis's progress record
-    timer, meter = metrics.StepTimer(metrics.Clock(device.type), on_lap=heartbeat.lap), metrics.CommMeter()
+    timer, meter = timers.StepTimer(timers.Clock(device.type), on_lap=heartbeat.lap), timers.CommMeter()
     start = time.perf_counter()
     for i in range(n):
         heartbeat.start_step(i)

@@ -7,7 +7,7 @@ cell's time goes (the median seconds between consecutive marks of its summary's 
 
 Minimal job: `torchrun --standalone --nproc-per-node N` of this file, whose ranks only do
 init_process_group("gloo"), barrier(), destroy_process_group() (they stamp the same
-marks a cell does, so the two breakdowns line up). Cell: `python -m ddpbench.launch
+marks a cell does, so the two breakdowns line up). Cell: `python -m ddpbench.run.launch
 --nproc-per-node N --strategy ddp --model mlp --batch-size 128 --dataset-size 512
 --warmup-steps 0 --max-steps 2 --min-timed-steps 1 --min-timed-s 0` (step 0 untimed,
 step 1 timed; the default test set of 512 samples is evaluated; at world size 1, where
@@ -88,9 +88,9 @@ def run_minimal(world: int, tmp: Path, ddp: bool = False) -> tuple[float, dict[s
 
 def run_cell(world: int, out: Path, strategy: str = "ddp") -> tuple[float, dict]:
     """The outer wall of one cell and its summary."""
-    from ddpbench import sysinfo
+    from ddpbench.core import sysinfo
 
-    cmd = [sys.executable, "-m", "ddpbench.launch", "--nproc-per-node", str(world), "--out", str(out), *CELL_FLAGS]
+    cmd = [sys.executable, "-m", "ddpbench.run.launch", "--nproc-per-node", str(world), "--out", str(out), *CELL_FLAGS]
     cmd += ["--strategy", strategy if world > 1 else "single"]
     if world > sysinfo.usable_cores():
         cmd.append("--allow-oversubscribe")
@@ -121,7 +121,7 @@ def main() -> int:
     args = parser.parse_args()
     worlds = [int(w) for w in args.world_sizes.split(",")]
 
-    from ddpbench.metrics import TIMELINE_SPANS
+    from ddpbench.core.run_output import TIMELINE_SPANS
 
     minimal: dict[int, list[float]] = {w: [] for w in worlds}
     minimal_spans: dict[int, list[dict[str, float]]] = {w: [] for w in worlds}

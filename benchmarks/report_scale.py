@@ -64,7 +64,7 @@ if argv[0] == "--read":
     analysis.load_runs(argv[1])
     rc = 0
 else:
-    from ddpbench import report
+    from ddpbench.report import build as report
     rc = report.main(argv)
 with open(where, "w") as f:
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -8,7 +8,7 @@ round so the machine's state hits every variant alike, each from a barrier, max 
 median of --iters; the two all-reduces checked for exact sums on every call:
 
   gloo all_reduce     dist.all_reduce(M), gloo's own algorithm
-  hand ring           ddpbench.collectives.ring_allreduce_ (segmented, pipelined, exact)
+  hand ring           ddpbench.comm.collectives.ring_allreduce_ (segmented, pipelined, exact)
   ring transfers      the same sends and receives as a 2(p-1)-step ring, step after step,
                       without any reduction or copy: the floor of a ring built from
                       gloo's send/recv that does no arithmetic at all
@@ -37,7 +37,7 @@ def transfer_case(name: str, nbytes: int, rank: int, world: int, steps: int):
     import torch
     import torch.distributed as dist
 
-    from ddpbench.commbench import Case
+    from ddpbench.comm.commbench import Case
 
     pg = dist.group.WORLD
     right, left = (rank + 1) % world, (rank - 1) % world
@@ -59,7 +59,7 @@ def child(args: argparse.Namespace) -> int:
     import torch
     import torch.distributed as dist
 
-    from ddpbench import commbench
+    from ddpbench.comm import commbench
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")

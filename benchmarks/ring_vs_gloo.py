@@ -1,5 +1,5 @@
 """The hand-written ring against gloo's own all_reduce: bus bandwidth of `ring_all_reduce`
-(`ddpbench.collectives.ring_allreduce_`) and `all_reduce` side by side in ONE commbench
+(`ddpbench.comm.collectives.ring_allreduce_`) and `all_reduce` side by side in ONE commbench
 sweep, per message size, their calls alternating (commbench --interleave), and their ratio
 (target: ring/gloo >= 0.9 from 4 MiB at world size 2).
 
@@ -7,7 +7,7 @@ sweep, per message size, their calls alternating (commbench --interleave), and t
         [--iters 50] [--time-budget-s 1.0] [--segment-kib K] [--slots S] [--csv FILE]
 
 It launches `torchrun --standalone --nproc-per-node WORLD` on this file, which runs
-`ddpbench.commbench --collectives all_reduce,ring_all_reduce` over doubling sizes from
+`ddpbench.comm.commbench --collectives all_reduce,ring_all_reduce` over doubling sizes from
 --min-mib to --max-mib (float32, gloo on CPU, one thread per rank, every call checked for
 exact sums; commbench's timing: barrier + max over ranks, median over the timed calls;
 see docs/report.md, "Collective sweep"). Both collectives share the run, so the machine's
@@ -16,7 +16,7 @@ as before); on a busy machine repeat the run and quote the spread, with the load
 it prints.
 
 --segment-kib and --slots override the ring's pipeline (SEGMENT_BYTES, RECV_SLOTS in
-ddpbench.collectives) for that run: the way its defaults were chosen. To measure another
+ddpbench.comm.collectives) for that run: the way its defaults were chosen. To measure another
 version of the ring, put its package first on PYTHONPATH; the header names the
 collectives.py the ranks import.
 """
@@ -40,7 +40,7 @@ def child(argv: list[str]) -> int:
     parser.add_argument("--segment-kib", type=int, default=None)
     parser.add_argument("--slots", type=int, default=None)
     ours, rest = parser.parse_known_args(argv)
-    from ddpbench import collectives, commbench
+    from ddpbench.comm import collectives, commbench
 
     if ours.segment_kib is not None:
         collectives.SEGMENT_BYTES = ours.segment_kib * 1024
@@ -70,7 +70,7 @@ def main() -> int:
     parser.add_argument("--csv", default=None, help="keep commbench's CSV here (default: a temporary file)")
     args = parser.parse_args()
 
-    spec = importlib.util.find_spec("ddpbench.collectives")
+    spec = importlib.util.find_spec("ddpbench.comm.collectives")
     origin = spec.origin if spec else "?"
     with tempfile.TemporaryDirectory() as tmp:
         out = args.csv or os.path.join(tmp, "comm.csv")

@@ -157,10 +157,10 @@ smoke_cell() { # name:tag device [extra podman run args...]
     rm -rf "$smoke_out" && mkdir -p "$smoke_out"
     log "smoke cell in $name ($device, world size 2, synthetic, mlp) -> $smoke_out"
     # The runner passes the digest it knows (an image cannot contain its own);
-    # ddpbench.container.image_identity() joins it to the name baked into the image.
+    # ddpbench.core.container.image_identity() joins it to the name baked into the image.
     "${PODMAN[@]}" run --rm --network=host --shm-size=1g "${ULIMITS[@]}" "$@" \
         -e "DDPBENCH_CONTAINER_DIGEST=$digest" -v "$smoke_out:/out" "localhost/$name" \
-        python -m ddpbench.launch --nproc-per-node 2 --out /out \
+        python -m ddpbench.run.launch --nproc-per-node 2 --out /out \
             --device "$device" --strategy ddp --model mlp --dataset synthetic \
             --batch-size 32 --dataset-size 512 --max-steps 6 --warmup-steps 1 \
             --threads-per-rank 1 --timeout-s 300 2>&1 | tee "$smoke_out.log" >&2

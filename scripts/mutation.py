@@ -3,7 +3,7 @@
 unit tests run against each, and a markdown report of the score and the survivors.
 
     python scripts/mutation.py                                  # every module in MODULES
-    python scripts/mutation.py --module src/ddpbench/aggregate.py --jobs 2
+    python scripts/mutation.py --module src/ddpbench/results/aggregate.py --jobs 2
     python scripts/mutation.py --module src/ddpbench/analysis.py --max-mutants 150
 
 Why not mutmut: it mutates the checkout in place, and several people may share one
@@ -40,7 +40,7 @@ COPIED = ("src", "tests", "pyproject.toml", "config.yaml", "configs", "workflow"
 
 # module -> the tests that pin it, and optionally the functions/classes mutated (None: all).
 MODULES: dict[str, dict] = {
-    "src/ddpbench/aggregate.py": {"tests": ["tests/unit/test_aggregate.py"], "scope": None},
+    "src/ddpbench/results/aggregate.py": {"tests": ["tests/unit/test_aggregate.py"], "scope": None},
     "src/ddpbench/metrics.py": {"tests": ["tests/unit/test_metrics.py", "tests/unit/test_train.py"], "scope": None},
     "src/ddpbench/analysis.py": {
         "tests": ["tests/unit/test_analysis.py", "tests/unit/test_interval_coverage.py"],

@@ -34,7 +34,7 @@
 # (SlurmdParameters=config_overrides), e.g. to schedule a world-size-3 cell on 2 cores.
 #
 # Several nodes on one machine: DDPBENCH_SLURM_NODES="n0:198.18.0.1:NETNS0 n1:198.18.0.2:NETNS1"
-# (name:address:network namespace, e.g. ddpbench.netlab's two namespaces) runs slurmctld
+# (name:address:network namespace, e.g. ddpbench.cluster.netlab's two namespaces) runs slurmctld
 # and slurmd -N n0 in the first namespace and slurmd -N n1 in the second; each node
 # declares all CPUs and 1/N of the memory. Client commands must then run in the first
 # namespace (`nsenter --net=/run/netns/NETNS0 sbatch ...`); this script does so itself.

@@ -12,7 +12,7 @@ import itertools
 import numpy as np
 import pandas as pd
 
-from ddpbench.params import CellParams
+from ddpbench.core.params import CellParams
 
 STEP_COLUMNS = [
     "step", "epoch", "rank", "timed", "data_s", "forward_s", "backward_s", "comm_s", "exposed_comm_s",

@@ -1,6 +1,6 @@
 """The `ddpbench` console command: one subcommand per `python -m ddpbench.<module>` entry point.
 
-`ddpbench compare BASE NEW` runs exactly what `python -m ddpbench.compare BASE NEW` runs: the
+`ddpbench compare BASE NEW` runs exactly what `python -m ddpbench.report.compare BASE NEW` runs: the
 module's `main(argv)` with the remaining arguments. Adding a subcommand is one line in
 SUBCOMMANDS (name -> (module, one-line help)); the module needs a `main(argv) -> int`. Modules
 are imported only when their subcommand runs, so `ddpbench --help` stays fast and a module
@@ -13,28 +13,28 @@ import importlib
 import sys
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "models": ("catalog", "each model's parameters, gradient bytes, FLOPs per sample and strategies; each dataset"),
-    "compare": ("compare", "did a change make training faster or slower? two result sets, cell by cell"),
-    "report": ("report", "statistics, fits, figures, HTML and PDF report from runs.csv"),
-    "aggregate": ("aggregate", "merge run folders into runs.csv and steps.csv"),
-    "status": ("status", "which runs are stale (other code, settings or lock); --rerun redoes them"),
-    "archive": ("archive", "pack a study (runs, tables, report, config, lock) into one file"),
-    "launch": ("launch", "run one cell with torchrun"),
-    "train": ("train", "the training harness of one rank (under torchrun)"),
-    "commbench": ("commbench", "collective sweep (under torchrun)"),
-    "commfit": ("commfit", "latency and bandwidth fits of a collective sweep"),
-    "data": ("data", "fetch a real dataset once"),
-    "config-schema": ("config_schema", "the configuration schema and its reference"),
-    "netlab": ("netlab", "two nodes and slow links on one machine (root)"),
-    "slurm": ("slurm", "SLURM helpers"),
+    "models": ("plan.catalog", "each model's parameters, gradient bytes, FLOPs per sample and strategies; each dataset"),
+    "compare": ("report.compare", "did a change make training faster or slower? two result sets, cell by cell"),
+    "report": ("report.build", "statistics, fits, figures, HTML and PDF report from runs.csv"),
+    "aggregate": ("results.aggregate", "merge run folders into runs.csv and steps.csv"),
+    "status": ("plan.status", "which runs are stale (other code, settings or lock); --rerun redoes them"),
+    "archive": ("results.archive", "pack a study (runs, tables, report, config, lock) into one file"),
+    "launch": ("run.launch", "run one cell with torchrun"),
+    "train": ("run.train", "the training harness of one rank (under torchrun)"),
+    "commbench": ("comm.commbench", "collective sweep (under torchrun)"),
+    "commfit": ("comm.commfit", "latency and bandwidth fits of a collective sweep"),
+    "data": ("run.data", "fetch a real dataset once"),
+    "config-schema": ("plan.config_schema", "the configuration schema and its reference"),
+    "netlab": ("cluster.netlab", "two nodes and slow links on one machine (root)"),
+    "slurm": ("cluster.slurm", "SLURM helpers"),
 }
 
 
 def usage() -> str:
     width = max(map(len, SUBCOMMANDS))
     lines = ["usage: ddpbench COMMAND [ARGS...]   (ddpbench COMMAND --help for its arguments)", "",
-             "Each command is the same as `python -m ddpbench.<module>`:", ""]  # fmt: skip
-    lines += [f"  {name:<{width}}  {help_}" for name, (_, help_) in SUBCOMMANDS.items()]
+             "Each command is the same as `python -m ddpbench.<module>` below:", ""]  # fmt: skip
+    lines += [f"  {name:<{width}}  {help_}  ({module})" for name, (module, help_) in SUBCOMMANDS.items()]
     return "\n".join(lines)
 
 

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from ddpbench import netlab
+from ddpbench.cluster import netlab
 
 pytestmark = pytest.mark.multinode
 
@@ -49,10 +49,10 @@ def cell_processes(out) -> list[str]:
 
 
 def start_cell(out):
-    cmd = [sys.executable, "-m", "ddpbench.launch", "--nproc-per-node", "1", "--nnodes", "2", "--out", str(out), *CELL]
+    cmd = [sys.executable, "-m", "ddpbench.run.launch", "--nproc-per-node", "1", "--nnodes", "2", "--out", str(out), *CELL]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 120
-    # Training has begun when both nodes' ranks write heartbeats (ddpbench.diagnose).
+    # Training has begun when both nodes' ranks write heartbeats (ddpbench.run.diagnose).
     while not list(out.glob("heartbeat*")) or len(ours(proc.pid)["namespaces"]) < 2:
         assert proc.poll() is None, proc.stdout.read()
         assert time.monotonic() < deadline, "the cell did not start training"

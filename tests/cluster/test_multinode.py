@@ -1,4 +1,4 @@
-"""A cell across two "nodes": network namespaces joined by a veth pair (ddpbench.netlab).
+"""A cell across two "nodes": network namespaces joined by a veth pair (ddpbench.cluster.netlab).
 
 On request (marker `multinode`; root; iproute2):
     bash scripts/test_cluster.sh multinode
@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from ddpbench import netlab
+from ddpbench.cluster import netlab
 
 pytestmark = pytest.mark.multinode
 
@@ -83,7 +83,7 @@ def test_launcher_runs_a_link_cell_end_to_end(tmp_path):
 
     before = set(namespaces().split())
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "ddpbench.launch", "--nproc-per-node", "1", "--nnodes", "2", "--out", str(out),
+    cmd = [sys.executable, "-m", "ddpbench.run.launch", "--nproc-per-node", "1", "--nnodes", "2", "--out", str(out),
            *CELL, "--link", "100mbit"]  # fmt: skip
     proc = sp.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -1,10 +1,10 @@
 """A cell across two SLURM nodes on one machine: slurmd n0 and n1 in two network
-namespaces (ddpbench.netlab), slurmctld with n0, `sbatch -N 2` running the launcher.
+namespaces (ddpbench.cluster.netlab), slurmctld with n0, `sbatch -N 2` running the launcher.
 
 On request (markers `slurm` and `multinode`; root):
     bash scripts/test_cluster.sh all
 The launcher, inside the 2-node allocation with --nnodes 2 and no endpoint, starts one
-launcher per node with srun and a c10d rendezvous on n0's NodeAddr (ddpbench.slurm):
+launcher per node with srun and a c10d rendezvous on n0's NodeAddr (ddpbench.cluster.slurm):
 the path a train job with nodes: 2 takes under profiles/slurm.
 """
 
@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from ddpbench import netlab
+from ddpbench.cluster import netlab
 
 pytestmark = [pytest.mark.slurm, pytest.mark.multinode]
 
@@ -63,7 +63,7 @@ def test_cell_across_two_slurm_nodes(two_node_slurm, tmp_path):
     lab, env = two_node_slurm
     out, log = tmp_path / "run", tmp_path / "job.log"
     job_env = dict(env, GLOO_SOCKET_IFNAME=lab.ifname)
-    wrap = f"{sys.executable} -m ddpbench.launch --nproc-per-node 2 --nnodes 2 --out {out} {CELL}"
+    wrap = f"{sys.executable} -m ddpbench.run.launch --nproc-per-node 2 --nnodes 2 --out {out} {CELL}"
     proc = subprocess.run(
         ["nsenter", f"--net=/run/netns/{lab.namespaces[0]}", "sbatch", "--wait", "--parsable", "-N", "2", "-c", "2",
          "--mem", "2000", "-t", "10", "-o", str(log), "--wrap", wrap],

@@ -25,7 +25,7 @@ FLAGS = [
 
 
 def launch_cmd(out, *flags):
-    return [sys.executable, "-m", "ddpbench.launch", "--nproc-per-node", "2", "--out", str(out), *FLAGS, *flags]
+    return [sys.executable, "-m", "ddpbench.run.launch", "--nproc-per-node", "2", "--out", str(out), *FLAGS, *flags]
 
 
 def launch(out, *flags, inject=None, timeout=240, preexec_fn=None):

@@ -56,7 +56,7 @@ def litter(folder: Path) -> list[Path]:
 def test_a_disk_that_fills_during_a_cell_is_named_on_the_terminal_and_a_rerun_measures_it(tiny_fs):
     fs = tiny_fs("1m")
     out, log = fs / "run", fs / "launch.log"
-    cmd = [sys.executable, "-m", "ddpbench.launch", "--nproc-per-node", "2", "--out", str(out), *FLAGS,
+    cmd = [sys.executable, "-m", "ddpbench.run.launch", "--nproc-per-node", "2", "--out", str(out), *FLAGS,
            "--strategy", "allreduce", "--log", str(log)]  # fmt: skip
     env = {**ENV, "DDPBENCH_INJECT": "fill:1:3", "DDPBENCH_FILL": str(fs / "filler")}
     full = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
@@ -135,7 +135,7 @@ def test_a_grid_on_a_full_disk_is_refused_then_named_then_completed_once_space_i
     # measures it again; aggregating it meanwhile names it with its path as a failed row.
     damaged = next(p for p in (results / "runs").rglob("summary.json") if "world_size~2" in str(p))
     damaged.write_text(damaged.read_text()[:100])
-    listed = subprocess.run([sys.executable, "-m", "ddpbench.aggregate", str(damaged), "--runs", str(tmp_path / "r.csv"),
+    listed = subprocess.run([sys.executable, "-m", "ddpbench.results.aggregate", str(damaged), "--runs", str(tmp_path / "r.csv"),
                              "--steps", str(tmp_path / "s.csv")], capture_output=True, text=True, env=ENV)  # fmt: skip
     assert listed.returncode == 0, listed.stderr
     with open(tmp_path / "r.csv", newline="") as f:

@@ -1,5 +1,5 @@
 """Snakemake stopped mid-grid: no cell keeps running, and the next run (after
-`ddpbench.status --unlock-stale`, what scripts/main.sh does first) measures every run
+`ddpbench.plan.status --unlock-stale`, what scripts/main.sh does first) measures every run
 exactly once, keeping the runs finished before.
 
 SIGTERM is Snakemake's graceful stop (it finishes the cells in flight, then exits);
@@ -74,7 +74,7 @@ def test_snakemake_stopped_mid_grid_leaves_nothing_running_and_a_rerun_completes
         pytest.fail(f"snakemake still running 60 s after {sig.name}; processes in the workflow's folder: {left}")
     assert_no_process_left(tmp_path, within_s=15)
 
-    unlock = subprocess.run([sys.executable, "-m", "ddpbench.status", "--unlock-stale", *snakemake_args(tmp_path)],
+    unlock = subprocess.run([sys.executable, "-m", "ddpbench.plan.status", "--unlock-stale", *snakemake_args(tmp_path)],
                             cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert unlock.returncode == 0, unlock.stdout + unlock.stderr
     rerun = subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600)

@@ -34,7 +34,7 @@ PHASE_COLUMNS = ("data_s", "forward_s", "backward_s", "exposed_comm_s", "optimiz
 
 
 def launch(out, nproc, *flags, dump=None):
-    cmd = [sys.executable, "-m", "ddpbench.launch", "--nproc-per-node", str(nproc), "--out", str(out), *flags]
+    cmd = [sys.executable, "-m", "ddpbench.run.launch", "--nproc-per-node", str(nproc), "--out", str(out), *flags]
     if dump:
         cmd += ["--dump-params", str(dump)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400, env=dict(os.environ))
@@ -119,7 +119,7 @@ def test_auto_batch_finds_the_largest_fitting_power_of_two_and_recovers(model):
     """Doubling until out of memory at 224 px: the batch after the chosen one was tried and
     did not fit, memory is released after the error, and a second search in the same process
     gives the same answer."""
-    from ddpbench import autobatch, models
+    from ddpbench.run import autobatch, models
 
     device = torch.device("cuda", 0)
     shape = (3, 224, 224)

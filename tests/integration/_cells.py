@@ -3,7 +3,7 @@ check every exact strategy x model without paying torchrun's start-up for each.
 
     torchrun --standalone --nproc-per-node P _cells.py OUT STRATEGY:MODEL[:KEY=VALUE,...] ... -- [cell flags]
 
-Each cell goes through `ddpbench.train.execute`, the code path of a real launch, and
+Each cell goes through `ddpbench.run.train.execute`, the code path of a real launch, and
 leaves OUT/<strategy>-<model>[-KEY=VALUE...]/{summary.json, steps_rank*.csv, params.pt}
 (KEY=VALUE: cell parameters overriding the flags for that cell).
 """
@@ -15,8 +15,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from ddpbench import train
-from ddpbench.params import CellParams
+from ddpbench.run import train
+from ddpbench.core.params import CellParams
 
 
 def main() -> None:

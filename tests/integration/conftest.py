@@ -31,8 +31,8 @@ def single_dir(tmp_path_factory):
 
     import torch
 
-    from ddpbench import train
-    from ddpbench.params import CellParams
+    from ddpbench.run import train
+    from ddpbench.core.params import CellParams
 
     root = tmp_path_factory.mktemp("single")
     parser = argparse.ArgumentParser()

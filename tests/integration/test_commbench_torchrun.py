@@ -7,13 +7,13 @@ import sys
 
 import pytest
 
-from ddpbench.commfit import COLLECTIVES, CSV_COLUMNS, busbw_factor
+from ddpbench.comm.commfit import COLLECTIVES, CSV_COLUMNS, busbw_factor
 
 
 def torchrun_sweep(tmp_path, nproc, *flags, check=True):
     out = tmp_path / f"comm_p{nproc}.csv"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
-    cmd += ["-m", "ddpbench.commbench", "--out", str(out), "--iters", "3", "--warmup", "1", *flags]
+    cmd += ["-m", "ddpbench.comm.commbench", "--out", str(out), "--iters", "3", "--warmup", "1", *flags]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
     if check:

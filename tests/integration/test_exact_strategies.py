@@ -9,7 +9,7 @@ import torch
 
 from harness_common import MODELS, WORLDS, exact_strategies
 
-from ddpbench.metrics import STEP_COLUMNS
+from ddpbench.core.run_output import STEP_COLUMNS
 
 RTOL = 1e-5
 

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from ddpbench.metrics import METRIC_KEYS, STEP_COLUMNS
-from ddpbench.params import CellParams
+from ddpbench.core.run_output import METRIC_KEYS, STEP_COLUMNS
+from ddpbench.core.params import CellParams
 
 FLAGS = [
     "--synthetic-shape", "mnist", "--dataset-size", "64", "--test-size", "16", "--batch-size", "8",
@@ -19,7 +19,7 @@ FLAGS = [
 
 
 def launch(out, *flags, env=None, timeout=300):
-    cmd = [sys.executable, "-m", "ddpbench.launch", "--nproc-per-node", "2", "--out", str(out), *FLAGS, *flags]
+    cmd = [sys.executable, "-m", "ddpbench.run.launch", "--nproc-per-node", "2", "--out", str(out), *FLAGS, *flags]
     start = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=dict(os.environ, **(env or {})))
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -52,7 +52,7 @@ def test_ok_cell_weak_scaling_with_workers(tmp_path):
 
 
 def test_every_mark_of_the_timeline_is_there_in_order_on_a_real_world_size_2_run(tmp_path):
-    from ddpbench.metrics import TIMELINE_MARKS, TIMELINE_SPANS
+    from ddpbench.core.run_output import TIMELINE_MARKS, TIMELINE_SPANS
 
     before = time.time()
     summary, _, outer_s = launch(tmp_path / "run", "--strategy", "ddp")
@@ -84,10 +84,10 @@ def test_cpu_ranks_are_forked_from_a_single_threaded_zygote(tmp_path):
 
 
 def test_the_zygote_is_started_only_for_forked_harness_ranks():
-    from ddpbench import torchrun
+    from ddpbench.run import torchrun
 
-    assert torchrun.forks_ranks(["--standalone", "--start-method", "fork", "-m", "ddpbench.train", "--out", "x"])
-    assert not torchrun.forks_ranks(["--standalone", "-m", "ddpbench.train", "--out", "x"])  # CUDA cells: spawn
+    assert torchrun.forks_ranks(["--standalone", "--start-method", "fork", "-m", "ddpbench.run.train", "--out", "x"])
+    assert not torchrun.forks_ranks(["--standalone", "-m", "ddpbench.run.train", "--out", "x"])  # CUDA cells: spawn
     assert not torchrun.forks_ranks(["--start-method", "fork", "-m", "other.module"])
     assert not torchrun.forks_ranks(["--start-method"])
 
@@ -135,7 +135,7 @@ def test_a_real_cell_never_imports_torch_dynamo(tmp_path):
 
 
 def test_bad_value_exits_2_before_anything_starts(tmp_path):
-    cmd = [sys.executable, "-m", "ddpbench.launch", "--out", str(tmp_path / "x"), "--model", "alexnet"]
+    cmd = [sys.executable, "-m", "ddpbench.run.launch", "--out", str(tmp_path / "x"), "--model", "alexnet"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "'model'" in proc.stderr and "mlp" in proc.stderr
     assert not (tmp_path / "x").exists()
@@ -152,7 +152,7 @@ TINY = [
 
 
 def launch_oversubscribed(out, *flags, timeout=300):
-    cmd = [sys.executable, "-m", "ddpbench.launch", "--nproc-per-node", str(RANKS), "--out", str(out), *TINY, *flags]
+    cmd = [sys.executable, "-m", "ddpbench.run.launch", "--nproc-per-node", str(RANKS), "--out", str(out), *TINY, *flags]
     start = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -180,14 +180,14 @@ def test_oversubscribed_cell_is_skipped_before_any_rank_starts(tmp_path):
 def test_a_strategy_refusing_the_world_size_is_skipped_without_torchrun(tmp_path):
     """ddp at one rank: the launcher writes the skipped summary the ranks would write (the
     same reason, the whole summary), in a fraction of a second, and starts no torchrun."""
-    from ddpbench import train
-    from ddpbench.metrics import METRIC_KEYS
+    from ddpbench.run import train
+    from ddpbench.core.run_output import METRIC_KEYS
 
     out = tmp_path / "run"
     import argparse
 
     flags = [*FLAGS, "--strategy", "ddp"]
-    cmd = [sys.executable, "-m", "ddpbench.launch", "--nproc-per-node", "1", "--out", str(out), *flags]
+    cmd = [sys.executable, "-m", "ddpbench.run.launch", "--nproc-per-node", "1", "--out", str(out), *flags]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = json.loads((out / "summary.json").read_text())

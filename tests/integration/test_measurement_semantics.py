@@ -79,7 +79,7 @@ def batchnorm(tmp_path_factory):
 
 
 def test_ddp_buffer_broadcast_is_counted_and_timed_as_communication(batchnorm):
-    from ddpbench import models
+    from ddpbench.run import models
 
     s = batchnorm["ddp-resnet18-batch_size=4-max_steps=6-min_timed_steps=3"]
     model = models.build("resnet18", (1, 28, 28), 10)

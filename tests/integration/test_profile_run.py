@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from ddpbench import aggregate, profiling
+from ddpbench.results import aggregate
+from ddpbench.run import profiling
 
 FLAGS = [
     "--synthetic-shape", "mnist", "--dataset-size", "64", "--test-size", "16", "--batch-size", "8",
@@ -24,7 +25,7 @@ def rows(path):
 
 def test_profiled_allreduce_run_at_world_size_2(tmp_path):
     out = tmp_path / "runs" / "strategy~allreduce" / "repeat~0"
-    cmd = [sys.executable, "-m", "ddpbench.launch", "--nproc-per-node", "2", "--out", str(out), *FLAGS]
+    cmd = [sys.executable, "-m", "ddpbench.run.launch", "--nproc-per-node", "2", "--out", str(out), *FLAGS]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = json.loads((out / "summary.json").read_text())

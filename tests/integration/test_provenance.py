@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from ddpbench import sysinfo
+from ddpbench.core import sysinfo
 
 pytestmark = pytest.mark.integration
 
@@ -43,7 +43,7 @@ def summaries(tmp_path_factory):
     procs = {}
     for name, flags in cells.items():
         argv = ["--nproc-per-node", "1", "--out", str(root / name), *TINY, *flags]
-        cmd = [sys.executable, "-m", "ddpbench.launch", *argv]
+        cmd = [sys.executable, "-m", "ddpbench.run.launch", *argv]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         procs[name] = argv, proc
     out = {}
@@ -77,7 +77,7 @@ def test_every_summary_carries_the_whole_provenance(summaries, name):
         assert env[key] == here[key], key
     assert env["off_lock"] == "" and env["lock_hash"] and env["code_fingerprint"]
     assert (env["git_commit"] or "").split("-")[0] == (here["git_commit"] or "").split("-")[0]
-    assert env["command"] == shlex.join(["python", "-m", "ddpbench.launch", *argv])
+    assert env["command"] == shlex.join(["python", "-m", "ddpbench.run.launch", *argv])
     assert env["env_vars"]["MKL_DYNAMIC"] == "FALSE"
     # Run start (the rank's run, or the launcher process) and end: within the test's window.
     assert started - datetime.timedelta(seconds=1) <= utc(env["started_utc"]) <= utc(env["ended_utc"]) <= ended
@@ -86,7 +86,7 @@ def test_every_summary_carries_the_whole_provenance(summaries, name):
 def test_provenance_reaches_the_runs_table(summaries):
     """aggregate.py keeps scalar env keys as env_<key> columns: every provenance key but
     env_vars (its variables become env_var_<NAME>) arrives."""
-    from ddpbench import aggregate
+    from ddpbench.results import aggregate
 
     runs, *_, root = summaries
     for name in runs:

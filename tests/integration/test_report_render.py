@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 from report_synth import make_comm, make_runs, make_steps
 
-from ddpbench import report
+from ddpbench.report import build as report
 
 MANY = ("single", "ddp", "allreduce", "ddp_fp16", "powersgd", "local_sgd", "zero", "ring_allreduce", "gather_scatter")
 MIN_TEXT_PX = 8

@@ -12,7 +12,7 @@ import pytest
 from report_synth import make_runs
 
 from ddpbench import analysis as A
-from ddpbench import report
+from ddpbench.report import build as report
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")

@@ -18,8 +18,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from ddpbench import collectives
-from ddpbench.collectives import SEGMENT_BYTES, ring_allreduce_, ring_allreduce_bytes_sent
+from ddpbench.comm import collectives
+from ddpbench.comm.collectives import SEGMENT_BYTES, ring_allreduce_, ring_allreduce_bytes_sent
 
 SEED = 1234
 # Elements: empty, fewer than the world, uneven splits, around a small segment's edges,

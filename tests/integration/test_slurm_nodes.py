@@ -55,7 +55,7 @@ def test_two_node_cell_through_srun(tmp_path):
             "--dataset-size", "64", "--test-size", "0", "--max-steps", "3", "--warmup-steps", "1",
             "--threads-per-rank", "1", "--timeout-s", "120"]  # fmt: skip
     proc = subprocess.run(
-        [sys.executable, "-m", "ddpbench.launch", "--nproc-per-node", "1", "--nnodes", "2", "--out", str(out), *cell],
+        [sys.executable, "-m", "ddpbench.run.launch", "--nproc-per-node", "1", "--nnodes", "2", "--out", str(out), *cell],
         capture_output=True, text=True, env=env, timeout=400,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

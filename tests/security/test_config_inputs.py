@@ -13,7 +13,7 @@ import time
 import pytest
 import yaml
 
-from ddpbench.params import ParamError, check_values
+from ddpbench.core.params import ParamError, check_values
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TINY = ROOT / "configs" / "tiny.yaml"
@@ -49,9 +49,9 @@ def test_data_root_with_shell_metacharacters_is_inert(workdir):
     """Before: `--data-root d;id;#` unquoted, so `id` ran as a command of its own."""
     proc = dry_run(workdir, 'params={"data_root": "d;id;#"}', 'grid={"dataset": ["mnist"]}')
     assert proc.returncode == 0, proc.output[-3000:]
-    prepare = [c for c in shell_commands(proc) if "ddpbench.data" in c]
+    prepare = [c for c in shell_commands(proc) if "ddpbench.run.data" in c]
     assert prepare and all("--data-root 'd;id;#'" in c for c in prepare), prepare
-    train = [c for c in shell_commands(proc) if "ddpbench.launch" in c]
+    train = [c for c in shell_commands(proc) if "ddpbench.run.launch" in c]
     assert train and all("--data-root 'd;id;#'" in c for c in train)
 
 
@@ -72,7 +72,7 @@ def test_every_path_and_value_in_the_commands_is_quoted(workdir):
     proc = dry_run(workdir)
     assert proc.returncode == 0, proc.output[-3000:]
     for command in shell_commands(proc):
-        if "ddpbench.launch" in command:
+        if "ddpbench.run.launch" in command:
             assert "--out 'results/tiny/runs/" in command and "--log 'results/tiny/logs/train/" in command, command
 
 

@@ -21,8 +21,9 @@ import subprocess
 import pytest
 from report_synth import make_runs, make_steps
 
-from ddpbench import aggregate, report
-from ddpbench.params import CellParams
+from ddpbench.results import aggregate
+from ddpbench.report import build as report
+from ddpbench.core.params import CellParams
 
 LATEXMK = shutil.which("latexmk")
 needs_latexmk = pytest.mark.skipif(not LATEXMK, reason="latexmk is not installed (Debian: texlive-latex-recommended latexmk)")
@@ -174,7 +175,7 @@ def test_summary_linking_out_of_its_run_folder_is_a_failed_row(tmp_path):
 
 
 def test_special_step_files_are_skipped(tmp_path):
-    from ddpbench import safe_io
+    from ddpbench.core import safe_io
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()

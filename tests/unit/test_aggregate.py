@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from ddpbench import aggregate
-from ddpbench.params import CellParams
+from ddpbench.results import aggregate
+from ddpbench.core.params import CellParams
 
 
 def make_run(root, strategy="ddp", world_size=2, repeat=0, status="ok", steps=3):
@@ -181,11 +181,12 @@ def test_a_failed_run_without_step_files_is_not_damaged(tmp_path):
 
 
 def test_the_timeline_becomes_columns_and_old_summaries_without_one_still_aggregate(tmp_path):
-    from ddpbench import analysis, metrics
+    from ddpbench import analysis
+    from ddpbench.core import run_output
 
     new = json.loads(make_run(tmp_path, "ddp", 2, 0).read_text())
-    marks = {name: 100.0 + i for i, name in enumerate(metrics.TIMELINE_MARKS)}
-    new = metrics.with_timeline({**new, "timed_wall_s": 0.25}, marks)
+    marks = {name: 100.0 + i for i, name in enumerate(run_output.TIMELINE_MARKS)}
+    new = run_output.with_timeline({**new, "timed_wall_s": 0.25}, marks)
     (tmp_path / "device~cpu/world_size~2/strategy~ddp/repeat~0/summary.json").write_text(json.dumps(new))
     old = make_run(tmp_path, "ddp", 2, 1)  # from before the timeline: no timeline, timeline_s, fixed_cost_s
     summaries = [tmp_path / "device~cpu/world_size~2/strategy~ddp/repeat~0/summary.json", old]
@@ -203,7 +204,7 @@ def test_the_timeline_becomes_columns_and_old_summaries_without_one_still_aggreg
 
 
 def test_profile_table_only_when_a_run_was_profiled_and_a_stale_one_goes(tmp_path):
-    from ddpbench.profiling import PROFILE_COLUMNS
+    from ddpbench.core.run_output import PROFILE_COLUMNS
 
     plain, profiled = make_run(tmp_path, "ddp", 2, 0), make_run(tmp_path, "allreduce", 2, 0)
     table = tmp_path / "t" / "profile.csv"

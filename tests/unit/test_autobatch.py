@@ -2,7 +2,7 @@
 
 import torch
 
-from ddpbench import autobatch, models
+from ddpbench.run import autobatch, models
 
 CPU = torch.device("cpu")
 SHAPE = (1, 28, 28)

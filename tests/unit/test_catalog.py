@@ -2,7 +2,8 @@
 
 import pytest
 
-from ddpbench import catalog, models
+from ddpbench.plan import catalog
+from ddpbench.run import models
 
 
 def test_every_registered_model_is_listed_for_every_input():

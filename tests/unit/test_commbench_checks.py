@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from ddpbench import commbench
-from ddpbench.commbench import case_numel, fill, first_mismatch, message_sizes, summed
+from ddpbench.comm import commbench
+from ddpbench.comm.commbench import case_numel, fill, first_mismatch, message_sizes, summed
 
 CPU = torch.device("cpu")
 

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from ddpbench import commfit
-from ddpbench.commfit import CSV_COLUMNS, algbw_gbps, busbw_factor, busbw_gbps, fit_latency_bandwidth
+from ddpbench.comm import commfit
+from ddpbench.comm.commfit import CSV_COLUMNS, algbw_gbps, busbw_factor, busbw_gbps, fit_latency_bandwidth
 
 
 @pytest.mark.parametrize(

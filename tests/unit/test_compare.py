@@ -1,4 +1,4 @@
-"""ddpbench.compare: two result sets, cell by cell, with intervals, a provenance diff and a CI gate."""
+"""ddpbench.report.compare: two result sets, cell by cell, with intervals, a provenance diff and a CI gate."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from scipy import stats
 
 from ddpbench import analysis as A
-from ddpbench import cli
-from ddpbench import compare as C
+from ddpbench import PACKAGE_DIR, cli
+from ddpbench.report import compare as C
 from report_synth import make_runs
 
 pytestmark = pytest.mark.unit
@@ -343,7 +343,7 @@ def test_the_console_command_lists_and_dispatches(capsys):
     assert cli.main(["compare", "--help"]) == 0
     assert "BASE" in capsys.readouterr().out
     for name, (module, _) in cli.SUBCOMMANDS.items():
-        assert (pathlib.Path(C.__file__).parent / f"{module}.py").is_file(), name
+        assert (PACKAGE_DIR / f"{module.replace('.', '/')}.py").is_file(), name
 
 
 def test_ignore_matches_cells_across_the_changed_setting_and_names_it_first(tmp_path, capsys):

@@ -6,15 +6,15 @@ import jsonschema
 import pytest
 import yaml
 
-from ddpbench import config_schema
-from ddpbench.params import CellParams
+from ddpbench.plan import config_schema
+from ddpbench.core.params import CellParams
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CONFIGS = [ROOT / "config.yaml", *sorted((ROOT / "configs").glob("*.yaml"))]
 
 
 def test_committed_schema_is_up_to_date():
-    assert config_schema.main(["--check"]) == 0, "run: python -m ddpbench.config_schema --write"
+    assert config_schema.main(["--check"]) == 0, "run: python -m ddpbench.plan.config_schema --write"
 
 
 def test_every_cell_parameter_is_an_axis_and_a_setting():
@@ -78,7 +78,7 @@ def test_tiny_grid_runs_few_steps():
 
 
 def test_command_line_strings_become_numbers_only_where_the_schema_wants_one():
-    from ddpbench.config_schema import build_schema, coerce_typed_strings, non_finite_key
+    from ddpbench.plan.config_schema import build_schema, coerce_typed_strings, non_finite_key
 
     given = {
         "params": {"bucket_mb": "10.0", "data_root": "1"},

@@ -1,8 +1,8 @@
-"""ddpbench.container.image_identity(): name from the image, digest from the runtime."""
+"""ddpbench.core.container.image_identity(): name from the image, digest from the runtime."""
 
 import pytest
 
-from ddpbench import container
+from ddpbench.core import container
 
 pytestmark = pytest.mark.unit
 
@@ -67,7 +67,7 @@ def test_sif_name_when_image_env_is_missing(tmp_path):
 
 
 def test_summary_env_carries_name_and_digest(monkeypatch):
-    from ddpbench import sysinfo
+    from ddpbench.core import sysinfo
 
     monkeypatch.setenv("DDPBENCH_CONTAINER_IMAGE", "ddpbench-cpu:0.1.0")
     monkeypatch.setenv("DDPBENCH_CONTAINER_DIGEST", DIGEST)
@@ -77,7 +77,7 @@ def test_summary_env_carries_name_and_digest(monkeypatch):
 def test_image_revision_only_for_the_images_installed_copy(monkeypatch):
     import subprocess
 
-    from ddpbench import sysinfo
+    from ddpbench.core import sysinfo
 
     monkeypatch.delenv("DDPBENCH_GIT_COMMIT", raising=False)
     monkeypatch.setenv("DDPBENCH_IMAGE_REVISION", "abc123")

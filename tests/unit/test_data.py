@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from ddpbench import data
-from ddpbench.params import CellParams
+from ddpbench.run import data
+from ddpbench.core.params import CellParams
 
 
 def rank_batches(n, global_batch, world, seed, epoch):
@@ -100,7 +100,7 @@ def test_mnist_reader_on_tiny_files_in_the_real_format(tmp_path):
 
 def test_missing_real_data_says_how_to_fetch_it(tmp_path):
     p = CellParams(strategy="single", dataset="cifar10", data_root=str(tmp_path))
-    with pytest.raises(RuntimeError, match="python -m ddpbench.data --dataset cifar10"):
+    with pytest.raises(RuntimeError, match="python -m ddpbench.run.data --dataset cifar10"):
         data.load(p)
 
 
@@ -125,7 +125,7 @@ def test_imagenette_reader_on_tiny_jpegs(tmp_path):
 
 
 def test_synthetic_imagenette_takes_its_side_from_image_size():
-    from ddpbench import data
+    from ddpbench.run import data
 
     assert data.synthetic_shape("imagenette", 96) == ((3, 96, 96), 10)
     assert data.synthetic_shape("cifar10", 96) == ((3, 32, 32), 10)

@@ -4,12 +4,12 @@ matrix in tests/faults makes the same evidence for real)."""
 import os
 import time
 
-from ddpbench import diagnose
+from ddpbench.run import diagnose
 
 TORCHRUN_REPORT = """
 torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
 ============================================================
-ddpbench.train FAILED
+ddpbench.run.train FAILED
 ------------------------------------------------------------
 Failures:
 [1]:

@@ -9,7 +9,7 @@
 - Every config file the pages show (`--configfile configs/....yaml`, and config.yaml) passes
   a Snakemake dry run.
 - The configuration reference in docs/configuration.md is what
-  `python -m ddpbench.config_schema --markdown` prints today.
+  `python -m ddpbench.plan.config_schema --markdown` prints today.
 """
 
 import os
@@ -21,7 +21,7 @@ import sys
 
 import pytest
 
-from ddpbench import config_schema
+from ddpbench.plan import config_schema
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -156,8 +156,8 @@ def test_shown_config_plans(tmp_path, configfile):
 
 
 def test_configuration_reference_is_current():
-    """docs/configuration.md holds what `python -m ddpbench.config_schema --markdown` prints."""
+    """docs/configuration.md holds what `python -m ddpbench.plan.config_schema --markdown` prints."""
     text = _text(ROOT / "docs" / "configuration.md")
     assert config_schema.render_markdown().strip() in text, (
-        "docs/configuration.md's reference is stale: paste `python -m ddpbench.config_schema --markdown` over it"
+        "docs/configuration.md's reference is stale: paste `python -m ddpbench.plan.config_schema --markdown` over it"
     )

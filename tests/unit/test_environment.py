@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from ddpbench import sysinfo
+from ddpbench.core import sysinfo
 
 pytestmark = pytest.mark.unit
 
@@ -81,12 +81,12 @@ def test_default_start_is_this_process_start():
 
 
 def test_command_is_the_launchers_when_it_passed_one(monkeypatch):
-    monkeypatch.setenv(sysinfo.LAUNCH_COMMAND_ENV, "python -m ddpbench.launch --out x")
-    assert sysinfo.environment(None, 1)["command"] == "python -m ddpbench.launch --out x"
+    monkeypatch.setenv(sysinfo.LAUNCH_COMMAND_ENV, "python -m ddpbench.run.launch --out x")
+    assert sysinfo.environment(None, 1)["command"] == "python -m ddpbench.run.launch --out x"
     assert sysinfo.environment(None, 1, command="given")["command"] == "given"
     monkeypatch.delenv(sysinfo.LAUNCH_COMMAND_ENV)
-    monkeypatch.setattr("sys.argv", ["/x/src/ddpbench/train.py", "--out", "a b"])
-    assert sysinfo.command_line() == "python -m ddpbench.train --out 'a b'"
+    monkeypatch.setattr("sys.argv", ["/x/src/ddpbench/run/train.py", "--out", "a b"])
+    assert sysinfo.command_line() == "python -m ddpbench.run.train --out 'a b'"
 
 
 def test_environment_is_fast():
@@ -241,7 +241,7 @@ def test_code_fingerprint_follows_the_source(tmp_path):
     (pkg / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"\0")
     (pkg / "notes.txt").write_text("not code")
     assert sysinfo.code_fingerprint(pkg) == first
-    train = pkg / "train.py"
+    train = pkg / "run" / "train.py"
     train.write_text(train.read_text() + "\n# changed\n")
     changed = sysinfo.code_fingerprint(pkg)
     assert changed != first
@@ -251,10 +251,10 @@ def test_code_fingerprint_follows_the_source(tmp_path):
     (pkg / "strategies" / "new_strategy.py").rename(pkg / "strategies" / "other.py")
     assert sysinfo.code_fingerprint(pkg) not in (first, changed)
     # A module that only reads results is not part of it: the report changes no run.
-    report = pkg / "report.py"
     before = sysinfo.code_fingerprint(pkg)
-    report.write_text(report.read_text() + "\n# changed\n")
-    assert sysinfo.code_fingerprint(pkg) == before
+    for reader in ("report/build.py", "report/findings/__init__.py", "report/studies/__init__.py", "analysis/__init__.py"):
+        (pkg / reader).write_text((pkg / reader).read_text() + "\n# changed\n")
+        assert sysinfo.code_fingerprint(pkg) == before, reader
     # The lock is part of it.
     assert sysinfo.code_fingerprint(pkg, lock="0" * 16) != sysinfo.code_fingerprint(pkg, lock="1" * 16)
 

@@ -6,8 +6,8 @@ import pytest
 from report_synth import make_runs
 
 from ddpbench import analysis
-from ddpbench import findings as F
-from ddpbench.findings import ANCHORS, KINDS, Finding, findings, pct_text, ratio_text, sig3
+from ddpbench.report import findings as F
+from ddpbench.report.findings import ANCHORS, KINDS, Finding, findings, pct_text, ratio_text, sig3
 
 EMPTY = pd.DataFrame()
 

@@ -9,8 +9,8 @@ import pytest
 from report_synth import LINK_COMM, make_link_runs, make_runs
 
 from ddpbench import analysis as A
-from ddpbench import findings as F
-from ddpbench import plots, report
+from ddpbench.report import findings as F
+from ddpbench.report import figures as plots, build as report
 
 GBATCH = 64  # make_runs' default batch: global batch of every cell (strong scaling)
 COMPUTE_SHARE = 0.55  # make_link_runs' default

@@ -1,4 +1,4 @@
-"""Unit tests of ddpbench.metrics. Every expected number is worked by hand (in the comments),
+"""Unit tests of ddpbench.core.run_output and ddpbench.run.timers. Every expected number is worked by hand (in the comments),
 never produced by the function under test."""
 
 import json
@@ -8,11 +8,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from ddpbench import metrics
+from ddpbench.core import run_output
+from ddpbench.run import timers
 
 
 class FakeTime:
-    """Stands in for the `time` module inside metrics: perf_counter() reads `t`."""
+    """Stands in for the `time` module inside run.timers: perf_counter() reads `t`."""
 
     def __init__(self, t=0.0):
         self.t = t
@@ -24,7 +25,7 @@ class FakeTime:
 @pytest.fixture
 def wall(monkeypatch):
     fake = FakeTime()
-    monkeypatch.setattr(metrics, "time", fake)
+    monkeypatch.setattr(timers, "time", fake)
     return fake
 
 
@@ -43,9 +44,9 @@ def wall(monkeypatch):
 )
 def test_comm_volume_laws(law, ps, factors):
     for p, factor in zip(ps, factors):
-        assert metrics.comm_volume_factor(law, p) == pytest.approx(factor)
+        assert run_output.comm_volume_factor(law, p) == pytest.approx(factor)
     # On an array of world sizes: one factor per world size, same shape.
-    out = np.asarray(metrics.comm_volume_factor(law, np.array(ps)))
+    out = np.asarray(run_output.comm_volume_factor(law, np.array(ps)))
     assert out.shape == (len(ps),)
     np.testing.assert_allclose(out, factors)
 
@@ -53,14 +54,14 @@ def test_comm_volume_laws(law, ps, factors):
 def test_unknown_comm_volume_law_is_named_with_the_known_ones():
     known = "allreduce, gather_scatter, allreduce_allgather, point_to_point, none"
     with pytest.raises(ValueError, match=rf"^unknown communication volume law 'ring'; known: {known}$"):
-        metrics.comm_volume_factor("ring", 2)
+        run_output.comm_volume_factor("ring", 2)
 
 
 # -- Clock ----------------------------------------------------------------------------------------
 
 
 def test_cpu_clock_stamps_read_perf_counter_and_elapsed_is_b_minus_a(wall):
-    clock = metrics.Clock()  # CPU by default
+    clock = timers.Clock()  # CPU by default
     assert clock.cuda is False
     wall.t = 10.0
     a = clock.stamp()
@@ -108,7 +109,7 @@ def fake_cuda(monkeypatch, wall):
 
 
 def test_cuda_clock_stamps_are_recorded_events_and_elapsed_is_in_seconds(fake_cuda):
-    clock = metrics.Clock("cuda")
+    clock = timers.Clock("cuda")
     assert clock.cuda is True
     FakeEvent.device_t = 2.0
     a = clock.stamp()
@@ -120,14 +121,14 @@ def test_cuda_clock_stamps_are_recorded_events_and_elapsed_is_in_seconds(fake_cu
 
 
 def test_cuda_clock_wait_synchronises_on_the_stamp_only(fake_cuda):
-    clock = metrics.Clock("cuda")
+    clock = timers.Clock("cuda")
     a = clock.stamp()
     clock.wait(a)
     assert FakeEvent.waited == [a] and fake_cuda == []
 
 
 def test_cuda_clock_now_synchronises_the_device_then_reads_the_host_clock(fake_cuda, wall):
-    clock = metrics.Clock("cuda")
+    clock = timers.Clock("cuda")
     wall.t = 7.5
     assert clock.now() == 7.5
     assert fake_cuda == [7.5]
@@ -164,7 +165,7 @@ def laps(timer, clock, start, marks):
 
 def test_step_timer_charges_each_lap_to_its_phase_and_recurring_phases_add(wall):
     clock = FakeClock()
-    timer = metrics.StepTimer(clock)
+    timer = timers.StepTimer(clock)
     wall.t = 100.0
     laps(timer, clock, 10.0, [(10.5, "data"), (11.25, "forward"), (11.5, "comm"), (12.0, "comm")])
     wall.t = 103.0
@@ -177,7 +178,7 @@ def test_step_timer_charges_each_lap_to_its_phase_and_recurring_phases_add(wall)
 
 def test_step_timer_begin_resets_phases_and_wall_start_between_steps(wall):
     clock = FakeClock()
-    timer = metrics.StepTimer(clock)
+    timer = timers.StepTimer(clock)
     wall.t = 100.0
     laps(timer, clock, 10.0, [(10.5, "data"), (11.0, "comm")])
     wall.t = 101.0
@@ -195,7 +196,7 @@ def test_step_timer_begin_resets_phases_and_wall_start_between_steps(wall):
 
 def test_step_timer_lap_split_charges_parts_and_the_rest(wall):
     clock = FakeClock()
-    timer = metrics.StepTimer(clock)
+    timer = timers.StepTimer(clock)
     laps(timer, clock, 0.0, [(0.5, "forward")])
     clock.t = 2.5
     parts = {"forward": 0.25, "backward": 0.5}
@@ -209,12 +210,12 @@ def test_step_timer_lap_split_charges_parts_and_the_rest(wall):
 
 def test_disabled_step_timer_takes_no_stamps_and_never_waits(wall):
     clock = FakeClock()
-    timer = metrics.StepTimer(clock, enabled=False)
+    timer = timers.StepTimer(clock, enabled=False)
     wall.t = 100.0
     laps(timer, clock, 1.0, [(2.0, "data")])
     timer.lap_split({"forward": 0.5}, rest="comm")
     timer.end()
-    assert timer.phases == dict.fromkeys(metrics.PHASES, 0.0)
+    assert timer.phases == dict.fromkeys(run_output.PHASES, 0.0)
     assert (timer.total, timer.wall_start, timer.wall_end) == (0.0, 0.0, 0.0)
     assert clock.stamps == 0 and clock.waited == []
 
@@ -223,8 +224,8 @@ def test_cuda_timing_uses_events_and_one_wait_per_step(fake_cuda):
     """On CUDA the phases come from events and the step synchronises once, at its end, on
     the last event: no device-wide synchronize at phase boundaries (which would remove the
     CPU-GPU overlap the loop is meant to measure). Durations: ms from events -> seconds."""
-    clock = metrics.Clock("cuda")
-    timer, meter = metrics.StepTimer(clock), metrics.CommMeter()
+    clock = timers.Clock("cuda")
+    timer, meter = timers.StepTimer(clock), timers.CommMeter()
     for step in range(3):
         FakeEvent.device_t = 10.0 * step
         timer.begin()
@@ -250,7 +251,7 @@ def test_cuda_timing_uses_events_and_one_wait_per_step(fake_cuda):
 
 
 def test_comm_meter_add_counts_calls_and_bytes():
-    m = metrics.CommMeter()
+    m = timers.CommMeter()
     assert (m.calls, m.bytes, m.hidden) == (0, 0, {})
     m.add()  # one call, no bytes by default
     m.add(2, 10)
@@ -259,7 +260,7 @@ def test_comm_meter_add_counts_calls_and_bytes():
 
 
 def test_comm_meter_accumulates_per_phase_and_resets():
-    m = metrics.CommMeter()
+    m = timers.CommMeter()
     m.add(2, 10)
     m.overlapped(1.0, 0.5)  # backward by default
     m.overlapped(0.5, 0.25)
@@ -272,7 +273,7 @@ def test_comm_meter_accumulates_per_phase_and_resets():
 
 
 def test_comm_meter_resolves_deferred_accounts_in_order_once():
-    m, clock, seen = metrics.CommMeter(), object(), []
+    m, clock, seen = timers.CommMeter(), object(), []
     m.defer(lambda c, meter: seen.append(("first", c, meter)))
     m.defer(lambda c, meter: seen.append(("second", c, meter)))
     assert seen == []  # nothing before resolve
@@ -283,7 +284,7 @@ def test_comm_meter_resolves_deferred_accounts_in_order_once():
 
 
 def test_comm_meter_reset_drops_deferred_accounts():
-    m, seen = metrics.CommMeter(), []
+    m, seen = timers.CommMeter(), []
     m.defer(lambda c, meter: seen.append(c))
     m.reset()
     m.resolve("clock")
@@ -293,7 +294,7 @@ def test_comm_meter_reset_drops_deferred_accounts():
 def test_comm_meter_take_hands_over_the_step_and_its_accounts_charge_the_taken_meter():
     """The loop resolves a step after the next has begun: its deferred accounts must land
     in that step's meter, not in the live one the next step is filling."""
-    live = metrics.CommMeter()
+    live = timers.CommMeter()
     live.add(2, 100)
     live.defer(lambda c, meter: meter.blocking(0.5, "optimizer"))
     step = live.take()
@@ -306,8 +307,8 @@ def test_comm_meter_take_hands_over_the_step_and_its_accounts_charge_the_taken_m
 def test_closed_steps_resolve_later_with_one_wait_each(fake_cuda):
     """close() takes no wait: the host may start the next step before the device has
     finished this one; resolve() waits on the step's last event and yields its phases."""
-    clock = metrics.Clock("cuda")
-    timer = metrics.StepTimer(clock)
+    clock = timers.Clock("cuda")
+    timer = timers.StepTimer(clock)
     closed = []
     for step in range(2):
         FakeEvent.device_t = 10.0 * step
@@ -340,7 +341,7 @@ def test_closed_steps_resolve_later_with_one_wait_each(fake_cuda):
     ],
 )
 def test_interval_union_counts_concurrent_time_once(intervals, covered):
-    assert metrics.interval_union(intervals) == pytest.approx(covered)
+    assert timers.interval_union(intervals) == pytest.approx(covered)
 
 
 @pytest.mark.parametrize(
@@ -349,17 +350,17 @@ def test_interval_union_counts_concurrent_time_once(intervals, covered):
     [(0, 10.0), (25, 17.5), (50, 25.0), (95, 38.5), (100, 40.0), (100 / 3, 20.0)],
 )
 def test_percentile_interpolates_linearly(q, value):
-    assert metrics.percentile([40.0, 10.0, 30.0, 20.0], q) == pytest.approx(value)
+    assert run_output.percentile([40.0, 10.0, 30.0, 20.0], q) == pytest.approx(value)
 
 
 def test_percentile_of_one_value_is_that_value():
-    assert metrics.percentile([5.0], 95) == 5.0
+    assert run_output.percentile([5.0], 95) == 5.0
 
 
 def test_compute_s_is_data_forward_backward_optimizer():
     r = {"data_s": 0.5, "forward_s": 1.0, "backward_s": 2.0, "optimizer_s": 0.25, "comm_s": 8.0,
          "exposed_comm_s": 16.0, "other_s": 32.0, "total_s": 64.0}  # fmt: skip
-    assert metrics.compute_s(r) == 3.75
+    assert run_output.compute_s(r) == 3.75
 
 
 def fake_rusage(monkeypatch, platform, maxrss):
@@ -369,27 +370,27 @@ def fake_rusage(monkeypatch, platform, maxrss):
         calls.append(who)
         return SimpleNamespace(ru_maxrss=maxrss)
 
-    monkeypatch.setattr(metrics, "resource", SimpleNamespace(RUSAGE_SELF="self", getrusage=getrusage))
-    monkeypatch.setattr(metrics, "sys", SimpleNamespace(platform=platform))
+    monkeypatch.setattr(timers, "resource", SimpleNamespace(RUSAGE_SELF="self", getrusage=getrusage))
+    monkeypatch.setattr(timers, "sys", SimpleNamespace(platform=platform))
     return calls
 
 
 def test_peak_rss_reads_kib_on_linux(monkeypatch):
     calls = fake_rusage(monkeypatch, "linux", 3584)  # KiB
-    assert metrics.peak_rss_mb() == 3.5
+    assert timers.peak_rss_mb() == 3.5
     assert calls == ["self"]
 
 
 def test_peak_rss_reads_bytes_on_macos(monkeypatch):
     fake_rusage(monkeypatch, "darwin", 3584 * 1024)  # bytes
-    assert metrics.peak_rss_mb() == 3.5
+    assert timers.peak_rss_mb() == 3.5
 
 
 def test_cuda_max_allocated_is_none_off_cuda():
     import torch
 
-    assert metrics.cuda_max_allocated_mb(torch.device("cpu")) is None
-    assert metrics.cuda_max_allocated_mb(None) is None
+    assert timers.cuda_max_allocated_mb(torch.device("cpu")) is None
+    assert timers.cuda_max_allocated_mb(None) is None
 
 
 def test_cuda_max_allocated_converts_bytes_to_mb(monkeypatch):
@@ -398,7 +399,7 @@ def test_cuda_max_allocated_converts_bytes_to_mb(monkeypatch):
     device = SimpleNamespace(type="cuda")
     seen = []
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda d: seen.append(d) or 3.5 * 2**20)
-    assert metrics.cuda_max_allocated_mb(device) == 3.5
+    assert timers.cuda_max_allocated_mb(device) == 3.5
     assert seen == [device]
 
 
@@ -407,7 +408,7 @@ def test_cuda_max_allocated_converts_bytes_to_mb(monkeypatch):
 
 def rec(total, timed=1, comm_calls=1, comm_bytes=100, samples=4, **phases):
     r = {"timed": timed, "total_s": total, "samples": samples, "comm_calls": comm_calls, "comm_bytes": comm_bytes}
-    for p in metrics.SUMMARY_PHASES:
+    for p in run_output.SUMMARY_PHASES:
         r[f"{p}_s"] = phases.get(p, 0.0)
     return r
 
@@ -453,7 +454,7 @@ def uneven_run():
 
 @pytest.fixture
 def uneven():
-    return metrics.step_statistics(uneven_run(), timed_wall_s=3.2, dataset_size=100)
+    return run_output.step_statistics(uneven_run(), timed_wall_s=3.2, dataset_size=100)
 
 
 def test_step_statistics_take_the_pacing_rank_and_skip_untimed_steps(uneven):
@@ -508,7 +509,7 @@ def test_throughput_and_fixed_work_epoch_time(uneven):
 
 
 def test_without_timed_wall_there_are_no_throughput_figures():
-    s = metrics.step_statistics(uneven_run(), timed_wall_s=None, dataset_size=100)
+    s = run_output.step_statistics(uneven_run(), timed_wall_s=None, dataset_size=100)
     assert s["timed_steps"] == 3
     assert not {"timed_wall_s", "samples_per_s", "epoch_time_s"} & s.keys()
 
@@ -519,7 +520,7 @@ def test_phases_partition_the_step_under_rank_imbalance():
     timeline sums to exactly 1, and the waiting shows as imbalance and skew, not comm."""
     slow = [balanced(0.070, data=0.001, forward=0.040, backward=0.004, optimizer=0.001) for _ in range(10)]
     fast = [balanced(0.070, data=0.001, forward=0.004, backward=0.004, optimizer=0.001) for _ in range(10)]
-    s = metrics.step_statistics([slow, fast], timed_wall_s=0.7, dataset_size=400)
+    s = run_output.step_statistics([slow, fast], timed_wall_s=0.7, dataset_size=400)
     parts = ("data", "forward", "backward", "exposed_comm", "optimizer", "other")
     assert sum(s[f"frac_{p}"] for p in parts) == pytest.approx(1.0)
     assert s["frac_exposed_comm"] == pytest.approx(0.024 / 0.070)  # the slow rank's own comm
@@ -532,37 +533,37 @@ def test_weak_scaling_epoch_time_covers_the_whole_dataset():
     """Dataset 1000, per-rank batch 300, p = 2: 600 samples per step. Steps-per-epoch x
     step time would cover 600 of 1000 samples; fixed work covers all 1000."""
     ranks = [[rec(1.0, forward=0.5, samples=300) for _ in range(4)] for _ in range(2)]
-    s = metrics.step_statistics(ranks, timed_wall_s=4.0, dataset_size=1000)
+    s = run_output.step_statistics(ranks, timed_wall_s=4.0, dataset_size=1000)
     assert s["samples_per_s"] == pytest.approx(600.0)
     assert s["epoch_time_s"] == pytest.approx(1000 / 600)
 
 
 def test_fully_hidden_communication_has_no_ratio():
-    s = metrics.step_statistics([[rec(1.0, comm_calls=4, forward=0.5, comm=0.25, other=0.5)]], 1.0, 4)
+    s = run_output.step_statistics([[rec(1.0, comm_calls=4, forward=0.5, comm=0.25, other=0.5)]], 1.0, 4)
     assert s["frac_exposed_comm"] == 0.0
     assert s["compute_comm_ratio"] is None
 
 
 def test_no_collective_calls_have_no_ratio():
-    s = metrics.step_statistics([[rec(1.0, comm_calls=0, forward=0.5, exposed_comm=0.25, other=0.25)]], 1.0, 4)
+    s = run_output.step_statistics([[rec(1.0, comm_calls=0, forward=0.5, exposed_comm=0.25, other=0.25)]], 1.0, 4)
     assert s["compute_comm_ratio"] is None
 
 
 def test_zero_length_steps_have_no_fractions_and_zero_skew():
-    s = metrics.step_statistics([[rec(0.0)], [rec(0.0)]], 1.0, 4)
-    assert all(s[f"frac_{p}"] is None for p in (*metrics.SUMMARY_PHASES, "imbalance"))
+    s = run_output.step_statistics([[rec(0.0)], [rec(0.0)]], 1.0, 4)
+    assert all(s[f"frac_{p}"] is None for p in (*run_output.SUMMARY_PHASES, "imbalance"))
     assert s["rank_skew"] == 0.0
 
 
 def test_records_without_other_count_only_the_gap_to_the_step_time():
     fast, slow = rec(1.5, forward=1.0), rec(2.0, forward=0.5)
     del fast["other_s"]
-    s = metrics.step_statistics([[fast], [slow]], 1.0, 4)
+    s = run_output.step_statistics([[fast], [slow]], 1.0, 4)
     assert s["phase_other_s"] == pytest.approx(0.5)  # the pacing (fast) rank's 1.5 vs 2.0
 
 
 def test_no_timed_steps_give_only_counts():
-    s = metrics.step_statistics([[rec(1.0, timed=0), rec(1.0, timed=0)]], 1.0, 2)
+    s = run_output.step_statistics([[rec(1.0, timed=0), rec(1.0, timed=0)]], 1.0, 2)
     assert s == {"total_steps": 2, "timed_steps": 0}
 
 
@@ -584,14 +585,14 @@ SUMMARY_METRICS = (
 
 
 def test_step_columns_are_the_contract():
-    assert metrics.STEP_COLUMNS == (
+    assert run_output.STEP_COLUMNS == (
         "step", "epoch", "rank", "timed", "data_s", "forward_s", "backward_s", "comm_s", "exposed_comm_s",
         "optimizer_s", "other_s", "total_s", "loss", "samples", "comm_calls", "comm_bytes",
     )  # fmt: skip
 
 
 def test_summary_has_every_key_of_the_contract():
-    s = metrics.make_summary("ok", "", {"seed": 0}, 4, 2, {"host": "h"}, {"samples_per_s": 12.5}, {"k": 1})
+    s = run_output.make_summary("ok", "", {"seed": 0}, 4, 2, {"host": "h"}, {"samples_per_s": 12.5}, {"k": 1})
     assert list(s) == ["schema", "status", "reason", "params", "world_size", "nodes", *SUMMARY_METRICS, "extra", "env"]
     assert (s["schema"], s["status"], s["reason"], s["params"]) == (1, "ok", "", {"seed": 0})
     assert (s["world_size"], s["nodes"], s["env"], s["extra"]) == (4, 2, {"host": "h"}, {"k": 1})
@@ -600,25 +601,25 @@ def test_summary_has_every_key_of_the_contract():
 def test_summary_keeps_finite_metrics_and_nulls_missing_nan_and_inf():
     given = {"global_batch": 64, "samples_per_s": 12.5, "step_time_median_s": math.nan,
              "step_time_p95_s": math.inf, "rank_skew": -math.inf, "not_a_metric": 1.0}  # fmt: skip
-    s = metrics.make_summary("ok", "", {}, 2, 1, {}, given)
+    s = run_output.make_summary("ok", "", {}, 2, 1, {}, given)
     assert (s["global_batch"], s["samples_per_s"]) == (64, 12.5)
     assert s["step_time_median_s"] is s["step_time_p95_s"] is s["rank_skew"] is s["epoch_time_s"] is None
     assert "not_a_metric" not in s
 
 
 def test_summary_of_a_failed_run_has_every_metric_null():
-    s = metrics.make_summary("failed", "boom", {}, 2, 1, {})
+    s = run_output.make_summary("failed", "boom", {}, 2, 1, {})
     assert all(s[k] is None for k in SUMMARY_METRICS)
     assert s["extra"] == {}
 
 
 def test_summary_extra_is_cleaned_of_nan_and_inf():
-    s = metrics.make_summary("ok", "", {}, 2, 1, {}, None, {"a": math.nan, "b": 2.5, "c": "x", "d": math.inf})
+    s = run_output.make_summary("ok", "", {}, 2, 1, {}, None, {"a": math.nan, "b": 2.5, "c": "x", "d": math.inf})
     assert s["extra"] == {"a": None, "b": 2.5, "c": "x", "d": None}
 
 
 def test_summary_round_trips_through_strict_json():
-    s = metrics.make_summary("ok", "", {"seed": 3}, 2, 1, {"host": "h"}, {"samples_per_s": 0.1, "frac_data": math.nan})
+    s = run_output.make_summary("ok", "", {"seed": 3}, 2, 1, {"host": "h"}, {"samples_per_s": 0.1, "frac_data": math.nan})
     back = json.loads(json.dumps(s, allow_nan=False))
     assert back == s and back["samples_per_s"] == 0.1 and back["frac_data"] is None
 
@@ -626,7 +627,7 @@ def test_summary_round_trips_through_strict_json():
 def test_write_json_replaces_the_file_atomically(tmp_path):
     path = tmp_path / "summary.json"
     path.write_text("old")
-    metrics.write_json(path, {"a": 1.5, "b": [None]})
+    run_output.write_json(path, {"a": 1.5, "b": [None]})
     assert json.loads(path.read_text()) == {"a": 1.5, "b": [None]}
     assert path.read_text() == '{\n "a": 1.5,\n "b": [\n  null\n ]\n}\n'  # indented, newline-terminated
     assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]  # no temporary file left
@@ -645,30 +646,30 @@ def test_write_json_replaces_the_file_atomically(tmp_path):
     ids=["learns", "nan", "inf", "rises", "spikes", "none"],
 )
 def test_training_health_marks_a_run_that_does_not_learn(losses, health, said):
-    got, reason = metrics.training_health(losses)
+    got, reason = run_output.training_health(losses)
     assert got == health and said in reason
 
 
 def test_timeline_spans_partition_the_launcher_wall_and_fixed_cost_is_the_rest_of_it():
     # Marks 0, 1, 3, 6, ... (the n-th span lasts n + 1 s): the spans add up to the last mark.
     marks, t = {}, 100.0
-    for i, name in enumerate(metrics.TIMELINE_MARKS):
+    for i, name in enumerate(run_output.TIMELINE_MARKS):
         marks[name] = t
         t += i + 1
-    spans = metrics.timeline_spans(marks)
-    assert list(spans) == list(metrics.TIMELINE_SPANS)
+    spans = run_output.timeline_spans(marks)
+    assert list(spans) == list(run_output.TIMELINE_SPANS)
     assert list(spans.values()) == [float(i + 1) for i in range(len(spans))]
     wall = marks["launcher_exit"] - marks["launcher_start"]  # 1 + 2 + ... + 11 = 66
     assert wall == sum(spans.values()) == 66.0
     # fixed cost: the launcher's wall minus the timed wall (not the timed_steps span)
-    assert metrics.fixed_cost_s(marks, 2.5) == 63.5
-    assert metrics.fixed_cost_s(marks, None) == 66.0  # no timed steps: all of it is fixed cost
-    assert metrics.fixed_cost_s({"launcher_start": 1.0}, 2.5) is None  # no launcher: unknown
+    assert run_output.fixed_cost_s(marks, 2.5) == 63.5
+    assert run_output.fixed_cost_s(marks, None) == 66.0  # no timed steps: all of it is fixed cost
+    assert run_output.fixed_cost_s({"launcher_start": 1.0}, 2.5) is None  # no launcher: unknown
 
 
 def test_with_timeline_merges_marks_in_their_order_and_leaves_unknown_spans_null():
     summary = {"status": "ok", "timed_wall_s": 0.5, "timeline": {"ranks_started": 2.0, "imports_done": 3.0}}
-    out = metrics.with_timeline(summary, {"launcher_exit": 10.0, "launcher_start": 1.0, "warmup_done": None})
+    out = run_output.with_timeline(summary, {"launcher_exit": 10.0, "launcher_start": 1.0, "warmup_done": None})
     assert list(out["timeline"]) == ["launcher_start", "ranks_started", "imports_done", "launcher_exit"]
     assert out["timeline_s"]["imports"] == 1.0 and out["timeline_s"]["torchrun"] is None
     assert out["fixed_cost_s"] == 8.5  # (10 - 1) - 0.5

@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from ddpbench import models
-from ddpbench.params import MODELS
+from ddpbench.run import models
+from ddpbench.core.params import MODELS
 
 
 @pytest.mark.parametrize("shape", [(3, 32, 32), (1, 28, 28)])

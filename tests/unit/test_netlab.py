@@ -1,8 +1,8 @@
-"""ddpbench.netlab without root: link settings and the launcher commands of each node."""
+"""ddpbench.cluster.netlab without root: link settings and the launcher commands of each node."""
 
 import pytest
 
-from ddpbench import netlab
+from ddpbench.cluster import netlab
 
 
 def test_link_rates_and_tbf_arguments():
@@ -73,7 +73,7 @@ def test_progress_line_is_the_launchers(tmp_path, monkeypatch, capsys):
 
 
 def test_a_link_is_read_by_two_node_cells_only_and_checked_by_pattern():
-    from ddpbench.params import CellConflict, CellParams, ParamError, check_cell, effective_params
+    from ddpbench.core.params import CellConflict, CellParams, ParamError, check_cell, effective_params
 
     cell = {**CellParams(strategy="allreduce").as_dict(), "link": "100mbit"}
     assert effective_params(cell, nodes=2)["link"] == "100mbit"
@@ -88,7 +88,7 @@ def test_a_link_is_read_by_two_node_cells_only_and_checked_by_pattern():
 
 
 def test_launcher_refuses_a_link_without_two_nodes(tmp_path, capsys):
-    from ddpbench import launch
+    from ddpbench.run import launch
 
     with pytest.raises(SystemExit) as e:
         launch.main(["--nproc-per-node", "2", "--out", str(tmp_path / "r"), "--link", "1gbit"])
@@ -99,7 +99,7 @@ def test_launcher_refuses_a_link_without_two_nodes(tmp_path, capsys):
 def test_link_cell_without_namespaces_is_skipped_with_the_reason(tmp_path, monkeypatch):
     import json
 
-    from ddpbench import launch
+    from ddpbench.run import launch
 
     monkeypatch.setattr(netlab, "available", lambda: "needs root (network namespaces)")
     rc = launch.main(["--nproc-per-node", "1", "--nnodes", "2", "--out", str(tmp_path / "r"), "--link", "100mbit"])

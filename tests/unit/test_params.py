@@ -2,18 +2,9 @@ import argparse
 
 import pytest
 
-from ddpbench.params import (
-    MODELS,
-    PIPELINE,
-    SEQUENTIAL_LAYERS,
-    CellConflict,
-    CellParams,
-    ParamError,
-    check_cell,
-    check_values,
-    strategy_names,
-    strategy_traits,
-)
+from ddpbench.core.params import MODELS, PIPELINE, SEQUENTIAL_LAYERS, CellConflict, CellParams, ParamError, check_cell, check_values
+from ddpbench.strategies import names as strategy_names
+from ddpbench.strategies import strategy_traits
 
 
 def test_defaults_validate_and_roundtrip_through_argv():
@@ -176,7 +167,7 @@ def test_sequential_models_and_their_layers_match_the_models():
     pytest.importorskip("torch")
     from torch import nn
 
-    from ddpbench import models
+    from ddpbench.run import models
 
     for name in MODELS:
         model = models.build(name, (3, 32, 32), 10)

@@ -3,8 +3,8 @@
 import json
 import os
 
-from ddpbench import catalog, plan
-from ddpbench.params import CellParams
+from ddpbench.plan import catalog, preflight as plan
+from ddpbench.core.params import CellParams
 
 
 def cell(**changes):

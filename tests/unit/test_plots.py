@@ -15,7 +15,7 @@ import pytest
 from report_synth import make_comm, make_profile, make_runs, make_steps
 
 from ddpbench import analysis as A
-from ddpbench import plots
+from ddpbench.report import figures as plots
 
 MANY = ("single", "ddp", "allreduce", "ddp_fp16", "powersgd", "local_sgd", "zero", "ring_allreduce", "gather_scatter",
         "bucketed_allreduce", "pipeline")  # fmt: skip

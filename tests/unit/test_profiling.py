@@ -1,4 +1,4 @@
-"""ddpbench.profiling: the top-operator table from a real torch.profiler run, its summary
+"""ddpbench.run.profiling: the top-operator table from a real torch.profiler run, its summary
 fields, and a profiled world-size-1 run (the world-size-2 run with communication:
 tests/integration/test_profile_run.py)."""
 
@@ -8,8 +8,8 @@ import json
 import pytest
 import torch
 
-from ddpbench import profiling, train
-from ddpbench.params import CellParams
+from ddpbench.run import profiling, train
+from ddpbench.core.params import CellParams
 
 
 def profiled_tiny_model(steps=3):
@@ -86,7 +86,7 @@ def test_a_profiled_single_run_keeps_its_timed_steps_and_model(tmp_path):
     the timed figures, and the model the run reports is the one its timed steps trained."""
     import os
 
-    from ddpbench import sysinfo
+    from ddpbench.core import sysinfo
 
     threads, saved = torch.get_num_threads(), {k: os.environ.get(k) for k in sysinfo.THREAD_POOL_VARS}
     try:

@@ -1,6 +1,6 @@
 """Each finished run's line says how far the grid is and how long the rest will take."""
 
-from ddpbench import progress
+from ddpbench.results import progress
 
 
 def test_progress_counts_finished_runs_and_estimates_the_rest(tmp_path, monkeypatch):

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from report_synth import make_comm, make_profile, make_runs, make_steps
 
-from ddpbench import report
+from ddpbench.report import build as report
 
 
 def _write(tmp, runs, steps=None, comm=None):
@@ -268,7 +268,7 @@ def test_phase_figure_draws_other_when_runs_carry_it(full, tmp_path):
 
 
 def test_fits_lead_with_estimates_and_summarise_what_could_not_be_fitted():
-    from ddpbench import report
+    from ddpbench.report import build as report
 
     nan = float("nan")
     fits = pd.DataFrame(

@@ -1,4 +1,4 @@
-"""ddpbench.status --unlock-stale (scripts/main.sh runs it first): a lock left by a killed
+"""ddpbench.plan.status --unlock-stale (scripts/main.sh runs it first): a lock left by a killed
 snakemake is found and removed; a lock held by a live snakemake in the same directory is
 not. Locks are written as Snakemake's file persistence writes them
 (.snakemake/locks/N.input.lock, N.output.lock: one path a line); the processes come from
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from ddpbench import status
+from ddpbench.plan import status
 
 
 def write_lock(workdir):

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from ddpbench import safe_io, storage
+from ddpbench.core import safe_io, storage
 
 
 def test_sizes_read_as_people_write_them():

@@ -100,7 +100,7 @@ def test_pipeline_ideal_bubble_and_balanced_cuts():
 def test_pipeline_refuses_models_without_a_layer_order():
     from types import SimpleNamespace
 
-    from ddpbench.models import build
+    from ddpbench.run.models import build
 
     ctx = SimpleNamespace(params=SimpleNamespace(model="resnet18"))
     with pytest.raises(ValueError, match="nn.Sequential"):
@@ -244,7 +244,7 @@ def test_settings_list_exactly_the_strategy_settings_the_strategy_reads(name):
     import inspect
     import re
 
-    from ddpbench.params import STRATEGY_SETTINGS, strategy_settings
+    from ddpbench.strategies import STRATEGY_SETTINGS, strategy_settings
 
     module = importlib.import_module(f"ddpbench.strategies.{name}")
     cls = type(module.STRATEGY)

@@ -8,7 +8,7 @@ import pytest
 from report_synth import make_runs
 
 from ddpbench import analysis as A
-from ddpbench import report, studies
+from ddpbench.report import build as report, studies
 
 
 def _section(name, runs):

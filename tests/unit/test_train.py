@@ -4,8 +4,9 @@ import json
 
 import pytest
 
-from ddpbench import sysinfo, train
-from ddpbench.params import CellParams
+from ddpbench.core import sysinfo
+from ddpbench.run import train
+from ddpbench.core.params import CellParams
 
 
 @pytest.fixture(autouse=True)
@@ -59,7 +60,7 @@ def test_gloo_on_cuda_skips_point_to_point_strategies_and_lets_ranks_share_a_gpu
 def test_multi_rank_strategy_at_world_one_is_skipped(tmp_path):
     """The ranks' own check (the launcher decides the same before starting torchrun: the
     integration tests compare the two summaries), with the whole provenance."""
-    from ddpbench import sysinfo
+    from ddpbench.core import sysinfo
 
     s = run(tmp_path, strategy="ddp")
     assert s["status"] == "skipped" and "world size" in s["reason"]
@@ -68,7 +69,7 @@ def test_multi_rank_strategy_at_world_one_is_skipped(tmp_path):
 
 def test_missing_data_is_a_failed_summary(tmp_path):
     s = run(tmp_path, strategy="single", dataset="mnist", data_root=str(tmp_path / "none"))
-    assert s["status"] == "failed" and "ddpbench.data" in s["reason"]
+    assert s["status"] == "failed" and "ddpbench.run.data" in s["reason"]
     assert (tmp_path / "error_rank0.txt").exists()
 
 

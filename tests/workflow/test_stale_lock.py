@@ -1,4 +1,4 @@
-"""A snakemake killed with SIGKILL mid-grid leaves its lock; `python -m ddpbench.status
+"""A snakemake killed with SIGKILL mid-grid leaves its lock; `python -m ddpbench.plan.status
 --unlock-stale` (what scripts/main.sh runs before snakemake) refuses to touch it while
 that snakemake lives, names its PID, and removes it once the process is gone, after which
 snakemake plans again without LockException."""
@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from ddpbench import status
+from ddpbench.plan import status
 
 from test_workflow import ROOT, TINY
 
@@ -30,7 +30,7 @@ def test_lock_of_a_killed_snakemake_is_removed_a_live_ones_kept(tmp_path):
         assert status.lock_files(tmp_path), "snakemake never locked its directory"
         assert status.live_snakemakes(tmp_path) == [run.pid]
         held = subprocess.run(
-            [sys.executable, "-m", "ddpbench.status", "--unlock-stale", *args],
+            [sys.executable, "-m", "ddpbench.plan.status", "--unlock-stale", *args],
             cwd=tmp_path, env=env, capture_output=True, text=True,
         )  # fmt: skip
         assert held.returncode == 1 and f"PID {run.pid}" in held.stderr, held.stderr
@@ -40,7 +40,7 @@ def test_lock_of_a_killed_snakemake_is_removed_a_live_ones_kept(tmp_path):
         run.wait()
     assert status.lock_files(tmp_path)  # what the next run would stop at
     freed = subprocess.run(
-        [sys.executable, "-m", "ddpbench.status", "--unlock-stale", *args],
+        [sys.executable, "-m", "ddpbench.plan.status", "--unlock-stale", *args],
         cwd=tmp_path, env=env, capture_output=True, text=True,
     )  # fmt: skip
     assert freed.returncode == 0, freed.stdout + freed.stderr

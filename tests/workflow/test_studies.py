@@ -27,7 +27,7 @@ def plan(workdir, study, *args):
     """`snakemake -n -p` of a study: its train commands and the whole output."""
     proc = snakemake(workdir, "-n", "-p", *args, configfile=STUDIES / f"{study}.yaml")
     out = proc.stdout + proc.stderr
-    return [line for line in proc.stdout.splitlines() if "ddpbench.launch" in line], out
+    return [line for line in proc.stdout.splitlines() if "ddpbench.run.launch" in line], out
 
 
 @pytest.mark.parametrize("study", sorted(SHAPES))
@@ -39,7 +39,7 @@ def test_study_plans_offline_on_synthetic_data_of_the_real_shape(tmp_path, study
         assert re.search(r"--out '?results/[^ ]*/dataset~synthetic/", command), command
     shapes = {re.search(r"--synthetic-shape (\w+)", c).group(1) for c in commands}
     assert shapes == SHAPES[study]
-    assert "prepare_data" not in out and "ddpbench.data" not in out
+    assert "prepare_data" not in out and "ddpbench.run.data" not in out
 
 
 @pytest.mark.parametrize("study", sorted(SHAPES))
@@ -86,7 +86,8 @@ def test_a_study_with_a_report_section_passes_its_name_to_the_report(tmp_path, s
 
 
 def test_the_config_knows_the_studies_that_have_a_report_section():
-    from ddpbench import config_schema, studies
+    from ddpbench.plan import config_schema
+    from ddpbench.report import studies
 
     assert config_schema.STUDIES == tuple(sorted(studies.STUDIES))
 

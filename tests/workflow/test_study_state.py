@@ -29,7 +29,7 @@ def run(workdir, *args, module="snakemake", check=True):
 
 
 def status(workdir, *args):
-    return run(workdir, *SNAKEMAKE_ARGS, *args, module="ddpbench.status")
+    return run(workdir, *SNAKEMAKE_ARGS, *args, module="ddpbench.plan.status")
 
 
 def summaries(workdir):
@@ -119,7 +119,7 @@ def test_a_failed_run_is_listed_and_rerun_failed_redoes_it_keeping_the_failure(s
 def test_a_setting_a_strategy_does_not_read_does_not_rerun_it(study):
     """Snakemake's own trigger agrees: a bucket_mb change plans ddp's runs again, never single's."""
     out = run(study, *SNAKEMAKE_ARGS, "-n", "-p", "--config", 'params={"bucket_mb": 10.0}').stdout
-    planned = [line for line in out.splitlines() if "ddpbench.launch" in line]
+    planned = [line for line in out.splitlines() if "ddpbench.run.launch" in line]
     assert planned and all("strategy~ddp" in line for line in planned), planned
     assert not any("strategy~single" in line for line in planned)
 
@@ -127,7 +127,7 @@ def test_a_setting_a_strategy_does_not_read_does_not_rerun_it(study):
 def test_adding_an_axis_keeps_the_runs_measured_at_the_old_value(study):
     """bucket_mb: [25, 0.5] where 25 was the setting: only the new value's ddp runs are planned."""
     out = run(study, *SNAKEMAKE_ARGS, "-n", "-p", "--config", 'grid={"bucket_mb": [25.0, 0.5]}').stdout
-    planned = sorted(line.split("--out ")[1].split()[0] for line in out.splitlines() if "ddpbench.launch" in line)
+    planned = sorted(line.split("--out ")[1].split()[0] for line in out.splitlines() if "ddpbench.run.launch" in line)
     assert planned and all("bucket_mb~0.5" in p and "strategy~ddp" in p for p in planned), planned
 
 
@@ -153,7 +153,7 @@ def test_a_tampered_archive_is_refused(study, tmp_path):
     import tarfile
 
     archive = tmp_path / "tiny.tar.gz"
-    run(study, "--results", RESULTS, "--out", str(archive), module="ddpbench.archive")
+    run(study, "--results", RESULTS, "--out", str(archive), module="ddpbench.results.archive")
 
     def rewrite(name, edit=None, extra=None):
         bad = tmp_path / name

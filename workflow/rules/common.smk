@@ -22,19 +22,11 @@ from snakemake.exceptions import WorkflowError
 from snakemake.logging import logger
 from snakemake.utils import validate
 
-# The package's pure-Python parts (params, schema) work with any snakemake install.
+# The package's plan-time parts (core, plan, results: no torch) work with any snakemake install.
 SRC_DIR = str(Path(workflow.basedir) / "src")
 sys.path.insert(0, SRC_DIR)
-from ddpbench.config_schema import (  # noqa: E402
-    CORE_AXES,
-    LAUNCH_AXES,
-    OFFLINE_DATASET,
-    TIMING_KEYS,
-    coerce_typed_strings,
-    non_finite_key,
-)
-from ddpbench.launch import oversubscription  # noqa: E402
-from ddpbench.params import (  # noqa: E402
+from ddpbench.core import storage  # noqa: E402
+from ddpbench.core.params import (  # noqa: E402
     NO_LINK,
     CellParams,
     ParamError,
@@ -43,14 +35,26 @@ from ddpbench.params import (  # noqa: E402
     check_cell,
     check_values,
     effective_params,
-    unread_settings,
 )
-from ddpbench import progress, storage  # noqa: E402
-from ddpbench.aggregate import damage, heal  # noqa: E402
-from ddpbench.plan import warnings as plan_warnings  # noqa: E402
-from ddpbench.safe_io import atomic_write_text  # noqa: E402
-from ddpbench.status import PLAN_ENV, stale_runs, write_plan  # noqa: E402
-from ddpbench.sysinfo import code_fingerprint, usable_cores  # noqa: E402
+from ddpbench.core.safe_io import atomic_write_text  # noqa: E402
+from ddpbench.core.sysinfo import (  # noqa: E402
+    code_fingerprint,
+    oversubscription,
+    usable_cores,
+)
+from ddpbench.plan.config_schema import (  # noqa: E402
+    CORE_AXES,
+    LAUNCH_AXES,
+    OFFLINE_DATASET,
+    TIMING_KEYS,
+    coerce_typed_strings,
+    non_finite_key,
+)
+from ddpbench.plan.preflight import warnings as plan_warnings  # noqa: E402
+from ddpbench.plan.status import PLAN_ENV, stale_runs, write_plan  # noqa: E402
+from ddpbench.results import progress  # noqa: E402
+from ddpbench.results.aggregate import damage, heal  # noqa: E402
+from ddpbench.strategies import unread_settings  # noqa: E402
 
 
 def job_shell_prefix():
@@ -435,7 +439,7 @@ def warn_link_cells(cells):
     """Cells over a link need two network namespaces on this machine (root, iproute2): where
     none can be made the launcher records them as skipped with the reason; say so now.
     """
-    from ddpbench import netlab
+    from ddpbench.cluster import netlab
 
     records = cells.to_dict(orient="records")
     count = sum(cell.get("link", FIXED_PARAMS["link"]) != NO_LINK for cell in records)
@@ -491,7 +495,7 @@ def params_of_cell(cell):
 
 
 def launcher_flags(wildcards):
-    """The cell's parameters as `python -m ddpbench.launch` flags (every field, so the
+    """The cell's parameters as `python -m ddpbench.run.launch` flags (every field, so the
     command in the log reproduces the run whatever the defaults become)."""
     return " ".join(
         f"--{name.replace('_', '-')} {shlex.quote(str(value))}"
@@ -587,7 +591,7 @@ def runs_to_measure():
 
 
 def planned_runs():
-    """Run folder -> the parameters it runs with (what ddpbench.status compares)."""
+    """Run folder -> the parameters it runs with (what ddpbench.plan.status compares)."""
     plan = {}
     for path, cell in CELL_BY_PATH.items():
         params = params_of_cell(cell)
@@ -600,7 +604,7 @@ def planned_runs():
 
 
 def check_stale_runs():
-    """Write the plan where ddpbench.status asks for it; otherwise warn (one line) when runs
+    """Write the plan where ddpbench.plan.status asks for it; otherwise warn (one line) when runs
     already in the results folder were made by other code, settings or environment."""
     plan = {"results": RESULTS, "runs": planned_runs()}
     if os.environ.get(PLAN_ENV):
@@ -611,7 +615,7 @@ def check_stale_runs():
         logger.warning(
             f"ddpbench: {len(stale)} run(s) in {RESULTS}/runs were made by other code, "
             "settings or environment than the current ones (their statistics are kept "
-            "apart): `python -m ddpbench.status` lists them, `--rerun` redoes them"
+            "apart): `python -m ddpbench.plan.status` lists them, `--rerun` redoes them"
         )
 
 
@@ -662,7 +666,7 @@ def explain_failure():
 
 
 def start_progress():
-    """onstart: each launcher's result line then tells how far the grid is (ddpbench.progress)."""
+    """onstart: each launcher's result line then tells how far the grid is (ddpbench.results.progress)."""
     progress.start(Path(RESULTS, "logs", "progress.json"), runs_to_measure())
 
 
@@ -713,7 +717,7 @@ def heal_damaged_runs():
 
 
 def print_plan():
-    """What the grid will measure, and the traps in it, before any run (ddpbench.plan)."""
+    """What the grid will measure, and the traps in it, before any run (ddpbench.plan.preflight)."""
     cells = [
         {**params_of_cell(cell), "world_size": int(cell["world_size"])}
         for cell in CELL_BY_PATH.values()
@@ -737,6 +741,6 @@ def save_plan():
 # Snakefile; reading every summary there would cost a grid's worth of I/O per job).
 if workflow.is_main_process:
     check_stale_runs()
-    if not os.environ.get(PLAN_ENV):  # ddpbench.status only reads
+    if not os.environ.get(PLAN_ENV):  # ddpbench.plan.status only reads
         heal_damaged_runs()
         print_plan()

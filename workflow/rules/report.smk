@@ -91,4 +91,4 @@ rule archive:
     params:
         results=subpath(input.runs, ancestor=2),
     shell:
-        "python -m ddpbench.archive --results {params.results:q} --out {output:q} > {log:q} 2>&1"
+        "python -m ddpbench.results.archive --results {params.results:q} --out {output:q} > {log:q} 2>&1"

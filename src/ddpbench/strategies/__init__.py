@@ -1,8 +1,14 @@
-"""Gradient-synchronisation strategies: one module each, discovered by name.
+"""Gradient-synchronisation strategies: one module each, discovered by name, and the registry.
+
+This __init__ is the registry: what the plan needs of every strategy (its name, the settings
+it reads, the world sizes it runs at), read from the modules' source without importing them,
+so the workflow validates and plans a grid without torch. It imports nothing of ddpbench.
+The strategy modules themselves run inside a rank (torch): they import core, run.timers and
+comm.collectives, never the analysis or the report.
 
 A strategy module `ddpbench/strategies/<name>.py` defines `STRATEGY`, an instance of
 `ddpbench.strategies.base.Strategy`, and `SETTINGS`, the strategy-specific cell
-parameters it reads (of `params.STRATEGY_SETTINGS`: bucket_mb, powersgd_rank, ...), read
+parameters it reads (of `STRATEGY_SETTINGS`: bucket_mb, powersgd_rank, ...), read
 without importing the module: changing any other one cannot change its runs, so the
 workflow neither reruns it nor runs it once per value. `get(name)` imports a strategy on
 demand, so listing the registry (for validation) never imports torch.
@@ -10,17 +16,134 @@ demand, so listing the registry (for validation) never imports torch.
 
 from __future__ import annotations
 
+import ast
+import functools
 import importlib
-from typing import TYPE_CHECKING
+import pathlib
+import pkgutil
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ddpbench.strategies.base import Strategy
 
 
 def names() -> tuple[str, ...]:
-    from ddpbench.params import strategy_names
+    """Registered strategies: one module each in ddpbench.strategies (no torch import)."""
+    return tuple(
+        sorted(
+            m.name
+            for m in pkgutil.iter_modules(__path__)
+            if not m.name.startswith("_") and m.name != "base"
+        )
+    )
 
-    return strategy_names()
+
+# Cell parameters that only some strategies read; each strategy module lists the ones it
+# reads in SETTINGS. Every other cell parameter applies to every strategy.
+STRATEGY_SETTINGS = ("bucket_mb", "powersgd_rank", "powersgd_start_iter", "sync_period", "micro_batches")
+
+
+@functools.cache
+def strategy_settings(name: str) -> tuple[str, ...]:
+    """The STRATEGY_SETTINGS strategy `name` reads: its module's SETTINGS, read from the
+    source without importing it (the workflow plans without torch)."""
+    path = pathlib.Path(__path__[0]) / f"{name}.py"
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "SETTINGS" for t in node.targets):
+            settings = tuple(ast.literal_eval(node.value))
+            unknown = sorted(set(settings) - set(STRATEGY_SETTINGS))
+            if unknown:
+                raise ValueError(f"{path}: SETTINGS names {unknown[0]!r}, not one of {STRATEGY_SETTINGS}")
+            return settings
+    raise ValueError(f"{path} defines no SETTINGS (the strategy-specific cell parameters it reads)")
+
+
+def unread_settings(strategy: str) -> tuple[str, ...]:
+    """The strategy settings `strategy` does not read."""
+    return tuple(s for s in STRATEGY_SETTINGS if s not in strategy_settings(strategy))
+
+
+@dataclass(frozen=True)
+class StrategyTraits:
+    """What the plan needs of a strategy, read from its source without importing it
+    (base.Strategy's class attributes and whether it overrides data_shard)."""
+
+    min_world: int
+    max_world: int | None
+    point_to_point: bool
+    shards_per_rank: bool  # base data_shard: each rank reads its own slice of the global batch
+
+    def unsupported(self, world: int) -> bool:
+        """base.Strategy.unsupported: the harness records such a cell as skipped (world_size_refusal's rule)."""
+        return world_size_refusal("", world, self.min_world, self.max_world) is not None
+
+
+def world_size_refusal(strategy: str, world: int, min_world: int, max_world: int | None) -> str | None:
+    """Why `strategy` cannot run at `world` ranks (the skipped summary's reason), or None:
+    one text for base.Strategy.unsupported (the ranks) and the launcher, which decides it
+    from strategy_traits before starting torchrun."""
+    if world < min_world or (max_world is not None and world > max_world):
+        hi = "" if max_world is None else f" and <= {max_world}"
+        return f"strategy {strategy} needs a world size >= {min_world}{hi}, got {world}"
+    return None
+
+
+@functools.cache
+def _strategy_classes() -> dict[str, tuple[list[str], dict[str, Any], set[str]]]:
+    """Every class of the strategy package: name -> (base names, literal class
+    attributes, method names)."""
+    classes: dict[str, tuple[list[str], dict[str, Any], set[str]]] = {}
+    for path in sorted(pathlib.Path(__path__[0]).glob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if not isinstance(node, ast.ClassDef):
+                continue
+            bases = [b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases]
+            attrs: dict[str, Any] = {}
+            methods: set[str] = set()
+            for item in node.body:
+                target = value = None
+                if isinstance(item, ast.Assign) and len(item.targets) == 1:
+                    target, value = item.targets[0], item.value
+                elif isinstance(item, ast.AnnAssign) and item.value is not None:
+                    target, value = item.target, item.value
+                elif isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    methods.add(item.name)
+                if isinstance(target, ast.Name):
+                    try:
+                        attrs[target.id] = ast.literal_eval(value)
+                    except ValueError:
+                        pass
+            classes[node.name] = (bases, attrs, methods)
+    return classes
+
+
+@functools.cache
+def strategy_traits(name: str) -> StrategyTraits:
+    """The traits of strategy `name` (its module's STRATEGY = SomeClass()), resolved along
+    the class's bases as Python would (single inheritance within the package)."""
+    path = pathlib.Path(__path__[0]) / f"{name}.py"
+    cls = None
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "STRATEGY" for t in node.targets):
+            if isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name):
+                cls = node.value.func.id
+    if cls is None:
+        raise ValueError(f"{path} defines no STRATEGY = SomeStrategy()")
+    classes = _strategy_classes()
+    chain = []
+    while cls in classes and cls not in chain:
+        chain.append(cls)
+        bases = classes[cls][0]
+        cls = bases[0] if bases else None
+    if not chain or chain[-1] != "Strategy":
+        raise ValueError(f"{path}: STRATEGY's class does not derive from base.Strategy within the package")
+
+    def attr(key: str) -> Any:
+        return next(classes[c][1][key] for c in chain if key in classes[c][1])
+
+    data_shard_from = next(c for c in chain if "data_shard" in classes[c][2])
+    return StrategyTraits(attr("min_world"), attr("max_world"), attr("point_to_point"), data_shard_from == "Strategy")
 
 
 def get(name: str) -> "Strategy":

@@ -1,6 +1,6 @@
 """The Strategy API: how one gradient-synchronisation scheme plugs into the training loop.
 
-The loop in `ddpbench.train` is the same for every strategy; a strategy only fills hooks:
+The loop in `ddpbench.run.train` is the same for every strategy; a strategy only fills hooks:
 
     model = strategy.wrap(model, ctx)                 # once, before training
     opt = strategy.make_optimizer(model, ctx)         # once
@@ -30,8 +30,8 @@ import torch.distributed as dist
 from torch import nn
 
 if TYPE_CHECKING:
-    from ddpbench.metrics import Clock, CommMeter, StepTimer
-    from ddpbench.params import CellParams
+    from ddpbench.run.timers import Clock, CommMeter, StepTimer
+    from ddpbench.core.params import CellParams
 
 
 @dataclass
@@ -47,7 +47,7 @@ class Context:
     instrument: bool = True  # False: the bare loop (benchmarks/instrumentation_overhead.py)
     state: dict[str, Any] = field(default_factory=dict)
     input_shape: tuple[int, ...] = ()  # one sample's shape (C, H, W)
-    heartbeat: Any = None  # ddpbench.diagnose.Heartbeat: this rank's progress (None: not recorded)
+    heartbeat: Any = None  # ddpbench.run.diagnose.Heartbeat: this rank's progress (None: not recorded)
 
 
 class Strategy:
@@ -66,7 +66,7 @@ class Strategy:
 
     def unsupported(self, world: int) -> str | None:
         """Why this strategy cannot run at `world` ranks (None: it can)."""
-        from ddpbench.params import world_size_refusal
+        from ddpbench.strategies import world_size_refusal
 
         return world_size_refusal(self.name, world, self.min_world, self.max_world)
 

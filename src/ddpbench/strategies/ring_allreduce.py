@@ -1,7 +1,7 @@
 """`ring_allreduce`: the hand-written ring (reduce-scatter, then all-gather over
-point-to-point send/recv, `ddpbench.collectives`) on `bucket_mb` buckets after backward."""
+point-to-point send/recv, `ddpbench.comm.collectives`) on `bucket_mb` buckets after backward."""
 
-from ddpbench.collectives import ring_allreduce_, ring_allreduce_bytes_sent
+from ddpbench.comm.collectives import ring_allreduce_, ring_allreduce_bytes_sent
 from ddpbench.strategies.base import BucketedSum
 
 SETTINGS = ("bucket_mb",)  # the strategy-specific cell parameters it reads

@@ -1,4 +1,4 @@
-"""`python -m ddpbench.torchrun ARGS`: torchrun itself (`torch.distributed.run.main`, the
+"""`python -m ddpbench.run.torchrun ARGS`: torchrun itself (`torch.distributed.run.main`, the
 function torch's `torchrun` console script runs, with the same arguments), whose process
 exits without the interpreter's final garbage collections (`freeze_for_exit`).
 
@@ -6,7 +6,7 @@ The launcher starts every cell's agent this way, and the ranks call `freeze_for_
 their run is over: with torch imported, those collections are most of a process's exit
 (0.65-1.2 s of it on 2 cores; benchmarks/launch_floor.py measures the whole cell).
 
-With `--start-method fork` and `-m ddpbench.train` (the launcher's choice for CPU cells), the
+With `--start-method fork` and `-m ddpbench.run.train` (the launcher's choice for CPU cells), the
 ranks are forked with the harness already imported, instead of each starting as a new
 interpreter that imports torch again: they skip those ~2 s of imports (run-to-run noise here
 is per run, so a cheaper run buys more repeats). torchrun ignores --start-method for a
@@ -23,32 +23,19 @@ agent's own), single-threaded when it forks.
 
 from __future__ import annotations
 
-import gc
 import importlib
 import sys
 
-
-def freeze_for_exit() -> bool:
-    """Make the interpreter's exit cheap once a process's work is over: gc.freeze() moves
-    every live object out of the final collections' reach. Nothing else is skipped:
-    atexit handlers, flushes and module teardown run as usual; only reference cycles
-    still alive at exit are left to the operating system. Call it only when every file
-    the process writes is closed. Not when triton is loaded (torch._dynamo imports it,
-    and DistributedDataParallel imports torch._dynamo): its nanobind leak check at exit
-    would print every object the freeze kept into the log. Returns whether it froze."""
-    if "triton" in sys.modules:
-        return False
-    gc.freeze()
-    return True
+from ddpbench.run.quick_exit import freeze_for_exit
 
 
-FORKED_MODULE = "ddpbench.train"
-ENTRY_MODULE = "ddpbench.torchrun"  # this module by its name (run with -m it is __main__): forked_rank's home
+FORKED_MODULE = "ddpbench.run.train"
+ENTRY_MODULE = "ddpbench.run.torchrun"  # this module by its name (run with -m it is __main__): forked_rank's home
 
 
 def forks_ranks(argv: list[str]) -> bool:
     """Whether torchrun's arguments ask for forked ranks of the harness (`--start-method fork`
-    ... `-m ddpbench.train`), read before torch is imported."""
+    ... `-m ddpbench.run.train`), read before torch is imported."""
     def after(flag):
         return argv[argv.index(flag) + 1] if flag in argv[:-1] else None
 
@@ -84,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def forked_rank(*argv: str) -> None:
     """A rank's entrypoint, forked from the zygote (which has the harness imported)."""
-    from ddpbench import train
+    from ddpbench.run import train
 
     train.forked_main(*argv)
 

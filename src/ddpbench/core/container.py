@@ -27,7 +27,7 @@ import os
 import pathlib
 import re
 
-from ddpbench import safe_io
+from ddpbench.core import safe_io
 
 ENV_NAME = "DDPBENCH_CONTAINER_IMAGE"
 ENV_DIGEST = "DDPBENCH_CONTAINER_DIGEST"

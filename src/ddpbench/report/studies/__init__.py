@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from ddpbench import analysis as A
-from ddpbench.findings import num, pct_text, ratio_text, sig3, with_ci
+from ddpbench.report.findings import num, pct_text, ratio_text, sig3, with_ci
 
 
 @dataclass

@@ -53,7 +53,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ddpbench import analysis as A  # noqa: E402
-from ddpbench import safe_io  # noqa: E402
+from ddpbench.core import safe_io  # noqa: E402
 
 MIN_FONT_PT = 8  # no text smaller than this (the reader checks assert it)
 # Deterministic files: no timestamps, fixed ids, text kept as text (smaller, searchable).
@@ -162,9 +162,9 @@ MARKERS = "osD^vPX*<>p"
 @functools.cache  # the strategy modules do not change while a report is drawn (each call scanned the folder)
 def _registry() -> list[str]:
     try:
-        from ddpbench import params
+        from ddpbench import strategies
 
-        return sorted(params.strategy_names())
+        return sorted(strategies.names())
     except Exception:  # an unpopulated registry must not stop the figures
         return []
 

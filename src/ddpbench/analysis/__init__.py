@@ -21,8 +21,10 @@ import numpy as np
 import pandas as pd
 from scipy import optimize, stats
 
-from ddpbench import commfit, metrics
-from ddpbench.params import NO_LINK, STRATEGY_SETTINGS, CellParams
+from ddpbench.comm import commfit
+from ddpbench.core import run_output
+from ddpbench.core.params import NO_LINK, CellParams
+from ddpbench.strategies import STRATEGY_SETTINGS
 
 LEVEL = 0.95
 N_BOOT = 500  # resamples of the cost model's bootstrap
@@ -55,9 +57,9 @@ METRICS = {
     "train_loss_final": "final train loss",
     "test_acc": "test accuracy",
 }
-# Where a run's wall time goes beyond its measurement (summary.json timeline, metrics.TIMELINE_SPANS):
+# Where a run's wall time goes beyond its measurement (summary.json timeline, run_output.TIMELINE_SPANS):
 # per cell, the median over its timed runs; NaN for runs from before the timeline was recorded.
-TIMELINE_COLUMNS = ("fixed_cost_s", *(f"timeline_{span}_s" for span in metrics.TIMELINE_SPANS))
+TIMELINE_COLUMNS = ("fixed_cost_s", *(f"timeline_{span}_s" for span in run_output.TIMELINE_SPANS))
 SPEEDUP_COLUMNS = [
     "n_repeats", "baseline", "baseline_n", "time_s", "baseline_time_s", "measure", "speedup", "speedup_ci_low",
     "speedup_ci_high", "speedup_ci_level", "efficiency", "efficiency_ci_low", "efficiency_ci_high", "unstable",
@@ -847,7 +849,7 @@ def nnls2(a, y, w=None) -> np.ndarray:
 
 
 def fit_comm_sweep(comm: pd.DataFrame) -> pd.DataFrame:
-    """α and B per (device, backend) from the sweep's all-reduce times (ddpbench.commfit:
+    """α and B per (device, backend) from the sweep's all-reduce times (ddpbench.comm.commfit:
     t = α + 2(p−1)/p·M/B, the time nccl-tests' busbw is defined from, relative residuals)."""
     if comm is None or comm.empty:
         return pd.DataFrame()
@@ -880,7 +882,7 @@ def comm_volume_law(g: pd.DataFrame) -> str:
 
 def volume_factor(law: str, p):
     """Bytes sent per byte of the synchronised tensor at p workers, per the strategy's law."""
-    return metrics.comm_volume_factor(law, p)
+    return run_output.comm_volume_factor(law, p)
 
 
 def effective_message_bytes(multi: pd.DataFrame, law: str) -> float:

@@ -21,15 +21,14 @@ import statistics
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ddpbench import safe_io
+from ddpbench.core import safe_io
+from ddpbench.core.run_output import PROFILE_COLUMNS
 
 TOP_K = 15
 OTHER = "other"
 #: The profiler's annotation of each step (ProfilerStep#N): not an operator; its self time
 #: is the time in no operator, which `other` holds.
 STEP_ANNOTATION = "ProfilerStep"
-#: Columns of a run's profile.csv (aggregate prepends the run's identity columns).
-PROFILE_COLUMNS = ("rank", "activity", "op", "comm", "calls", "self_s_per_step", "share")
 #: Operators that communicate: c10d's ops (c10d::allreduce_, c10d::send), the backends'
 #: collectives as the profiler names them (gloo:all_reduce, nccl:all_reduce) and NCCL's
 #: kernels (ncclDevKernel_...). Not aten's gather/scatter/broadcast_to: those are indexing.

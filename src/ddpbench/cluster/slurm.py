@@ -1,13 +1,13 @@
 """Multi-node cells inside a SLURM allocation: one launcher per node, started with srun.
 
-`python -m ddpbench.launch --nnodes N ...` without ``--rdzv-endpoint`` inside a SLURM job
+`python -m ddpbench.run.launch --nnodes N ...` without ``--rdzv-endpoint`` inside a SLURM job
 (SLURM_JOB_ID set; profiles/slurm gives a train job ``nodes`` nodes) lands here: this
 process runs on the allocation's first node, picks a free port there, and runs
 
     srun --overlap --nodes N --ntasks N --ntasks-per-node 1 --cpus-per-task C \\
-        python -m ddpbench.slurm node -- <launch flags> --rdzv-endpoint ADDR:PORT
+        python -m ddpbench.cluster.slurm node -- <launch flags> --rdzv-endpoint ADDR:PORT
 
-so every node runs ``ddpbench.launch --node-rank $SLURM_NODEID`` (torchrun with a c10d
+so every node runs ``ddpbench.run.launch --node-rank $SLURM_NODEID`` (torchrun with a c10d
 rendezvous hosted by node 0 at its NodeAddr; ``--overlap`` because the Snakemake job step
 that runs us already holds the CPUs). Node 0's launcher writes the summary; if none
 appears (srun failed, a node never started), this process writes a failed one, so the
@@ -59,11 +59,11 @@ def free_port() -> int:
 
 
 def srun_command(nnodes: int, cpus_per_node: int, launch_argv: Sequence[str], endpoint: str) -> list[str]:
-    """One `ddpbench.slurm node` task per node of the allocation."""
+    """One `ddpbench.cluster.slurm node` task per node of the allocation."""
     return [
         "srun", "--overlap", "--nodes", str(nnodes), "--ntasks", str(nnodes), "--ntasks-per-node", "1",
         "--cpus-per-task", str(max(1, cpus_per_node)), "--export=ALL", "--unbuffered",
-        sys.executable, "-m", "ddpbench.slurm", "node", "--",
+        sys.executable, "-m", "ddpbench.cluster.slurm", "node", "--",
         *launch_argv, "--nnodes", str(nnodes), "--rdzv-endpoint", endpoint,
     ]  # fmt: skip
 
@@ -103,7 +103,7 @@ def node_main(launch_argv: Sequence[str]) -> int:
     if name and "PET_LOCAL_ADDR" not in env:
         env["PET_LOCAL_ADDR"] = node_addr(name)  # torchrun --local-addr
     env.setdefault("PET_RDZV_CONF", f"is_host={1 if rank == 0 else 0}")  # node 0 hosts the store
-    cmd = [sys.executable, "-m", "ddpbench.launch", *launch_argv, "--node-rank", str(rank)]
+    cmd = [sys.executable, "-m", "ddpbench.run.launch", *launch_argv, "--node-rank", str(rank)]
     return subprocess.run(cmd, env=env).returncode
 
 
@@ -114,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if rest[:1] == ["--"]:
             rest = rest[1:]
         return node_main(rest)
-    print("usage: python -m ddpbench.slurm node -- <ddpbench.launch flags>  (started by srun)", file=sys.stderr)
+    print("usage: python -m ddpbench.cluster.slurm node -- <ddpbench.run.launch flags>  (started by srun)", file=sys.stderr)
     return 2
 
 

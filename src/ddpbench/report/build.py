@@ -36,15 +36,18 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from ddpbench import REPO_ROOT
 from ddpbench import analysis as A
-from ddpbench import aggregate, plots, safe_io, storage, studies
-from ddpbench.findings import Finding, bandwidth_text, findings, num, with_ci
+from ddpbench.results import aggregate
+from ddpbench.report import figures as plots, studies
+from ddpbench.core import safe_io, storage
+from ddpbench.report.findings import Finding, bandwidth_text, findings, num, with_ci
 
 
 def _report_dir() -> pathlib.Path:
     """report/ of the checkout: next to src/ (editable install) or in the working directory
     (the workflow runs from the repository root, also with a non-editable install)."""
-    here = pathlib.Path(__file__).resolve().parents[2] / "report"
+    here = REPO_ROOT / "report"
     return here if (here / "templates").is_dir() else pathlib.Path.cwd() / "report"
 
 
@@ -279,7 +282,7 @@ def unfitted_summary(fits: pd.DataFrame) -> str:
 
 def problems_table(runs: pd.DataFrame, shown: list[str]) -> Table:
     """Runs that are not ok: a failure's kind (signal, oom, exception, hang, timeout) and its
-    one-line diagnosis (ddpbench.diagnose) where the launcher made one, else the reason."""
+    one-line diagnosis (ddpbench.run.diagnose) where the launcher made one, else the reason."""
     bad = runs[runs["status"] != "ok"]
     cols = [c for c in [*shown, "repeat"] if c in bad]
     rows = []
@@ -360,7 +363,7 @@ def provenance_warnings(runs: pd.DataFrame, cells: pd.DataFrame, speed: pd.DataF
         n_cells = superseded.groupby(A.axes(runs), dropna=False).ngroups
         out.append(f"{len(superseded)} run(s) in {n_cells} cell(s) were made by other code or packages than their "
                    "cell's newest runs: set aside (status superseded), never pooled; statistics use each cell's "
-                   "newest version. `python -m ddpbench.status --rerun` redoes them with the current code.")  # fmt: skip
+                   "newest version. `python -m ddpbench.plan.status --rerun` redoes them with the current code.")  # fmt: skip
     versions = A.run_version(runs[runs["status"] == "ok"]).nunique()
     if versions > 1:
         out.append(f"The cells were measured with {versions} different code versions or package sets (code "
@@ -700,7 +703,7 @@ class Inputs:
     sources: dict = field(default_factory=dict)
     baseline_strategy: str = A.BASELINE_STRATEGY
     max_rel_ci: float = A.MAX_REL_CI
-    plan: list[str] = field(default_factory=list)  # the workflow's `ddpbench plan:` lines (ddpbench.plan)
+    plan: list[str] = field(default_factory=list)  # the workflow's `ddpbench plan:` lines (ddpbench.plan.preflight)
     compare_to: str | None = None  # a stored result set: this report compares its runs against it
     profile: pd.DataFrame | None = None  # aggregate's profile.csv (runs with profile_steps > 0)
     study: str | None = None  # a study preset's name (studies.STUDIES): its section follows the findings
@@ -716,7 +719,7 @@ def comparison_section(base_path: str, runs: pd.DataFrame, out: pathlib.Path, ba
     comparison.csv and comparison.html beside the report, and what the report shows of them --
     what differs in the environments, the verdict counts, the cells that changed. A baseline that
     cannot be compared gives the reason instead of failing the report."""
-    from ddpbench import compare  # here: compare reads report's provenance rows at its import
+    from ddpbench.report import compare  # here: compare reads report's provenance rows at its import
 
     try:
         base, csv = compare.read_side(base_path)
@@ -884,7 +887,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m ddpbench.report", description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", help="aggregated runs.csv (required unless --from)")
     ap.add_argument("--from", dest="archive", metavar="ARCHIVE",
-                    help="a study archive (python -m ddpbench.archive): its runs are aggregated again and the "
+                    help="a study archive (python -m ddpbench.results.archive): its runs are aggregated again and the "
                          "report rebuilt into --out (tables in --out/aggregate); baseline and stability threshold "
                          "from its config unless given")
     ap.add_argument("--steps", help="aggregated steps.csv (loss and step-time figures)")
@@ -930,7 +933,7 @@ def main(argv: list[str] | None = None) -> int:
 def rebuild_from_archive(args: argparse.Namespace) -> int:
     """Unpack the archive privately, aggregate its runs again (the same run folders the study
     aggregated, named as it named them), then build the report from those tables."""
-    from ddpbench import aggregate, archive
+    from ddpbench.results import aggregate, archive
 
     out = pathlib.Path(args.out).resolve()
     source = pathlib.Path(args.archive).resolve()

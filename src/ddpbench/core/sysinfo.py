@@ -18,8 +18,9 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from ddpbench import safe_io
-from ddpbench.container import image_identity
+from ddpbench import PACKAGE_DIR, REPO_ROOT
+from ddpbench.core import safe_io
+from ddpbench.core.container import image_identity
 
 #: Environment variables recorded in env.env_vars: the ones that select threads and
 #: devices or tune the communication libraries, and an injected fault or slowdown
@@ -64,6 +65,22 @@ def rank_threads(requested: int, ranks_per_node: int, cores: int | None = None) 
 
 # The variables that size a BLAS or OpenMP thread pool. Snakemake sets each of them to the
 # job's threads (all ranks together); every rank must see its own share in all of them.
+def oversubscription(device: str, threads_per_rank: int, ranks_per_node: int, nodes: int, cores: int) -> str | None:
+    """Why a cell would oversubscribe a node's cores, or None (also used by the workflow
+    at plan time). CUDA ranks compute on GPUs, so they are exempt (their data-loader
+    workers are not counted)."""
+    if device != "cpu":
+        return None
+    threads = rank_threads(threads_per_rank, ranks_per_node, cores)
+    if ranks_per_node * threads <= cores:
+        return None
+    ranks = f"{ranks_per_node} ranks{' per node' if nodes > 1 else ''}"
+    return (
+        f"oversubscribed: {ranks} x {threads} thread{'s' if threads > 1 else ''} = {ranks_per_node * threads}"
+        f" > {cores} usable cores (set allow_oversubscribe: true to run it anyway)"
+    )
+
+
 THREAD_POOL_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
@@ -165,7 +182,7 @@ _IMPORTED = time.time()
 
 
 def _package_dir() -> Path:
-    return Path(__file__).resolve().parent
+    return PACKAGE_DIR
 
 
 def _safe(fn, *args: Any) -> Any:
@@ -221,7 +238,7 @@ def lock_path() -> Path | None:
     """The project's uv.lock: at the checkout's root (src/ddpbench/../../uv.lock), else
     beside the virtual environment running this (an image's installed copy: the image
     syncs its .venv from the uv.lock next to it); None without one."""
-    for candidate in (_package_dir().parents[1] / "uv.lock", Path(sys.prefix).parent / "uv.lock"):
+    for candidate in (REPO_ROOT / "uv.lock", Path(sys.prefix).parent / "uv.lock"):
         if candidate.is_file():
             return candidate
     return None
@@ -316,7 +333,7 @@ _cached_off_lock = functools.cache(off_lock)  # once per process: the installed 
 
 def code_fingerprint(root: Path | None = None, lock: str | None = None) -> str:
     """sha256 (16 hex) over the package's run-time source (every *.py under `root`, default
-    this package's folder, but the ANALYSIS_MODULES; by relative path: the path and the
+    this package's folder, in the MEASURED_PACKAGES; by relative path: the path and the
     contents) and the lock hash
     (`lock`, default the project's): "same code, same locked environment", without git."""
     if root is None and lock is None:
@@ -325,19 +342,22 @@ def code_fingerprint(root: Path | None = None, lock: str | None = None) -> str:
     return _code_fingerprint(root, _cached_lock_hash() if lock is None else lock)
 
 
-# Modules that only read results (tables, statistics, report, bookkeeping): a change to
-# them changes no measurement, so it is not "other code" for a run (the report is rebuilt
-# from the runs anyway).
-ANALYSIS_MODULES = frozenset(
-    {"aggregate.py", "analysis.py", "archive.py", "catalog.py", "cli.py", "commfit.py", "compare.py", "config_schema.py",
-     "plan.py", "plots.py", "report.py", "safe_io.py", "status.py"}
-)  # fmt: skip
+# The code that runs a cell, by folder (and the package's own __init__). What only plans,
+# reads or renders results (plan/, results/, analysis/, report/, the command line and its
+# aliases) changes no measurement, so a change there is not "other code" for a run (the
+# report is rebuilt from the runs anyway).
+MEASURED_PACKAGES = ("core", "strategies", "run", "comm", "cluster")
+
+
+def measured(rel: str) -> bool:
+    """Whether the package file at relative path `rel` (posix) is part of the code fingerprint."""
+    return rel == "__init__.py" or rel.split("/", 1)[0] in MEASURED_PACKAGES
 
 
 def _code_fingerprint(root: Path, lock: str | None) -> str:
     h = hashlib.sha256()
     files = (p.relative_to(root).as_posix() for p in root.rglob("*.py") if p.is_file())
-    for rel in sorted(f for f in files if f not in ANALYSIS_MODULES):
+    for rel in sorted(f for f in files if measured(f)):
         h.update(rel.encode() + b"\0")
         h.update(hashlib.sha256((root / rel).read_bytes()).digest())
     h.update(b"lock\0" + (lock or "").encode())
@@ -413,8 +433,8 @@ def command_line() -> str:
     if os.environ.get(LAUNCH_COMMAND_ENV):
         return os.environ[LAUNCH_COMMAND_ENV]
     argv = list(sys.argv)
-    if argv and Path(argv[0]).name == "train.py" and Path(argv[0]).parent.name == "ddpbench":
-        argv = ["-m", "ddpbench.train", *argv[1:]]  # how `-m ddpbench.train` shows in sys.argv
+    if argv and Path(argv[0]).name == "train.py" and Path(argv[0]).parent.name == "run":
+        argv = ["-m", "ddpbench.run.train", *argv[1:]]  # how `-m ddpbench.run.train` shows in sys.argv
     return shlex.join(["python", *argv])
 
 

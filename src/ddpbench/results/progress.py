@@ -20,7 +20,7 @@ ENV = "DDPBENCH_PROGRESS"
 
 
 def start(path: Path, total: int) -> None:
-    from ddpbench import safe_io
+    from ddpbench.core import safe_io
 
     safe_io.atomic_write_text(path, json.dumps({"started": time.time(), "total": total}) + "\n")
     path.with_suffix(".log").unlink(missing_ok=True)

@@ -1,6 +1,6 @@
 """The one typed, validated definition of a grid cell's parameters.
 
-`CellParams` is what `python -m ddpbench.train` accepts (one ``--kebab-case`` flag
+`CellParams` is what `python -m ddpbench.run.train` accepts (one ``--kebab-case`` flag
 per field) and what the workflow validates every config axis against, so a value the
 harness would reject fails before any job runs, naming the offending key.
 
@@ -11,15 +11,15 @@ training process: torchrun sets the world size, the workflow sets the repeat.
 from __future__ import annotations
 
 import argparse
-import ast
 import dataclasses
 import functools
 import math
-import pathlib
-import pkgutil
 import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
+
+from ddpbench import strategies
+from ddpbench.strategies import strategy_traits, unread_settings
 
 DEVICES = ("cpu", "cuda")
 SCALINGS = ("strong", "weak")
@@ -28,7 +28,7 @@ DATASETS = ("synthetic", "cifar10", "mnist", "imagenette")
 SYNTHETIC_SHAPES = ("cifar10", "mnist", "imagenette")
 BACKENDS = ("auto", "gloo", "nccl")
 # Between the nodes of a multi-node cell: none (the machine's own network, or a cluster's),
-# or two network namespaces on this machine joined by a veth pair (ddpbench.netlab),
+# or two network namespaces on this machine joined by a veth pair (ddpbench.cluster.netlab),
 # unshaped or shaped to a token-bucket rate.
 NO_LINK = "none"
 LINK_PATTERN = r"none|unshaped|[0-9]+(\.[0-9]+)?(kbit|mbit|gbit)"
@@ -46,46 +46,6 @@ class ParamError(ValueError):
         self.name, self.value, self.allowed = name, value, allowed
         flag = "--" + name.replace("_", "-")
         super().__init__(f"invalid value for '{name}' ({flag}): {value!r}; allowed: {allowed}")
-
-
-def strategy_names() -> tuple[str, ...]:
-    """Registered strategies: one module each in ddpbench.strategies (no torch import)."""
-    from ddpbench import strategies
-
-    return tuple(
-        sorted(
-            m.name
-            for m in pkgutil.iter_modules(strategies.__path__)
-            if not m.name.startswith("_") and m.name != "base"
-        )
-    )
-
-
-# Cell parameters that only some strategies read; each strategy module lists the ones it
-# reads in SETTINGS. Every other cell parameter applies to every strategy.
-STRATEGY_SETTINGS = ("bucket_mb", "powersgd_rank", "powersgd_start_iter", "sync_period", "micro_batches")
-
-
-@functools.cache
-def strategy_settings(name: str) -> tuple[str, ...]:
-    """The STRATEGY_SETTINGS strategy `name` reads: its module's SETTINGS, read from the
-    source without importing it (the workflow plans without torch)."""
-    from ddpbench import strategies
-
-    path = pathlib.Path(strategies.__path__[0]) / f"{name}.py"
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "SETTINGS" for t in node.targets):
-            settings = tuple(ast.literal_eval(node.value))
-            unknown = sorted(set(settings) - set(STRATEGY_SETTINGS))
-            if unknown:
-                raise ValueError(f"{path}: SETTINGS names {unknown[0]!r}, not one of {STRATEGY_SETTINGS}")
-            return settings
-    raise ValueError(f"{path} defines no SETTINGS (the strategy-specific cell parameters it reads)")
-
-
-def unread_settings(strategy: str) -> tuple[str, ...]:
-    """The strategy settings `strategy` does not read."""
-    return tuple(s for s in STRATEGY_SETTINGS if s not in strategy_settings(strategy))
 
 
 def effective_params(values: Mapping[str, Any], nodes: int | None = None) -> dict[str, Any]:
@@ -112,7 +72,7 @@ class CellParams:
     backend: str = _p(
         "auto", "process-group backend: auto is gloo on cpu, nccl on cuda; gloo on cuda lets ranks share a GPU", choices=BACKENDS
     )
-    strategy: str = _p("ddp", "gradient-sync strategy (module in ddpbench.strategies)", choices=strategy_names)
+    strategy: str = _p("ddp", "gradient-sync strategy (module in ddpbench.strategies)", choices=strategies.names)
     batch_size: int | str = _p(
         64, "global batch (scaling=strong) or per-rank batch (scaling=weak); 'auto' searches", minimum=1, maximum=2**20, auto=True
     )
@@ -326,92 +286,6 @@ class CellConflict(ParamError):
         self.names = tuple(names)
         self.name, self.value, self.allowed = self.names[0], None, message
         ValueError.__init__(self, message)
-
-
-@dataclass(frozen=True)
-class StrategyTraits:
-    """What the plan needs of a strategy, read from its source without importing it
-    (base.Strategy's class attributes and whether it overrides data_shard)."""
-
-    min_world: int
-    max_world: int | None
-    point_to_point: bool
-    shards_per_rank: bool  # base data_shard: each rank reads its own slice of the global batch
-
-    def unsupported(self, world: int) -> bool:
-        """base.Strategy.unsupported: the harness records such a cell as skipped (world_size_refusal's rule)."""
-        return world_size_refusal("", world, self.min_world, self.max_world) is not None
-
-
-def world_size_refusal(strategy: str, world: int, min_world: int, max_world: int | None) -> str | None:
-    """Why `strategy` cannot run at `world` ranks (the skipped summary's reason), or None:
-    one text for base.Strategy.unsupported (the ranks) and the launcher, which decides it
-    from strategy_traits before starting torchrun."""
-    if world < min_world or (max_world is not None and world > max_world):
-        hi = "" if max_world is None else f" and <= {max_world}"
-        return f"strategy {strategy} needs a world size >= {min_world}{hi}, got {world}"
-    return None
-
-
-@functools.cache
-def _strategy_classes() -> dict[str, tuple[list[str], dict[str, Any], set[str]]]:
-    """Every class of the strategy package: name -> (base names, literal class
-    attributes, method names)."""
-    from ddpbench import strategies
-
-    classes: dict[str, tuple[list[str], dict[str, Any], set[str]]] = {}
-    for path in sorted(pathlib.Path(strategies.__path__[0]).glob("*.py")):
-        for node in ast.parse(path.read_text()).body:
-            if not isinstance(node, ast.ClassDef):
-                continue
-            bases = [b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases]
-            attrs: dict[str, Any] = {}
-            methods: set[str] = set()
-            for item in node.body:
-                target = value = None
-                if isinstance(item, ast.Assign) and len(item.targets) == 1:
-                    target, value = item.targets[0], item.value
-                elif isinstance(item, ast.AnnAssign) and item.value is not None:
-                    target, value = item.target, item.value
-                elif isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    methods.add(item.name)
-                if isinstance(target, ast.Name):
-                    try:
-                        attrs[target.id] = ast.literal_eval(value)
-                    except ValueError:
-                        pass
-            classes[node.name] = (bases, attrs, methods)
-    return classes
-
-
-@functools.cache
-def strategy_traits(name: str) -> StrategyTraits:
-    """The traits of strategy `name` (its module's STRATEGY = SomeClass()), resolved along
-    the class's bases as Python would (single inheritance within the package)."""
-    from ddpbench import strategies
-
-    path = pathlib.Path(strategies.__path__[0]) / f"{name}.py"
-    cls = None
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "STRATEGY" for t in node.targets):
-            if isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name):
-                cls = node.value.func.id
-    if cls is None:
-        raise ValueError(f"{path} defines no STRATEGY = SomeStrategy()")
-    classes = _strategy_classes()
-    chain = []
-    while cls in classes and cls not in chain:
-        chain.append(cls)
-        bases = classes[cls][0]
-        cls = bases[0] if bases else None
-    if not chain or chain[-1] != "Strategy":
-        raise ValueError(f"{path}: STRATEGY's class does not derive from base.Strategy within the package")
-
-    def attr(key: str) -> Any:
-        return next(classes[c][1][key] for c in chain if key in classes[c][1])
-
-    data_shard_from = next(c for c in chain if "data_shard" in classes[c][2])
-    return StrategyTraits(attr("min_world"), attr("max_world"), attr("point_to_point"), data_shard_from == "Strategy")
 
 
 def check_cell(values: Mapping[str, Any]) -> None:

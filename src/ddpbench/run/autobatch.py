@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ddpbench import metrics
+from ddpbench.run import timers
 from ddpbench.strategies.base import SGD
 
 MAX_BATCH = 2**16
@@ -49,7 +49,7 @@ def _peak_since_reset() -> int:
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
-    return int(metrics.peak_rss_mb() * 2**20)
+    return int(timers.peak_rss_mb() * 2**20)
 
 
 def _reset_peak() -> None:

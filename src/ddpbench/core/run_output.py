@@ -1,5 +1,7 @@
-"""Measurement: a device-aware clock, per-step phase timers, a communication meter,
-memory peaks, and the summary statistics of summary.json (pure functions, unit-tested).
+"""What a run records: the columns of steps_rank<R>.csv, the keys of summary.json, the
+statistics that turn per-rank step records into a summary (pure functions, unit-tested), the
+launcher's timeline, and the writing of a summary (the ranks' and the launcher's own). The
+timers that produce the step records are in run.timers.
 
 Definitions follow DESIGN.md: a step's time is the maximum over ranks; the first step and
 the warm-up steps are excluded from every timed figure. Phases partition a step: they are
@@ -12,14 +14,12 @@ from __future__ import annotations
 
 import json
 import math
-import resource
 import statistics
-import sys
-import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Sequence
 
-from ddpbench import safe_io
+from ddpbench.core import safe_io, sysinfo
+from ddpbench.core.params import CellParams
 
 PHASES = ("data", "forward", "backward", "comm", "optimizer")
 STEP_COLUMNS = (
@@ -48,203 +48,8 @@ def comm_volume_factor(law: str, p):
     return COMM_VOLUME[law](p)
 
 
-class Clock:
-    """Time stamps that account for asynchronous device work without serialising it.
-
-    On CPU a stamp is `time.perf_counter()`. On CUDA a stamp is an event recorded on the
-    current stream, with no synchronisation: kernels keep overlapping with the host, so
-    the loop measures the throughput users get. `wait(stamp)` blocks until the device has
-    reached a stamp (once per step, a step late: train.StepRecorder); `elapsed(a, b)`
-    is the time between two reached stamps in seconds. `now()` synchronises and reads the
-    host clock: for code outside the timed phases (and the pipeline's per-micro-batch
-    accounting, which synchronises on CUDA: a known cost of that strategy's timing).
-    """
-
-    def __init__(self, device_type: str = "cpu"):
-        self.cuda = device_type == "cuda"
-        if self.cuda:
-            import torch
-
-            self._torch = torch
-
-    def now(self) -> float:
-        if self.cuda:
-            self._torch.cuda.synchronize()
-        return time.perf_counter()
-
-    def stamp(self) -> Any:
-        if not self.cuda:
-            return time.perf_counter()
-        event = self._torch.cuda.Event(enable_timing=True)
-        event.record()
-        return event
-
-    def wait(self, stamp: Any) -> None:
-        if self.cuda:
-            stamp.synchronize()
-
-    def elapsed(self, a: Any, b: Any) -> float:
-        return a.elapsed_time(b) / 1000.0 if self.cuda else b - a
-
-
-class StepMarks:
-    """The stamps of one closed step, turned into durations by `resolve` once the device
-    has reached the last of them: `phases`, `total` (first to last stamp) and `wall_end`
-    (the host clock when the wait returned). `first`/`last` are the step's first and last
-    stamps (the loop measures the time between consecutive steps' last stamps)."""
-
-    def __init__(self, marks: list[tuple[str | None, Any, dict[str, float] | None]]):
-        self.marks = marks
-        self.phases = dict.fromkeys(PHASES, 0.0)
-        self.total = 0.0
-        self.wall_end = 0.0
-
-    @property
-    def first(self) -> Any:
-        return self.marks[0][1]
-
-    @property
-    def last(self) -> Any:
-        return self.marks[-1][1]
-
-    def resolve(self, clock: "Clock") -> "StepMarks":
-        clock.wait(self.last)
-        self.wall_end = time.perf_counter()
-        for (_, a, _), (phase, b, parts) in zip(self.marks, self.marks[1:]):
-            lap = clock.elapsed(a, b)
-            for name, seconds in (parts or {}).items():
-                self.phases[name] += seconds
-                lap -= seconds
-            self.phases[phase] += lap
-        self.total = clock.elapsed(self.first, self.last)
-        return self
-
-
-class StepTimer:
-    """Phase durations of one step, measured as laps: `lap(phase)` charges the time since
-    the previous lap to `phase` (phases may recur, e.g. comm before and after the step).
-
-    Laps only record stamps. `close()` hands the step's stamps over without waiting (the
-    training loop resolves them a step later, so the host prepares the next step while the
-    device finishes this one, as an uninstrumented loop does); `end()` closes and resolves
-    at once, waiting for the device, and sets `phases`, `total` and the host clock's
-    `wall_start`/`wall_end`."""
-
-    def __init__(self, clock: Clock, enabled: bool = True, on_lap: Callable[[], None] | None = None):
-        self.clock, self.enabled, self.on_lap = clock, enabled, on_lap  # on_lap: progress (a heartbeat)
-        self.phases = dict.fromkeys(PHASES, 0.0)
-        self.total = 0.0
-        self.wall_start = self.wall_end = 0.0
-        self._marks: list[tuple[str | None, Any, dict[str, float] | None]] = []
-
-    def begin(self) -> None:
-        if self.enabled:
-            self.phases = dict.fromkeys(PHASES, 0.0)
-            self.wall_start = time.perf_counter()
-            self._marks = [(None, self.clock.stamp(), None)]
-
-    def lap(self, phase: str) -> None:
-        if self.enabled:
-            self._marks.append((phase, self.clock.stamp(), None))
-        if self.on_lap is not None:
-            self.on_lap()
-
-    def lap_split(self, parts: dict[str, float], rest: str) -> None:
-        """Close a lap that mixed phases: charge the measured `parts` (seconds) to their
-        phases and the remainder of the lap to `rest` (e.g. a pipeline step: forward and
-        backward compute measured per micro-batch, the idle rest is communication)."""
-        if self.enabled:
-            self._marks.append((rest, self.clock.stamp(), dict(parts)))
-        if self.on_lap is not None:
-            self.on_lap()
-
-    def close(self) -> StepMarks:
-        marks, self._marks = self._marks, []
-        return StepMarks(marks)
-
-    def end(self) -> None:
-        if not self.enabled:
-            return
-        done = self.close().resolve(self.clock)
-        self.phases, self.total, self.wall_end = done.phases, done.total, done.wall_end
-
-
-class CommMeter:
-    """Communication of the current step: calls, bytes this rank sent, and communication
-    timed inside another phase (`hidden[phase] = [comm_s, exposed_s]`): DDP's buckets run
-    inside backward, ZeRO's parameter broadcast inside the optimizer step. The loop moves
-    the exposed part out of that phase into exposed communication."""
-
-    def __init__(self) -> None:
-        self.reset()
-
-    def reset(self) -> None:
-        self.calls = 0
-        self.bytes = 0
-        self.hidden: dict[str, list[float]] = {}
-        self._deferred: list[Callable[[Clock, CommMeter], None]] = []
-
-    def defer(self, account: Callable[[Clock, "CommMeter"], None]) -> None:
-        """Account for stamps once the step's end has been waited for (`resolve`): reading
-        a CUDA event's time earlier would synchronise in the middle of the step.
-        `account(clock, meter)` charges the meter it is given: the step's own, taken over
-        by `take` before the loop resolves it."""
-        self._deferred.append(account)
-
-    def resolve(self, clock: Clock) -> None:
-        for account in self._deferred:
-            account(clock, self)
-        self._deferred = []
-
-    def take(self) -> "CommMeter":
-        """This step's communication (resolved later), leaving the meter empty for the next."""
-        taken = CommMeter()
-        taken.calls, taken.bytes, taken.hidden, taken._deferred = self.calls, self.bytes, self.hidden, self._deferred
-        self.reset()
-        return taken
-
-    def add(self, calls: int = 1, nbytes: int = 0) -> None:
-        self.calls += calls
-        self.bytes += nbytes
-
-    def overlapped(self, comm_s: float, exposed_s: float, phase: str = "backward") -> None:
-        """Communication of `comm_s` seconds inside `phase`, `exposed_s` of it not hidden."""
-        acc = self.hidden.setdefault(phase, [0.0, 0.0])
-        acc[0] += comm_s
-        acc[1] += exposed_s
-
-    def blocking(self, seconds: float, phase: str) -> None:
-        """Communication that blocked inside `phase`: all of it exposed."""
-        self.overlapped(seconds, seconds, phase)
-
-    @property
-    def hidden_comm_s(self) -> float:
-        return sum(c for c, _ in self.hidden.values())
-
-
-def interval_union(intervals: Iterable[tuple[float, float]]) -> float:
-    """Total length covered by possibly overlapping intervals (concurrent buckets count once)."""
-    total, end = 0.0, -math.inf
-    for a, b in sorted(intervals):
-        if b <= end:
-            continue
-        total += b - max(a, end)
-        end = b
-    return total
-
-
-def peak_rss_mb() -> float:
-    """Peak resident set size of this process (ru_maxrss: KiB on Linux, bytes on macOS)."""
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return rss / 2**20 if sys.platform == "darwin" else rss / 2**10
-
-
-def cuda_max_allocated_mb(device: Any) -> float | None:
-    if getattr(device, "type", None) != "cuda":
-        return None
-    import torch
-
-    return torch.cuda.max_memory_allocated(device) / 2**20
+#: Columns of a run's profile.csv (run.profiling writes it; aggregate prepends the run's identity columns).
+PROFILE_COLUMNS = ("rank", "activity", "op", "comm", "calls", "self_s_per_step", "share")
 
 
 # -- summary statistics -------------------------------------------------------------------------
@@ -456,3 +261,23 @@ def with_timeline(summary: dict[str, Any], marks: dict[str, Any]) -> dict[str, A
         "timeline_s": timeline_spans(timeline),
         "fixed_cost_s": fixed_cost_s(timeline, summary.get("timed_wall_s")),
     }
+
+
+def write_failure(
+    out: Path,
+    params: CellParams,
+    world: int,
+    nodes: int,
+    status: str,
+    reason: str,
+    threads_per_rank: int | None = None,
+    command: str | None = None,
+    failure: dict | None = None,
+) -> None:
+    """The launcher's own summary (no rank wrote one). Its provenance is the launcher
+    process's: started when the launcher did, ended now, with the launcher's command."""
+    env = sysinfo.environment(params.process_group_backend, threads_per_rank or params.threads_per_rank or None, command=command)
+    summary = make_summary(status, reason, params.as_dict(), world, nodes, env)
+    if failure is not None:
+        summary["failure"] = failure
+    write_json(out / "summary.json", summary)

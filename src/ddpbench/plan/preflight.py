@@ -23,8 +23,8 @@ import statistics
 from pathlib import Path
 from typing import Any, Iterable
 
-from ddpbench import catalog
-from ddpbench.params import NO_LINK
+from ddpbench.plan import catalog
+from ddpbench.core.params import NO_LINK
 
 BUCKETED = ("ddp", "ddp_fp16", "powersgd", "bucketed_allreduce")
 # Seconds a run costs beyond its timed steps before any is measured here: launch, imports,

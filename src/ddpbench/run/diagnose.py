@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddpbench import storage
+from ddpbench.core import storage
 
 # step, phases done in that step, pid, unix time, errno of a failed write (0: none), its path
 HEARTBEAT = struct.Struct("<qiidi228s")

@@ -1,0 +1,374 @@
+"""`python -m ddpbench.run.launch`: run one cell with torchrun and always leave a summary.
+
+    python -m ddpbench.run.launch --nproc-per-node P --out DIR [--nnodes N --node-rank R
+        --rdzv-endpoint HOST:PORT] [cell flags ...]
+
+Validates the cell flags first (exit 2 naming the bad parameter, nothing started), runs
+`torchrun --standalone` (a free port per cell, so concurrent cells never collide) or a
+c10d rendezvous across nodes (torchrun as `python -m ddpbench.run.torchrun`: the same
+torch.distributed.run, with a cheaper exit and, on CPU, ranks forked from a zygote with
+torch already imported), enforces the wall-clock limit timeout_s + grace, and
+guarantees DIR/summary.json (on node 0): if the ranks did not write one (a crash, a kill,
+the limit), it writes status failed or timeout; on any failure the summary's `failure`
+block names the rank, kind, step and phase (ddpbench.run.diagnose). Exits 0 whenever a
+summary exists, so a failed cell never stops the workflow; the training processes'
+output is in DIR/train.log. The workflow execs it with `--log FILE --stop-with-parent`:
+its output goes to FILE, its result line to stdout, and the cell stops if Snakemake dies.
+
+A cell whose strategy refuses the world size (ddp at 1 rank) is recorded as skipped by the
+launcher, with the reason the ranks would give, without starting torchrun (about 3 s saved).
+A CPU cell whose ranks per node x threads per rank exceed the usable cores is recorded as
+skipped (status skipped, the reason naming the counts) before any rank starts, unless
+--allow-oversubscribe is given: then it runs and the ranks see
+DDPBENCH_ALLOW_OVERSUBSCRIBE=1 (they flag the run themselves).
+"""
+
+from __future__ import annotations
+
+import time
+
+LAUNCHER_START = time.time()  # the timeline's first mark (run_output.TIMELINE_MARKS): before the launcher's imports
+
+import argparse
+import hashlib
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from ddpbench.run import diagnose
+from ddpbench.results import progress
+from ddpbench.core import safe_io, storage, sysinfo
+from ddpbench.core.params import NO_LINK, CellParams
+from ddpbench.core.run_output import write_failure
+
+REASON_CHARS = 2000
+ALLOW_OVERSUBSCRIBE_ENV = "DDPBENCH_ALLOW_OVERSUBSCRIBE"
+KILL_WAIT_S = 10.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ddpbench.run.launch", description=__doc__.split("\n")[0])
+    parser.add_argument("--nproc-per-node", type=int, default=1, help="ranks on this node")
+    parser.add_argument("--out", type=Path, required=True, help="run folder")
+    parser.add_argument("--nnodes", type=int, default=1)
+    parser.add_argument("--node-rank", type=int, default=0)
+    parser.add_argument("--rdzv-endpoint", help="HOST:PORT of the c10d rendezvous (multi-node)")
+    parser.add_argument("--grace-s", type=float, default=30.0, help="added to timeout_s for the wall-clock limit")
+    parser.add_argument("--dump-params", type=Path, help="passed to ddpbench.run.train")
+    parser.add_argument(
+        "--allow-oversubscribe",
+        action="store_true",
+        help="run a CPU cell whose ranks per node x threads per rank exceed the usable cores (else: skipped)",
+    )
+    parser.add_argument("--log", type=Path, help="write the launcher's output here; only its result line goes to stdout")
+    parser.add_argument(
+        "--stop-with-parent",
+        action="store_true",
+        help="stop the cell and its ranks when the launcher's parent dies (the workflow execs the launcher, "
+        "so a killed Snakemake leaves no cell running)",
+    )
+    args, params = CellParams.parse_args(parser, argv)
+    # Provenance: the ranks record this command line (sysinfo.LAUNCH_COMMAND_ENV), and so
+    # does every summary the launcher writes itself.
+    args.command = shlex.join(["python", "-m", "ddpbench.run.launch", *map(str, sys.argv[1:] if argv is None else argv)])
+    if args.nproc_per_node < 1 or args.nnodes < 1:
+        parser.exit(2, "error: --nproc-per-node and --nnodes must be >= 1\n")
+    if params.link != NO_LINK and args.nnodes != 2:
+        parser.exit(2, f"error: --link {params.link} joins two nodes: it needs --nnodes 2 (not {args.nnodes})\n")
+    if args.nnodes > 1 and not args.rdzv_endpoint and not on_lab(args, params):
+        from ddpbench.cluster import slurm
+
+        if not slurm.in_allocation():
+            parser.exit(2, "error: --nnodes > 1 needs --rdzv-endpoint HOST:PORT (or a SLURM allocation)\n")
+    args.argv = argv
+    args.marks = {"launcher_start": _launcher_start()}
+    if args.stop_with_parent:
+        signal.signal(signal.SIGTERM, _terminated)
+        _die_with_parent()
+    with storage.output_to(args.log) as output:
+        args.output = output
+        try:
+            return launch(args, params)
+        except OSError as err:
+            if not storage.is_storage_error(err):
+                raise
+            # Nothing more can be kept: the job fails (no summary), the workflow says why.
+            return storage.fail(output, err, what=getattr(args, "what", str(args.out)))
+
+
+def launch(args: argparse.Namespace, params: CellParams) -> int:
+    """Run the validated cell (main's work once the flags are parsed)."""
+    lab = on_lab(args, params)
+    if not args.allow_oversubscribe:
+        # A lab's nodes share this machine: each gets its half of the cores (netlab.node_cpus).
+        cores = sysinfo.usable_cores() // (args.nnodes if lab else 1) or 1
+        reason = sysinfo.oversubscription(params.device, params.threads_per_rank, args.nproc_per_node, args.nnodes, cores)
+        if reason:
+            return skip(args, params, reason, sysinfo.rank_threads(params.threads_per_rank, args.nproc_per_node, cores))
+    refusal = world_size_skip(params.strategy, args.nproc_per_node * args.nnodes)
+    if refusal:  # the ranks would only say so: the same skipped summary, without torchrun's seconds
+        return skip(args, params, refusal, sysinfo.rank_threads(params.threads_per_rank, args.nproc_per_node))
+    if lab:
+        return across_lab_nodes(args, params)
+    if args.nnodes > 1 and not args.rdzv_endpoint:
+        return across_slurm_nodes(args, params, args.argv)
+
+    out: Path = args.out
+    lead = args.node_rank == 0
+    problem = storage.probe(out)  # a full or read-only disk: fail now, not after the ranks ran
+    if problem:
+        return storage.report(args.output, f"[ddpbench] {out}: {problem}")
+    if lead:
+        clear_earlier_attempt(out)
+
+    # A workflow stops a job with SIGTERM: turn it into an exception so that the ranks,
+    # in their own session, are stopped too instead of being orphaned.
+    signal.signal(signal.SIGTERM, _terminated)
+    cmd = [sys.executable, "-m", "ddpbench.run.torchrun", *rendezvous(args, out)]  # torchrun, with a cheaper exit
+    cmd += ["--nproc-per-node", str(args.nproc_per_node), "--max-restarts", "0"]
+    if params.device == "cpu":  # ranks forked with torch already imported (ddpbench.run.torchrun's zygote)
+        cmd += ["--start-method", "fork"]
+    cmd += ["-m", "ddpbench.run.train", "--out", str(out), *params.to_argv()]
+    if args.dump_params:
+        cmd += ["--dump-params", str(args.dump_params)]
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env[sysinfo.LAUNCH_COMMAND_ENV] = args.command
+    if args.allow_oversubscribe:
+        env[ALLOW_OVERSUBSCRIBE_ENV] = "1"
+    threads = str(sysinfo.rank_threads(params.threads_per_rank, args.nproc_per_node))
+    env.update({name: threads for name in sysinfo.THREAD_POOL_VARS})
+
+    limit = params.timeout_s + args.grace_s
+    oom_before = diagnose.oom_kills()
+    args.marks["torchrun_started"] = time.time()
+    env[sysinfo.TIMELINE_ENV] = json.dumps(args.marks)
+    # Nodes of a multi-node cell share DIR: node 0 logs to train.log, the others apart.
+    with open(out / ("train.log" if lead else f"train_node{args.node_rank}.log"), "w") as log:
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, preexec_fn=_die_with_parent
+        )
+        try:
+            rc, timed_out = proc.wait(timeout=limit), False
+        except subprocess.TimeoutExpired:
+            rc, timed_out = stop(proc), True
+        except BaseException:  # Ctrl-C, SIGTERM from the workflow: take the ranks down too
+            stop(proc)
+            raise
+    args.marks["torchrun_exited"] = time.time()
+
+    if not lead:
+        return 0 if rc == 0 else 1
+    summary_path = out / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
+    # An ok (or skipped) summary stands even if a rank then failed in teardown: what it
+    # measured is complete. Without one, or with rank 0's "failed", the cause is diagnosed.
+    if summary is None or summary["status"] == "failed":
+        oom_after = diagnose.oom_kills()
+        log_text = (out / "train.log").read_text(errors="replace") if (out / "train.log").exists() else ""
+        failure = diagnose.diagnose(
+            out, args.nproc_per_node * args.nnodes, timed_out=timed_out, limit_s=limit,
+            oom_kills_during=(oom_after - oom_before) if None not in (oom_before, oom_after) else 0, log_text=log_text,
+            storage_problem=storage.probe(out),
+        )  # fmt: skip
+        status = "timeout" if failure["kind"] in ("hang", "timeout") else "failed"
+        reason = diagnose.summary_reason(failure, f"torchrun exited with code {rc}\n" + error_tail(out))
+        args.what = f"{out}: {status} ({failure['reason']}); and its summary"  # if that cannot be written either
+        if summary is not None:  # rank 0 wrote "failed" (often about a lost peer): the cause replaces it
+            from ddpbench.core.run_output import write_json
+
+            write_json(summary_path, {**summary, "status": status, "reason": reason, "failure": failure})
+        else:
+            write_failure(
+                out, params, args.nproc_per_node * args.nnodes, args.nnodes, status, reason, command=args.command,
+                failure=failure,
+            )  # fmt: skip
+    add_timeline(args, summary_path)
+    args.output.say(with_progress(progress_line(out, json.loads(summary_path.read_text()))))
+    return 0
+
+
+_first_launch = True
+
+
+def _launcher_start() -> float:
+    """When this launch began: the module's load time for the process's first launch (the
+    interpreter's start is a few tens of ms before it), else now."""
+    global _first_launch
+    first, _first_launch = _first_launch, False
+    return LAUNCHER_START if first else time.time()
+
+
+def add_timeline(args: argparse.Namespace, summary_path: Path) -> None:
+    """Add the launcher's marks (run_output.TIMELINE_MARKS), the spans and fixed_cost_s to the
+    summary, atomically: if that write fails (a full disk), the summary stays as it was."""
+    from ddpbench.core import run_output
+
+    args.marks["launcher_exit"] = time.time()
+    summary = json.loads(summary_path.read_text())
+    try:
+        run_output.write_json(summary_path, run_output.with_timeline(summary, args.marks))
+    except OSError as err:
+        if not storage.is_storage_error(err):
+            raise
+        print(f"[ddpbench] warning: {summary_path}: the launcher's timeline was not added ({err})", file=sys.stderr)
+
+
+def with_progress(line: str) -> str:
+    """The result line, with how far the grid is when the workflow runs it (ddpbench.results.progress)."""
+    done = progress.advance(line)
+    return f"{line} [{done}]" if done else line
+
+
+def progress_line(out: Path, summary: dict) -> str:
+    rate = summary.get("samples_per_s")
+    line = f"[ddpbench] {out}: {summary['status']} {rate:.1f} samples/s" if rate else f"[ddpbench] {out}: {summary['status']} - samples/s"
+    if summary["status"] != "ok":
+        failure = summary.get("failure")
+        text = failure["reason"] if failure else (summary["reason"].strip().splitlines() or [""])[-1]
+        line += f" ({text})"
+    return line
+
+
+def clear_earlier_attempt(out: Path) -> None:
+    """A stale summary (or profile) from an earlier attempt must not pass for this one."""
+    for stale in ["summary.json", "profile.csv", *(p.name for p in out.glob("steps_rank*.csv")), *(p.name for p in out.glob("error_rank*.txt"))]:
+        (out / stale).unlink(missing_ok=True)
+    diagnose.clear(out)
+    safe_io.remove_temporaries(out)  # left by a process killed mid-write
+
+
+def world_size_skip(strategy: str, world: int) -> str | None:
+    """Why the ranks would skip this strategy at this world size (base.Strategy.unsupported,
+    read without importing torch: params.strategy_traits), or None."""
+    from ddpbench.strategies import strategy_traits, world_size_refusal
+
+    traits = strategy_traits(strategy)
+    return world_size_refusal(strategy, world, traits.min_world, traits.max_world)
+
+
+def skip(args: argparse.Namespace, params: CellParams, reason: str, threads: int) -> int:
+    """Record the cell as skipped without starting a rank. Every node of a multi-node cell
+    decides alike (same rule, its own cores); node 0 writes the summary."""
+    out: Path = args.out
+    if args.node_rank != 0:
+        args.output.say(f"[ddpbench] {out} (node {args.node_rank}): skipped ({reason})")
+        return 0
+    out.mkdir(parents=True, exist_ok=True)
+    clear_earlier_attempt(out)
+    write_failure(out, params, args.nproc_per_node * args.nnodes, args.nnodes, "skipped", reason, threads, args.command)
+    add_timeline(args, out / "summary.json")
+    args.output.say(with_progress(progress_line(out, json.loads((out / "summary.json").read_text()))))
+    return 0
+
+
+def across_slurm_nodes(args: argparse.Namespace, params: CellParams, argv: list[str] | None) -> int:
+    """--nnodes N inside a SLURM allocation: one launcher per node (ddpbench.cluster.slurm)."""
+    from ddpbench.cluster import slurm
+
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").unlink(missing_ok=True)
+    try:
+        rc = slurm.run_across_nodes(
+            sys.argv[1:] if argv is None else argv, args.nnodes, args.nproc_per_node, params.threads_per_rank
+        )
+        reason = f"srun exited with code {rc}"
+    except (OSError, RuntimeError, subprocess.CalledProcessError) as e:
+        reason = f"could not start the nodes: {e}"
+    if not (out / "summary.json").exists():
+        write_failure(
+            out, params, args.nproc_per_node * args.nnodes, args.nnodes, "failed", reason + "\n" + error_tail(out),
+            command=args.command,
+        )  # fmt: skip
+        args.output.say(f"[ddpbench] {out}: failed - samples/s ({reason})")
+    return 0
+
+
+def on_lab(args: argparse.Namespace, params: CellParams) -> bool:
+    """Whether this launcher makes the two nodes itself, as namespaces joined by the cell's link
+    (a node's own launcher, started by netlab, has the rendezvous endpoint)."""
+    return params.link != NO_LINK and not args.rdzv_endpoint
+
+
+def across_lab_nodes(args: argparse.Namespace, params: CellParams) -> int:
+    """--link: the two nodes are network namespaces on this machine joined by a veth link
+    shaped to the rate (ddpbench.cluster.netlab; root). Without namespaces the cell is skipped with the
+    reason, never failed. A signal stops the nodes and deletes the namespaces before exit."""
+    from ddpbench.cluster import netlab
+
+    out: Path = args.out
+    reason = netlab.available()
+    if reason:
+        return skip(args, params, f"link {params.link}: {reason}", sysinfo.rank_threads(params.threads_per_rank, args.nproc_per_node))
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _terminated)  # SystemExit: run_cell's cleanup runs
+    try:
+        cell_args = params.to_argv() + (["--allow-oversubscribe"] if args.allow_oversubscribe else [])
+        netlab.run_cell(out, params.link, args.nproc_per_node, cell_args, params.timeout_s + args.grace_s)
+    except netlab.NetlabError as err:
+        write_failure(out, params, args.nproc_per_node * 2, 2, "failed", f"netlab: {err}"[-REASON_CHARS:], command=args.command)
+    # This launcher's start and exit bound the timeline: making the lab and probing the link
+    # count in the launcher span, deleting it in launcher_finish (the fixed cost of the cell).
+    add_timeline(args, out / "summary.json")
+    summary = json.loads((out / "summary.json").read_text())
+    args.output.say(with_progress(progress_line(out, summary)))
+    return 0
+
+
+def _die_with_parent() -> None:
+    """torchrun gets SIGTERM when the launcher dies, even by SIGKILL (which no handler
+    sees), and stops its ranks: a killed launcher leaves no training behind (Linux)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _terminated(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+def rendezvous(args: argparse.Namespace, out: Path) -> list[str]:
+    if args.nnodes == 1 and not args.rdzv_endpoint:
+        return ["--standalone"]  # rendezvous on a free local port
+    run_id = hashlib.sha1(str(out.resolve()).encode()).hexdigest()[:16]
+    return [
+        "--nnodes", str(args.nnodes), "--node-rank", str(args.node_rank), "--rdzv-backend", "c10d",
+        "--rdzv-endpoint", args.rdzv_endpoint, "--rdzv-id", run_id,
+    ]  # fmt: skip
+
+
+def stop(proc: subprocess.Popen) -> int:
+    """SIGTERM the whole torchrun session (agent and ranks), SIGKILL if it lingers."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            return proc.wait(timeout=KILL_WAIT_S)
+        except subprocess.TimeoutExpired:
+            continue
+    return proc.wait()
+
+
+def error_tail(out: Path) -> str:
+    """The traceback of the rank that failed first (the others often only report the
+    lost peer), naming the others; without error files, the end of the log."""
+    errors = sorted(out.glob("error_rank*.txt"), key=lambda p: p.stat().st_mtime)
+    if not errors:
+        log = out / "train.log"
+        return (log.read_text(errors="replace") if log.exists() else "")[-REASON_CHARS:]
+    first, *others = errors
+    also = f"\n(then also failed: {', '.join(p.stem for p in others)})" if others else ""
+    return f"[{first.stem} failed first]\n" + first.read_text()[-REASON_CHARS:] + also
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
