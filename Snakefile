@@ -1,5 +1,6 @@
 # ddpbench: config grid -> one torchrun job per cell and repeat -> tidy tables -> report.
-# Helpers live in workflow/rules/common.smk; the rules in workflow/rules/*.smk.
+# Helpers live in workflow/rules/common.smk and plan.smk (the grid logic itself in
+# src/ddpbench/plan/); the rules in the other workflow/rules/*.smk.
 from snakemake.utils import min_version
 
 min_version("9.0")
@@ -12,8 +13,11 @@ report: "report/workflow.rst"
 
 
 # common.smk validates the config (schema workflow/schemas/config.schema.yaml, then the
-# harness's CellParams) and expands the grid; the other files hold the rules.
+# harness's CellParams), expands the grid and defines the input functions; plan.smk, on
+# that grid, checks the results folder and prints the plan and holds the onstart/onerror
+# handlers; the other files hold the rules.
 include: "workflow/rules/common.smk"
+include: "workflow/rules/plan.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/report.smk"

@@ -85,7 +85,7 @@ RESULTS_PATTERN = "^[A-Za-z0-9._/-]+$"
 # check runs before the grid is expanded, so a typo cannot exhaust memory.
 DEFAULT_MAX_RUNS = 20000
 # The one value of the top-level `dataset` key (`--config dataset=synthetic`): the grid's
-# real datasets replaced by synthetic data of their shapes (the workflow's common.smk).
+# real datasets replaced by synthetic data of their shapes (ddpbench.plan.cells.synthetic_stand_ins).
 OFFLINE_DATASET = "synthetic"
 # Studies with a report section (ddpbench.report.studies.STUDIES, which a test keeps equal to this;
 # not imported here: validating a config must not load pandas)

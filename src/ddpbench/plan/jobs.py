@@ -1,0 +1,86 @@
+"""The jobs of a planned grid, without Snakemake: each run's folder and summary path,
+every CellParams field a cell runs with, the launcher flags and resources of its job,
+and the plan of every run that ddpbench.plan.status compares with the results folder.
+
+The workflow's input functions (workflow/rules/common.smk) call these with the cell a
+job's wildcards name; `fixed` is always the values shared by every cell
+(ddpbench.plan.grid.fixed_cell_params).
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any, Iterable, Mapping
+
+from ddpbench.core.params import CellParams, effective_params
+
+# A cell's path below runs/: its name~value folders (a run folder adds repeat~N).
+CELL_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*~[^/~]+(/[A-Za-z_][A-Za-z0-9_]*~[^/~]+)*"
+
+
+def run_folder(results: str, cell: str, repeat: int | str) -> str:
+    """A run's folder: the cell's name~value folders below results/runs, then repeat~N."""
+    return f"{results}/runs/{cell}/repeat~{repeat}"
+
+
+def summary_paths(results: str, cells: Iterable[str], repeats: Iterable[int]) -> list[str]:
+    """summary.json of every run of the grid (cells x repeats), cell by cell."""
+    repeats = list(repeats)
+    return [f"{run_folder(results, cell, repeat)}/summary.json" for cell in cells for repeat in repeats]
+
+
+def params_of_cell(cell: Mapping[str, Any], fixed: Mapping[str, Any]) -> dict[str, Any]:
+    """Every CellParams field of this cell: the shared values, then its axis values; the
+    strategy settings its strategy does not read at their defaults."""
+    values = {name: cell.get(name, fixed[name]) for name in CellParams.names()}
+    return effective_params(values, nodes=cell.get("nodes", 1))
+
+
+def launch_flags(params: Mapping[str, Any]) -> str:
+    """A cell's parameters as `python -m ddpbench.run.launch` flags (every field, so the
+    command in the log reproduces the run whatever the defaults become)."""
+    return " ".join(f"--{name.replace('_', '-')} {shlex.quote(str(value))}" for name, value in params.items())
+
+
+def topology_flags(world_size: int, nodes: int) -> str:
+    """Launcher flags for where the ranks run: ranks per node, and nodes if several."""
+    flags = f"--nproc-per-node {world_size // nodes}"
+    return flags + (f" --nnodes {nodes}" if nodes > 1 else "")
+
+
+def cell_threads(params: Mapping[str, Any], world_size: int) -> int:
+    """Cores a cell occupies: ranks x threads per rank (0 = one per rank)."""
+    return world_size * max(1, params["threads_per_rank"])
+
+
+def cell_gpus(params: Mapping[str, Any], world_size: int, nodes: int) -> int:
+    """GPUs per node: one per local rank (none for a CPU cell)."""
+    if params["device"] != "cuda":
+        return 0
+    return world_size // nodes
+
+
+def runtime_minutes(params: Mapping[str, Any]) -> int:
+    """A scheduler limit a little above the launcher's own wall-clock limit."""
+    return int(params["timeout_s"] // 60) + 5
+
+
+def planned_runs(
+    cells: Mapping[str, Mapping[str, Any]], fixed: Mapping[str, Any], repeats: Iterable[int], results: str
+) -> dict[str, dict[str, Any]]:
+    """Run folder -> the parameters it runs with (what ddpbench.plan.status compares), for
+    `cells` (cell path -> its axis values) x `repeats`."""
+    repeats = list(repeats)
+    plan = {}
+    for path, cell in cells.items():
+        params = params_of_cell(cell, fixed)
+        params.update(world_size=int(cell["world_size"]), nodes=int(cell.get("nodes", 1)))
+        for repeat in repeats:
+            plan[run_folder(results, path, repeat)] = params
+    return plan
+
+
+def preflight_cells(cells: Iterable[Mapping[str, Any]], fixed: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The cells as ddpbench.plan.preflight.warnings reads them: every parameter and the
+    world size."""
+    return [{**params_of_cell(cell, fixed), "world_size": int(cell["world_size"])} for cell in cells]

@@ -1,0 +1,162 @@
+"""The checks and handlers around a whole workflow run (no rules), on the grid that
+common.smk planned: runs made by other code (ddpbench.plan.status), damaged runs healed,
+the plan's warnings (ddpbench.plan.preflight) at include time; and the onstart/onerror
+handlers the Snakefile calls: the results folder's space, the invocation record, the
+saved plan and the progress counter.
+"""
+
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import yaml
+from snakemake.exceptions import WorkflowError
+from snakemake.logging import logger
+
+from ddpbench.core import storage
+from ddpbench.core.safe_io import atomic_write_text
+from ddpbench.core.sysinfo import code_fingerprint
+from ddpbench.plan.jobs import planned_runs, preflight_cells
+from ddpbench.plan.preflight import warnings as plan_warnings
+from ddpbench.plan.status import PLAN_ENV, stale_runs, write_plan
+from ddpbench.results import progress
+from ddpbench.results.aggregate import damage, heal
+
+
+def runs_to_measure():
+    """How many of the grid's runs have no summary yet (the plan, the space check, progress)."""
+    return sum(not Path(s).exists() for s in run_summaries())
+
+
+def check_stale_runs():
+    """Write the plan where ddpbench.plan.status asks for it; otherwise warn (one line) when runs
+    already in the results folder were made by other code, settings or environment."""
+    plan = {
+        "results": RESULTS,
+        "runs": planned_runs(CELL_BY_PATH, FIXED_PARAMS, REPEATS, RESULTS),
+    }
+    if os.environ.get(PLAN_ENV):
+        write_plan(os.environ[PLAN_ENV], plan["results"], plan["runs"])
+        return
+    stale = stale_runs(plan)
+    if stale:
+        logger.warning(
+            f"ddpbench: {len(stale)} run(s) in {RESULTS}/runs were made by other code, "
+            "settings or environment than the current ones (their statistics are kept "
+            "apart): `python -m ddpbench.plan.status` lists them, `--rerun` redoes them"
+        )
+
+
+# Bytes of one run before any is measured: the default grid's runs take 60-104 KiB
+# (median 88) with their logs; a report folder about 1.6 MiB.
+RUN_BYTES_ESTIMATE = 128 * 1024
+REPORT_BYTES_ESTIMATE = 4 * 1024 * 1024
+
+
+def check_results_space():
+    """Before the first job (onstart, real runs only): refuse a results folder that cannot
+    be written, or whose filesystem cannot hold what is left to measure (both numbers
+    named; allow_low_space: true goes on anyway)."""
+    problem = storage.plan_check(
+        RESULTS,
+        runs_to_measure(),
+        len(run_summaries()),
+        RUN_BYTES_ESTIMATE,
+        REPORT_BYTES_ESTIMATE,
+    )
+    if problem is None:
+        return
+    if storage.read_only(RESULTS):
+        raise WorkflowError(f"ddpbench: {problem}: nothing was started")
+    if config["allow_low_space"]:
+        logger.warning(f"ddpbench: {problem}; going on (allow_low_space: true)")
+        return
+    raise WorkflowError(
+        f"ddpbench: {problem}: nothing was started. Free space, set `results:` to a "
+        "larger filesystem, or pass --config allow_low_space=true to start anyway"
+    )
+
+
+def explain_failure():
+    """onerror: when the results filesystem cannot take the rest of the grid (full, or not
+    writable: the likely cause of the failed jobs), say so in one line with the runs kept.
+    """
+    planned = len(run_summaries())
+    line = storage.full_line(
+        RESULTS,
+        planned - runs_to_measure(),
+        planned,
+        RUN_BYTES_ESTIMATE,
+        REPORT_BYTES_ESTIMATE,
+    )
+    if line:
+        logger.error(line)
+
+
+def start_progress():
+    """onstart: each launcher's result line then tells how far the grid is (ddpbench.results.progress)."""
+    progress.start(Path(RESULTS, "logs", "progress.json"), runs_to_measure())
+
+
+def record_invocation():
+    """Save the merged config as RESULTS/config.yaml and append the command line, time and
+    code fingerprint to RESULTS/invocations.log (onstart: real runs only, never dry runs).
+    """
+    Path(RESULTS).mkdir(parents=True, exist_ok=True)
+    atomic_write_text(
+        Path(RESULTS, "config.yaml"), yaml.safe_dump(dict(config), sort_keys=False)
+    )
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    with open(Path(RESULTS, "invocations.log"), "a") as log:
+        log.write(f"{stamp}\t{code_fingerprint()}\t{shlex.join(sys.argv)}\n")
+
+
+def heal_damaged_runs():
+    """Before Snakemake decides what to run: a finished run whose files are damaged (an
+    unreadable summary.json, an ok one whose step files are missing) has its summary moved
+    aside (summary.json.damaged), so this workflow run measures it again; each is named.
+    """
+    healed, stuck = [], []
+    for summary in map(Path, run_summaries()):
+        what = damage(summary) if summary.exists() else None
+        if what:
+            (healed if heal(summary) else stuck).append(f"{summary.parent}: {what}")
+    if healed:
+        logger.warning(
+            f"ddpbench: {len(healed)} damaged run(s) will be measured again "
+            f"(summary moved aside to summary.json.damaged): " + "; ".join(healed[:5])
+        )
+    if stuck:
+        logger.warning(
+            f"ddpbench: {len(stuck)} damaged run(s) could not be moved aside; delete their "
+            "summary.json to measure them again: " + "; ".join(stuck[:5])
+        )
+
+
+def print_plan():
+    """What the grid will measure, and the traps in it, before any run (ddpbench.plan.preflight)."""
+    cells = preflight_cells(CELL_BY_PATH.values(), FIXED_PARAMS)
+    PLAN_LINES[:] = plan_warnings(cells, len(REPEATS), runs_to_measure(), Path(RESULTS))
+    for line in PLAN_LINES:
+        logger.warning(line)
+
+
+PLAN_LINES = []  # print_plan's lines; onstart saves them for the report (save_plan)
+PLAN_FILE = f"{RESULTS}/logs/plan.txt"
+
+
+def save_plan():
+    """onstart: the plan the report repeats after its findings."""
+    Path(PLAN_FILE).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(Path(PLAN_FILE), "".join(line + "\n" for line in PLAN_LINES))
+
+
+# Once per workflow, not again in every job a cluster executor starts (each re-reads the
+# Snakefile; reading every summary there would cost a grid's worth of I/O per job).
+if workflow.is_main_process:
+    check_stale_runs()
+    if not os.environ.get(PLAN_ENV):  # ddpbench.plan.status only reads
+        heal_damaged_runs()
+        print_plan()
