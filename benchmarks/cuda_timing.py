@@ -7,7 +7,7 @@ apart, phases summing to the step within 2 %).
 
 For each model and batch (single, synthetic 224 px images, 10 classes), blocks of `--steps`
 steps alternate between
-- harness: `ddpbench.run.train.train_loop` instrumented as a run is (an event at every phase
+- harness: `ddpbench.run.loop.train_loop` instrumented as a run is (an event at every phase
   boundary, one wait for the device per step); its step time is the median of the
   records' total_s, as summary.json reports it;
 - bare: a plain loop written here (no harness code) with one CUDA event recorded after
@@ -28,8 +28,8 @@ import time
 import torch
 
 from ddpbench.run import data as datamod
-from ddpbench.run import timers
-from ddpbench.run import models, train
+from ddpbench.core import timers
+from ddpbench.run import loop, models
 from ddpbench import strategies
 from ddpbench.core.params import CellParams
 from ddpbench.strategies.base import Context
@@ -82,17 +82,17 @@ def measure(model_name: str, batch: int, rounds: int, steps: int, image_size: in
         loader = datamod.train_loader(data, sampler, 0, pin_memory=True)
         loops[mode] = (model, opt, sampler, loader)
     bare_batches = endless(loops["bare"][3], loops["bare"][2])
-    default_lag = train.StepRecorder.LAG
+    default_lag = loop.StepRecorder.LAG
 
-    def harness_block(lag: int = train.StepRecorder.LAG) -> tuple[list[dict], float]:
+    def harness_block(lag: int = loop.StepRecorder.LAG) -> tuple[list[dict], float]:
         """(records, the timed wall time that the harness's throughput divides by)."""
         model, opt, sampler, loader = loops["harness"]
-        train.StepRecorder.LAG = lag
+        loop.StepRecorder.LAG = lag
         ctx = Context(params, 0, 1, device, timers.CommMeter(), timers.Clock("cuda"))
         try:
-            run = train.train_loop(model, opt, single, ctx, loader, sampler, steps, batch, first_timed=0)
+            run = loop.train_loop(model, opt, single, ctx, loader, sampler, steps, batch, first_timed=0)
         finally:
-            train.StepRecorder.LAG = default_lag
+            loop.StepRecorder.LAG = default_lag
         return run.records, run.timed_wall_s
 
     harness_block(), bare_block(*loops["bare"][:2], bare_batches, device, steps)  # warm-up: cuDNN, allocator

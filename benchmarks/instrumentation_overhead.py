@@ -24,8 +24,8 @@ import torch
 import torch.distributed as dist
 
 from ddpbench.run import data as datamod
-from ddpbench.run import timers
-from ddpbench.run import models, train
+from ddpbench.core import timers
+from ddpbench.run import loop, models, rank
 from ddpbench import strategies
 from ddpbench.core.params import CellParams
 from ddpbench.strategies.base import Context
@@ -39,10 +39,10 @@ def main() -> None:
     parser.set_defaults(strategy="single", warmup_steps=0)
     args = parser.parse_args()
     params = CellParams.from_namespace(args)
-    ranks = train.Ranks.from_env()
+    ranks = rank.Ranks.from_env()
     if ranks.launched:
         dist.init_process_group("nccl" if params.device == "cuda" else "gloo")
-    threads = train.configure_threads(params, ranks)
+    threads = rank.configure_threads(params, ranks)
     device = torch.device("cuda", ranks.local_rank) if params.device == "cuda" else torch.device("cpu")
     strategy = strategies.get(params.strategy)
     global_batch, _ = datamod.batch_sizes(params.batch_size, params.scaling, ranks.world)
@@ -68,7 +68,7 @@ def main() -> None:
         if ranks.launched:
             dist.barrier()
         start, cpu = clock.now(), time.process_time()
-        train.train_loop(model, optimizer, strategy, ctx, loader, sampler, args.steps, global_batch)
+        loop.train_loop(model, optimizer, strategy, ctx, loader, sampler, args.steps, global_batch)
         return clock.now() - start, time.process_time() - cpu
 
     block(False), block(True)  # warm-up (allocator, DDP bucket rebuild, caches)
@@ -119,7 +119,7 @@ def bookkeeping_s(device: torch.device, n: int = 5000) -> float:
             timer.lap(phase)
         timer.end()
         meter.resolve(timer.clock)
-        train._record(i, 0, 0, True, timer, meter, 0.0, 1)
+        loop._record(i, 0, 0, True, timer, meter, 0.0, 1)
         meter.reset()
     return (time.perf_counter() - start) / n
 

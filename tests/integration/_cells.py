@@ -3,7 +3,7 @@ check every exact strategy x model without paying torchrun's start-up for each.
 
     torchrun --standalone --nproc-per-node P _cells.py OUT STRATEGY:MODEL[:KEY=VALUE,...] ... -- [cell flags]
 
-Each cell goes through `ddpbench.run.train.execute`, the code path of a real launch, and
+Each cell goes through `ddpbench.run.cell.execute`, the code path of a real launch, and
 leaves OUT/<strategy>-<model>[-KEY=VALUE...]/{summary.json, steps_rank*.csv, params.pt}
 (KEY=VALUE: cell parameters overriding the flags for that cell).
 """
@@ -15,8 +15,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from ddpbench.run import train
 from ddpbench.core.params import CellParams
+from ddpbench.core.run_output import write_json
+from ddpbench.run import rank
+from ddpbench.run.cell import execute
 
 
 def main() -> None:
@@ -26,21 +28,21 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     CellParams.add_arguments(parser)
     base = vars(parser.parse_args(argv[cut + 1 :]))
-    ranks = train.Ranks.from_env()
+    ranks = rank.Ranks.from_env()
     dist.init_process_group("gloo")
     try:
         for cell in cells:
             strategy, model, *more = cell.split(":")
             overrides = dict(kv.split("=") for kv in more[0].split(",")) if more else {}
             params = CellParams.from_mapping({**base, "strategy": strategy, "model": model, **overrides})
-            threads = train.configure_threads(params, ranks)
+            threads = rank.configure_threads(params, ranks)
             run_dir = out / "-".join([strategy, model, *(f"{k}={v}" for k, v in overrides.items())])
             run_dir.mkdir(parents=True, exist_ok=True)
-            summary = train.execute(
+            summary = execute(
                 params, run_dir, ranks, torch.device("cpu"), dump_params=run_dir / "params.pt", threads=threads
             )
             if summary is not None:
-                train.write_json(run_dir / "summary.json", summary)
+                write_json(run_dir / "summary.json", summary)
     finally:
         dist.destroy_process_group()
 

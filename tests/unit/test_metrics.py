@@ -1,4 +1,4 @@
-"""Unit tests of ddpbench.core.run_output and ddpbench.run.timers. Every expected number is worked by hand (in the comments),
+"""Unit tests of ddpbench.core.run_output and ddpbench.core.timers. Every expected number is worked by hand (in the comments),
 never produced by the function under test."""
 
 import json
@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from ddpbench.core import run_output
-from ddpbench.run import timers
+from ddpbench.core import timers
 
 
 class FakeTime:
-    """Stands in for the `time` module inside run.timers: perf_counter() reads `t`."""
+    """Stands in for the `time` module inside core.timers: perf_counter() reads `t`."""
 
     def __init__(self, t=0.0):
         self.t = t

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from ddpbench.core import sysinfo
-from ddpbench.run import train
+from ddpbench.run import loop, rank, train
 from ddpbench.core.params import CellParams
 
 
@@ -46,7 +46,7 @@ def test_gloo_on_cuda_skips_point_to_point_strategies_and_lets_ranks_share_a_gpu
 
     monkeypatch.setattr("torch.cuda.is_available", lambda: True)
     monkeypatch.setattr("torch.cuda.device_count", lambda: 1)
-    ranks = train.Ranks(rank=0, world=2, local_rank=0, local_world=2, launched=True)
+    ranks = rank.Ranks(rank=0, world=2, local_rank=0, local_world=2, launched=True)
     reason = train.skip_reason(CellParams(device="cuda", backend="gloo", strategy=name), ranks)
     if strategies.get(name).point_to_point:
         assert "point to point" in reason and "nccl" in reason
@@ -54,7 +54,7 @@ def test_gloo_on_cuda_skips_point_to_point_strategies_and_lets_ranks_share_a_gpu
         assert reason is None
     nccl = train.skip_reason(CellParams(device="cuda", strategy=name), ranks)
     assert "needs as many GPUs" in nccl and "backend gloo" in nccl
-    assert train.cuda_device(CellParams(device="cuda", backend="gloo"), train.Ranks(1, 2, 1, 2, True)).index == 0
+    assert rank.cuda_device(CellParams(device="cuda", backend="gloo"), rank.Ranks(1, 2, 1, 2, True)).index == 0
 
 
 def test_multi_rank_strategy_at_world_one_is_skipped(tmp_path):
@@ -98,19 +98,19 @@ def test_run_goes_on_until_both_timing_minimums_are_met(tmp_path):
 
 def test_planned_steps_extend_epochs_to_the_minimum_and_respect_the_cap():
     p = CellParams(epochs=2, min_timed_steps=20, warmup_steps=2)
-    assert train.planned_steps(p, steps_per_epoch=4, first_timed=3) == 23
-    assert train.planned_steps(p, steps_per_epoch=40, first_timed=3) == 80
-    assert train.planned_steps(CellParams(min_timed_steps=20, max_steps=10), 4, 3) == 10
+    assert loop.planned_steps(p, steps_per_epoch=4, first_timed=3) == 23
+    assert loop.planned_steps(p, steps_per_epoch=40, first_timed=3) == 80
+    assert loop.planned_steps(CellParams(min_timed_steps=20, max_steps=10), 4, 3) == 10
 
 
 def test_more_steps_reach_the_timed_seconds_within_cap_and_timeout():
     p = CellParams(min_timed_s=2.0, timeout_s=100)
-    assert train.more_steps(p, timed_steps=10, timed_s=2.5, elapsed_s=3, step=13) == 0
+    assert loop.more_steps(p, timed_steps=10, timed_s=2.5, elapsed_s=3, step=13) == 0
     # 0.1 s per step, 1 s missing: 10 steps and a 10 % margin
-    assert train.more_steps(p, timed_steps=10, timed_s=1.0, elapsed_s=3, step=13) == 11
-    assert train.more_steps(CellParams(min_timed_s=2.0, max_steps=15), 10, 1.0, 3, 13) == 2
+    assert loop.more_steps(p, timed_steps=10, timed_s=1.0, elapsed_s=3, step=13) == 11
+    assert loop.more_steps(CellParams(min_timed_s=2.0, max_steps=15), 10, 1.0, 3, 13) == 2
     # half the timeout (50 s) is the budget: 49 s used leaves room for 10 steps of 0.1 s
-    assert train.more_steps(CellParams(min_timed_s=60.0, timeout_s=100), 10, 1.0, 49, 13) == 10
+    assert loop.more_steps(CellParams(min_timed_s=60.0, timeout_s=100), 10, 1.0, 49, 13) == 10
 
 
 def test_environment_block():

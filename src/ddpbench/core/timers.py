@@ -1,7 +1,7 @@
 """Timers of a training step inside a rank: a device-aware clock, per-step phase marks and
 timers, a communication meter, and memory peaks.
 
-Definitions follow the measurement notes of the package (ddpbench/__init__.py): a step's time
+Definitions follow docs/metrics.md: a step's time
 is the maximum over ranks, read by core.run_output from the per-rank records these timers write;
 phases partition a step (data + forward + backward + exposed comm + optimizer + other).
 Imported by the training loop and the strategies; torch only on CUDA, on first use.
@@ -24,7 +24,7 @@ class Clock:
     On CPU a stamp is `time.perf_counter()`. On CUDA a stamp is an event recorded on the
     current stream, with no synchronisation: kernels keep overlapping with the host, so
     the loop measures the throughput users get. `wait(stamp)` blocks until the device has
-    reached a stamp (once per step, a step late: train.StepRecorder); `elapsed(a, b)`
+    reached a stamp (once per step, a step late: loop.StepRecorder); `elapsed(a, b)`
     is the time between two reached stamps in seconds. `now()` synchronises and reads the
     host clock: for code outside the timed phases (and the pipeline's per-micro-batch
     accounting, which synchronises on CUDA: a known cost of that strategy's timing).

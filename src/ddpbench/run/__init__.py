@@ -2,9 +2,10 @@
 
 `launch` runs one cell (`python -m ddpbench.run.launch`: torchrun, the always-written
 summary, skips and failures); `torchrun` is torchrun itself with forked ranks and a cheap
-exit (`quick_exit`); `train` is one rank's harness (argument parsing, threads, skips) around
-`loop`, the timed training loop, with `timers` (clock, phases, communication meter),
-`models`, `data`, `autobatch`, `profiling` and `diagnose` (heartbeats, hangs, failures).
-It may import core, strategies, comm and cluster; nothing here is imported by plan/,
-results/, analysis/ or report/.
+exit (`quick_exit`); `train` is one rank's entry (arguments, skips, the process group)
+around `cell`, which trains one cell and writes its summary, through `loop`, the training
+loop timed by core.timers, with `rank` (per-rank set-up and small collectives), `models`,
+`data`, `autobatch`, `profiling`, `diagnose` (heartbeats, hangs, failures) and `faults` (the
+DDPBENCH_INJECT hooks the fault tests use). It may import core, strategies, comm, cluster
+and results; nothing outside it imports it but the catalog's rebuild (plan.catalog).
 """

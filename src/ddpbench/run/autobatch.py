@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ddpbench.run import timers
+from ddpbench.core import timers
 from ddpbench.strategies.base import SGD
 
 MAX_BATCH = 2**16

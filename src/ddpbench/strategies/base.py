@@ -1,6 +1,6 @@
 """The Strategy API: how one gradient-synchronisation scheme plugs into the training loop.
 
-The loop in `ddpbench.run.train` is the same for every strategy; a strategy only fills hooks:
+The loop in `ddpbench.run.loop` is the same for every strategy; a strategy only fills hooks:
 
     model = strategy.wrap(model, ctx)                 # once, before training
     opt = strategy.make_optimizer(model, ctx)         # once
@@ -30,7 +30,7 @@ import torch.distributed as dist
 from torch import nn
 
 if TYPE_CHECKING:
-    from ddpbench.run.timers import Clock, CommMeter, StepTimer
+    from ddpbench.core.timers import Clock, CommMeter, StepTimer
     from ddpbench.core.params import CellParams
 
 

@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from ddpbench.run.timers import interval_union
+from ddpbench.core.timers import interval_union
 from ddpbench.strategies.base import Context, Strategy, allreduce_bytes, nbytes, timed_blocking
 
 SETTINGS = ("bucket_mb",)  # the strategy-specific cell parameters it reads

@@ -1,0 +1,254 @@
+"""One cell's training in an initialised process group (`execute`): build the data, model,
+strategy and loader, run the loop (ddpbench.run.loop), evaluate, gather every rank's records
+to rank 0 and make its summary; with it what a run adds after its timed steps (the profiled
+steps, an approximate strategy's replay of `single`) and this rank's steps_rank{R}.csv.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from ddpbench import strategies
+from ddpbench.core import run_output, safe_io, sysinfo
+from ddpbench.core.params import CellParams
+from ddpbench.core import timers
+from ddpbench.run import autobatch, diagnose, models, profiling
+from ddpbench.run import data as datamod
+from ddpbench.run.loop import planned_steps, train_loop
+from ddpbench.run.rank import Ranks, gather_to_rank0, oversubscribed, rank_spread
+from ddpbench.strategies.base import Context
+
+
+def wall_clock(perf_s: float) -> float:
+    """A time.perf_counter() reading as epoch seconds (env.started_utc: when train.run() began)."""
+    return time.time() - (time.perf_counter() - perf_s)
+
+
+def execute(
+    params: CellParams,
+    out: Path,
+    ranks: Ranks,
+    device: torch.device,
+    dump_params: Path | None = None,
+    threads: int | None = None,
+    t_start: float | None = None,
+    heartbeat: diagnose.Heartbeat | None = None,
+    marks: dict[str, float] | None = None,
+    forked_from_threads: int | None = None,
+) -> dict[str, Any] | None:
+    """Train one cell in an initialised process group; returns rank 0's summary. Adds this
+    run's timeline marks to `marks` (rank 0's; the ranks' start: the last rank's).
+    `forked_from_threads`: the threads of the process this rank was forked from
+    (train.forked_main), None for a rank started as a new interpreter."""
+    marks = {} if marks is None else marks
+    t_start = time.perf_counter() if t_start is None else t_start
+    load_start = sysinfo.loadavg()
+    strategy = strategies.get(params.strategy)
+    torch.manual_seed(params.seed)  # identical data and initial weights on every rank
+    data = datamod.load(params)
+    model = models.build(params.model, data.shape, data.classes).to(device)
+    torch.manual_seed(params.seed + 1 + ranks.rank)  # then a per-rank stream (dropout, augmentation)
+    batch_size, auto = params.batch_size, None
+    if batch_size == "auto":
+        limit = len(data.train) // ranks.world
+        found = autobatch.search(model, data.shape, device, params.memory_budget_gb, limit, ranks.local_world)
+        auto = autobatch.agree(found, device)
+        batch_size = auto["chosen"] * (1 if params.scaling == "weak" else ranks.world)
+    global_batch, per_rank_batch = datamod.batch_sizes(batch_size, params.scaling, ranks.world)
+
+    ctx = Context(
+        params, ranks.rank, ranks.world, device, timers.CommMeter(), timers.Clock(device.type), input_shape=data.shape,
+        heartbeat=heartbeat,
+    )  # fmt: skip
+    # Approximate strategies: rank 0 replays `single` from the same start afterwards (untimed).
+    initial = copy.deepcopy(model) if not strategy.exact and ranks.rank == 0 else None
+    model = strategy.wrap(model, ctx)
+    optimizer = strategy.make_optimizer(model, ctx)
+    shard, shards = strategy.data_shard(ctx)
+    sampler = datamod.ShardedBatchSampler(len(data.train), global_batch, shard, shards, params.seed)
+    loader = datamod.train_loader(data, sampler, params.num_workers, pin_memory=device.type == "cuda")
+    first_timed = strategy.steady_step(ctx) + 1 + params.warmup_steps
+    total_steps = planned_steps(params, len(sampler), first_timed)
+    marks["model_data_ready"] = time.time()
+
+    run = train_loop(model, optimizer, strategy, ctx, loader, sampler, total_steps, global_batch, first_timed=first_timed)
+    marks.update(warmup_done=run.timing_started, timed_steps_done=time.time())
+    if heartbeat is not None:
+        heartbeat.finishing()
+    bare = strategy.bare(model)
+    test = evaluate(bare, data, ranks, device, per_rank_batch)
+    marks["evaluation_done"] = time.time()
+    flat = models.flat_parameters(bare)
+    payload = {
+        "records": run.records,
+        "timed_wall_s": run.timed_wall_s,
+        "tail": run.tail(),
+        "test": test,
+        "peak_rss_mb": timers.peak_rss_mb(),
+        "cuda_max_allocated_mb": timers.cuda_max_allocated_mb(device),
+        "optimizer_state_bytes": strategy.optimizer_state_bytes(optimizer),
+        "cpu": run.cpu,
+        "started": {k: marks.get(k) for k in ("ranks_started", "imports_done")},
+    }
+    spread = rank_spread(flat)
+    extra = strategy.extra(model, ctx)
+    if params.profile_steps:  # after everything above has read the trained model
+        payload["profile"] = profile_steps(model, optimizer, strategy, ctx, loader, sampler, run.steps, global_batch, bare)
+    write_steps(out / f"steps_rank{ranks.rank}.csv", run.records)
+    payloads = gather_to_rank0(payload)
+    if ranks.rank != 0:
+        return None
+    # init_process_group waits for every rank: the last rank's start is the one that counts.
+    for mark in ("ranks_started", "imports_done"):
+        started = [p["started"][mark] for p in payloads if p["started"].get(mark) is not None]
+        if started:
+            marks[mark] = max(started)
+    if dump_params is not None:
+        dump_params.parent.mkdir(parents=True, exist_ok=True)
+        torch.save({k: v.detach().cpu() for k, v in bare.state_dict().items()}, dump_params)
+
+    timed_wall = max(p["timed_wall_s"] or 0.0 for p in payloads)
+    stats = run_output.step_statistics([p["records"] for p in payloads], timed_wall, len(data.train))
+    if params.profile_steps:
+        profiling.write_profile(out / "profile.csv", [row for p in payloads for row in p["profile"]["rows"]])
+        stats.update(profiling.summary_fields([p["profile"]["step_s"] for p in payloads], stats.get("step_time_median_s")))
+        stats["profile_wall_s"] = max(p["profile"]["wall_s"] for p in payloads)
+    loss_sum, correct, n = (sum(p["tail"][i] for p in payloads) for i in range(3))
+    t_loss, t_correct, t_n = (sum(p["test"][i] for p in payloads) for i in range(3))
+    cuda_mb = [p["cuda_max_allocated_mb"] for p in payloads if p["cuda_max_allocated_mb"] is not None]
+    rss = [p["peak_rss_mb"] for p in payloads]
+    stats.update(
+        global_batch=global_batch,
+        per_rank_batch=per_rank_batch,
+        wall_time_s=time.perf_counter() - t_start,
+        peak_rss_mb=max(rss),
+        peak_rss_mb_per_rank=rss,
+        cuda_max_allocated_mb=max(cuda_mb) if cuda_mb else None,
+        train_loss_final=loss_sum / n if n else None,
+        train_acc_final=correct / n if n else None,
+        test_loss=t_loss / t_n if t_n else None,
+        test_acc=t_correct / t_n if t_n else None,
+        param_norm=float(flat.norm()),
+    )
+    state_bytes = [p["optimizer_state_bytes"] for p in payloads]
+    short = stats["timed_steps"] < params.min_timed_steps or (stats.get("timed_wall_s") or 0.0) < params.min_timed_s
+    extra = {
+        "steps_per_epoch": len(sampler),
+        "first_timed_step": first_timed,
+        "steps_run": run.steps,
+        "measurement_short": short,  # max_steps or the timeout stopped it before the minimums
+        "comm_volume": strategy.comm_volume,
+        "oversubscribed": device.type == "cpu" and oversubscribed(threads or 1, ranks.local_world),
+        "forked_from_threads": forked_from_threads,
+        "model_parameters": flat.numel(),
+        **dict(zip(("training_health", "training_health_reason"),
+                   run_output.training_health([r["loss"] for r in sorted(run.records, key=lambda r: r["step"])]))),  # fmt: skip
+        "param_rank_max_abs_diff": spread,
+        "optimizer_state_bytes": max(state_bytes),  # the largest rank's
+        "optimizer_state_bytes_total": sum(state_bytes),
+        **extra,
+        **(autobatch.extra(auto) if auto else {}),
+    }
+    if initial is not None:
+        extra.update(deviation_from_single(initial, bare, data, params, device, run.steps, global_batch))
+        extra["accuracy_reached"] = stats["test_acc"]
+    reason = "" if stats["timed_steps"] else "no timed steps: total steps <= 1 + warmup_steps"
+    backend = dist.get_backend() if dist.is_initialized() else None
+    env = sysinfo.environment(backend, threads, started=wall_clock(t_start))
+    env.update(loadavg_start=load_start, loadavg_end=sysinfo.loadavg())
+    env.update(sysinfo.other_cpu([p["cpu"] for p in payloads], timed_wall))
+    return run_output.make_summary("ok", reason, params.as_dict(), ranks.world, ranks.nodes, env, stats, extra)
+
+
+def deviation_from_single(
+    initial: torch.nn.Module,
+    trained: torch.nn.Module,
+    data: datamod.Data,
+    params: CellParams,
+    device: torch.device,
+    total_steps: int,
+    global_batch: int,
+) -> dict[str, Any]:
+    """Train `initial` as `single` would (one process, the same global batches, the bare
+    loop, untimed) and compare: the price in accuracy of an approximate strategy.
+
+    param_deviation_from_single: per tensor max|ours - single| / max|single|, the worst
+    tensor (the measure the exact strategies are tested with); ..._l2: ||ours - single||_2 /
+    ||single||_2 over all parameters; single_*: the replay's final train loss and test accuracy.
+    """
+    single = strategies.get("single")
+    ctx = Context(params, 0, 1, device, timers.CommMeter(), timers.Clock(device.type), instrument=False)
+    optimizer = single.make_optimizer(initial, ctx)
+    sampler = datamod.ShardedBatchSampler(len(data.train), global_batch, 0, 1, params.seed)
+    loader = datamod.train_loader(data, sampler, 0, pin_memory=False)
+    run = train_loop(initial, optimizer, single, ctx, loader, sampler, total_steps, global_batch)
+    ours = {k: v.detach() for k, v in trained.named_parameters()}
+    ref = {k: v.detach() for k, v in initial.named_parameters()}
+    worst = max(float((ours[k] - ref[k]).abs().max() / ref[k].abs().max().clamp_min(1e-12)) for k in ref)
+    a, b = models.flat_parameters(trained), models.flat_parameters(initial)
+    loss, _, n = run.tail()
+    _, t_correct, t_n = evaluate(initial, data, Ranks(), device, max(global_batch, 64))
+    return {
+        "param_deviation_from_single": worst,
+        "param_deviation_from_single_l2": float((a - b).norm() / b.norm().clamp_min(1e-12)),
+        "single_train_loss_final": loss / n if n else None,
+        "single_test_acc": t_correct / t_n if t_n else None,
+    }
+
+
+def profile_steps(model, optimizer, strategy, ctx, loader, sampler, step, global_batch, bare) -> dict[str, Any]:
+    """`profile_steps` more steps of this run under torch.profiler (ddpbench.run.profiling), after
+    its timed steps: one profiler warm-up step, then the recorded ones; none of them timed or
+    in steps_rank{R}.csv. The bare model's parameters and buffers are put back afterwards, so
+    what rank 0 saves or compares later is the model the timed run trained. Returns this
+    rank's profile.csv rows, its profiled steps' wall seconds and the whole profiling's wall."""
+    params = ctx.params
+    saved = {k: v.detach().clone() for k, v in bare.state_dict().items()}
+    start = time.perf_counter()
+
+    def run_steps(step_done):
+        end = step + 1 + params.profile_steps
+        return train_loop(model, optimizer, strategy, ctx, loader, sampler, end, global_batch, first_step=step,
+                          first_timed=end, on_step=step_done)  # fmt: skip
+
+    averages, result = profiling.profile(ctx.device.type, params.profile_steps, run_steps)
+    wall_s = time.perf_counter() - start
+    if ctx.heartbeat is not None:
+        ctx.heartbeat.finishing()  # a failure from here on is not in a training step
+    with torch.no_grad():
+        bare.load_state_dict(saved)
+    step_s = profiling.step_seconds(result.records)
+    mean_s = sum(step_s) / len(step_s) if step_s else 0.0
+    rows = profiling.rank_tables(averages, ctx.device.type, params.profile_steps, mean_s, ctx.rank)
+    return {"rows": rows, "step_s": step_s, "wall_s": wall_s}
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, data: datamod.Data, ranks: Ranks, device: torch.device, batch: int):
+    """This rank's share of the test set: (loss sum, correct, samples)."""
+    was_training = model.training
+    model.eval()
+    loss_sum, correct, n = 0.0, 0, 0
+    for x, y in datamod.test_batches(data, ranks.rank, ranks.world, max(batch, 64)):
+        x, y = x.to(device), y.to(device)
+        out = model(x)
+        loss_sum += float(torch.nn.functional.cross_entropy(out, y, reduction="sum"))
+        correct += int((out.argmax(1) == y).sum())
+        n += len(y)
+    model.train(was_training)
+    return loss_sum, correct, n
+
+
+def write_steps(path: Path, records: list[dict[str, Any]]) -> None:
+    """Atomically, like every output (safe_io): a failed write (a full disk) leaves no temporary."""
+    with safe_io.atomic_write(path, newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=run_output.STEP_COLUMNS)
+        writer.writeheader()
+        writer.writerows(records)

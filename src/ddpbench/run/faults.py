@@ -1,0 +1,56 @@
+"""Fault injection for the fault tests (tests/faults): a rank that fails, hangs, dies or is
+slow at a planned step, so that the launcher's diagnosis of each can be checked.
+
+DDPBENCH_INJECT="fail:RANK:STEP" raises in that rank at that step, "hang:RANK:STEP" makes it
+sleep (a stuck rank), "kill:RANK:STEP" SIGKILLs it, "oom:RANK:STEP" makes an allocation fail
+under an address-space limit, "grow:RANK:STEP" allocates until the kernel's out-of-memory
+killer stops it (run it in a memory-limited cgroup), "slow:RANK:MS" makes that rank's forward
+MS milliseconds longer in every step (rank imbalance), "fill:RANK:STEP" fills the filesystem
+of the file DDPBENCH_FILL names (another program filling the results disk; training goes on
+until a write fails). The training loop (ddpbench.run.loop) reads the plan once
+(`injection`) and calls `inject` at the start of the step (`slow` it applies itself).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+
+import torch
+
+
+def injection(rank: int) -> tuple[str, int] | None:
+    """This rank's planned fault from DDPBENCH_INJECT: (kind, step; MS for slow), or None."""
+    spec = os.environ.get("DDPBENCH_INJECT", "")
+    if not spec:
+        return None
+    kind, r, s = spec.split(":")
+    return (kind, int(s)) if int(r) == rank else None
+
+
+def inject(kind: str, rank: int, step: int) -> None:
+    """Cause fault `kind` now (every kind but `fill` ends in an exception or the rank's death)."""
+    if kind == "fill":
+        with open(os.environ["DDPBENCH_FILL"], "ab", buffering=0) as filler:
+            with contextlib.suppress(OSError):  # ENOSPC: the disk is full
+                while True:
+                    filler.write(b"\0" * 4096)
+        return
+    if kind == "hang":
+        time.sleep(10**6)
+    if kind == "kill":  # what the kernel's out-of-memory killer does
+        os.kill(os.getpid(), signal.SIGKILL)
+    if kind == "oom":  # a real failed allocation, under an address-space limit
+        import resource
+
+        held = int(open("/proc/self/statm").read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        resource.setrlimit(resource.RLIMIT_AS, (held + 2**28, resource.getrlimit(resource.RLIMIT_AS)[1]))
+        torch.empty(2**33, dtype=torch.uint8).fill_(1)
+    if kind == "grow":  # touch memory until the kernel's out-of-memory killer stops this rank
+        hog = []
+        while True:
+            hog.append(torch.ones(2**26, dtype=torch.uint8))
+    raise RuntimeError(f"injected failure (DDPBENCH_INJECT) in rank {rank} at step {step}")
+
