@@ -4,7 +4,7 @@ unit tests run against each, and a markdown report of the score and the survivor
 
     python scripts/mutation.py                                  # every module in MODULES
     python scripts/mutation.py --module src/ddpbench/results/aggregate.py --jobs 2
-    python scripts/mutation.py --module src/ddpbench/analysis.py --max-mutants 150
+    python scripts/mutation.py --module src/ddpbench/analysis/cost_model.py --max-mutants 150
 
 Why not mutmut: it mutates the checkout in place, and several people may share one
 working tree; this runner copies src/, tests/ and what the tests read into a temporary
@@ -42,9 +42,13 @@ COPIED = ("src", "tests", "pyproject.toml", "config.yaml", "configs", "workflow"
 MODULES: dict[str, dict] = {
     "src/ddpbench/results/aggregate.py": {"tests": ["tests/unit/test_aggregate.py"], "scope": None},
     "src/ddpbench/metrics.py": {"tests": ["tests/unit/test_metrics.py", "tests/unit/test_train.py"], "scope": None},
-    "src/ddpbench/analysis.py": {
-        "tests": ["tests/unit/test_analysis.py", "tests/unit/test_interval_coverage.py"],
-        "scope": None,
+    **{
+        f"src/ddpbench/analysis/{name}.py": {
+            "tests": ["tests/unit/test_analysis.py", "tests/unit/test_interval_coverage.py"]
+            + (["tests/unit/test_links.py"] if name == "links" else []),
+            "scope": None,
+        }
+        for name in ("tables", "intervals", "health", "cells", "scaling", "fits", "cost_model", "links", "breakdowns")
     },
     # The byte/call accounting only: the hooks' default bodies are exercised by the
     # integration tests (torchrun), not by unit tests.

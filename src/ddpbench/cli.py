@@ -1,6 +1,6 @@
 """The `ddpbench` console command: one subcommand per `python -m ddpbench.<module>` entry point.
 
-`ddpbench compare BASE NEW` runs exactly what `python -m ddpbench.report.compare BASE NEW` runs: the
+`ddpbench compare BASE NEW` runs exactly what `python -m ddpbench.report.compare_page BASE NEW` runs: the
 module's `main(argv)` with the remaining arguments. Adding a subcommand is one line in
 SUBCOMMANDS (name -> (module, one-line help)); the module needs a `main(argv) -> int`. Modules
 are imported only when their subcommand runs, so `ddpbench --help` stays fast and a module
@@ -14,7 +14,7 @@ import sys
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "models": ("plan.catalog", "each model's parameters, gradient bytes, FLOPs per sample and strategies; each dataset"),
-    "compare": ("report.compare", "did a change make training faster or slower? two result sets, cell by cell"),
+    "compare": ("report.compare_page", "did a change make training faster or slower? two result sets, cell by cell"),
     "report": ("report.build", "statistics, fits, figures, HTML and PDF report from runs.csv"),
     "aggregate": ("results.aggregate", "merge run folders into runs.csv and steps.csv"),
     "status": ("plan.status", "which runs are stale (other code, settings or lock); --rerun redoes them"),

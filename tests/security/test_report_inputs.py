@@ -23,6 +23,7 @@ from report_synth import make_runs, make_steps
 
 from ddpbench.results import aggregate
 from ddpbench.report import build as report
+from ddpbench.report import render
 from ddpbench.core.params import CellParams
 
 LATEXMK = shutil.which("latexmk")
@@ -64,7 +65,7 @@ def test_failed_pdf_leaves_its_log_in_the_out_folder_and_runs_no_shell(tmp_path)
     tex = tmp_path / "out" / "report.tex"
     tex.parent.mkdir()
     tex.write_text("\\documentclass{article}\\begin{document}\\undefinedmacro\\end{document}\n")
-    made, msg = report.compile_pdf(tex, timeout=120)
+    made, msg = render.compile_pdf(tex, timeout=120)
     assert not made and str(tex.with_suffix(".log")) in msg
     log = tex.with_suffix(".log").read_text(errors="replace")
     assert "undefinedmacro" in log

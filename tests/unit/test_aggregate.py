@@ -182,6 +182,7 @@ def test_a_failed_run_without_step_files_is_not_damaged(tmp_path):
 
 def test_the_timeline_becomes_columns_and_old_summaries_without_one_still_aggregate(tmp_path):
     from ddpbench import analysis
+    from ddpbench.analysis.cells import TIMELINE_COLUMNS
     from ddpbench.core import run_output
 
     new = json.loads(make_run(tmp_path, "ddp", 2, 0).read_text())
@@ -200,7 +201,7 @@ def test_the_timeline_becomes_columns_and_old_summaries_without_one_still_aggreg
     only_old = analysis.cell_stats(analysis.load_runs_frame(analysis.load_runs(tmp_path / "runs.csv").iloc[[1]]))
     assert np.isnan(only_old.iloc[0]["fixed_cost_s"]) and np.isnan(only_old.iloc[0]["timeline_setup_s"])
     older = analysis.load_runs(tmp_path / "runs.csv").drop(columns=[c for c in rows[0] if "timeline" in c or "fixed" in c])
-    assert set(analysis.TIMELINE_COLUMNS) <= set(analysis.cell_stats(older).columns)  # the columns always exist
+    assert set(TIMELINE_COLUMNS) <= set(analysis.cell_stats(older).columns)  # the columns always exist
 
 
 def test_profile_table_only_when_a_run_was_profiled_and_a_stale_one_goes(tmp_path):

@@ -9,13 +9,32 @@ from scipy import optimize, stats
 from report_synth import make_comm, make_runs
 
 from ddpbench import analysis as A
+from ddpbench.analysis.cells import NO_COMPARISON
+from ddpbench.analysis.cost_model import (
+    _cost_bootstrap,
+    _cost_core,
+    _percentiles,
+    comm_volume_law,
+    effective_message_bytes,
+    fit_comm_sweep,
+    fit_cost_model,
+    fit_latency_bandwidth,
+    nnls2,
+    ring_factor,
+    volume_factor,
+)
+from ddpbench.analysis.fits import _t_interval, fit_amdahl, fit_gustafson, karp_flatt, r_squared
+from ddpbench.analysis.health import NO_INTERVAL
+from ddpbench.analysis.intervals import metric_interval, order_stat_interval
+from ddpbench.analysis.scaling import _baseline_step_time
+from ddpbench.analysis.tables import _several_texts
 
 
 def test_amdahl_recovers_serial_fraction_with_3pct_noise():
     rng = np.random.default_rng(1)
     p = np.arange(1, 17)
     t = A.amdahl_time(p, 10.0, 0.1) * (1 + 0.03 * rng.standard_normal(p.size))
-    fit = A.fit_amdahl(p, t)
+    fit = fit_amdahl(p, t)
     f = fit.params["f"]
     assert abs(f.estimate - 0.1) <= 0.02
     assert f.low < 0.1 < f.high
@@ -29,13 +48,13 @@ def test_amdahl_interval_coverage_is_roughly_nominal():
     for seed in range(100):
         rng = np.random.default_rng(seed)
         t = A.amdahl_time(p, 10.0, 0.1) * (1 + 0.03 * rng.standard_normal(p.size))
-        f = A.fit_amdahl(p, t).params["f"]
+        f = fit_amdahl(p, t).params["f"]
         hits += f.low <= 0.1 <= f.high
     assert hits >= 85
 
 
 def test_amdahl_with_too_few_points_says_so():
-    out = A.fit_amdahl([1, 2], [1.0, 0.6])
+    out = fit_amdahl([1, 2], [1.0, 0.6])
     assert isinstance(out, str) and out.startswith("too few points")
 
 
@@ -43,7 +62,7 @@ def test_gustafson_recovers_alpha():
     rng = np.random.default_rng(2)
     p = np.repeat([1, 2, 4, 8, 16], 3)
     s = A.gustafson_speedup(p, 0.2) * (1 + 0.02 * rng.standard_normal(p.size))
-    fit = A.fit_gustafson(p, s)
+    fit = fit_gustafson(p, s)
     alpha = fit.params["alpha"]
     assert abs(alpha.estimate - 0.2) < 0.03
     assert alpha.low < 0.2 < alpha.high
@@ -51,17 +70,17 @@ def test_gustafson_recovers_alpha():
 
 def test_karp_flatt_hand_values():
     # S = 1.6 at p = 2: (1/1.6 - 1/2)/(1 - 1/2) = 0.25; perfect speedup gives 0; S = 1 gives 1.
-    assert A.karp_flatt(1.6, 2) == pytest.approx(0.25)
-    assert A.karp_flatt(4.0, 4) == pytest.approx(0.0)
-    assert A.karp_flatt(1.0, 8) == pytest.approx(1.0)
+    assert karp_flatt(1.6, 2) == pytest.approx(0.25)
+    assert karp_flatt(4.0, 4) == pytest.approx(0.0)
+    assert karp_flatt(1.0, 8) == pytest.approx(1.0)
     # Exact Amdahl data give back f at every p.
     p = np.array([2, 4, 8, 16])
     s = 1 / (0.1 + 0.9 / p)
-    np.testing.assert_allclose(A.karp_flatt(s, p), 0.1)
+    np.testing.assert_allclose(karp_flatt(s, p), 0.1)
 
 
 def test_latency_bandwidth_fit_from_sweep():
-    fit = A.fit_comm_sweep(make_comm(alpha=50e-6, bandwidth=2e9))
+    fit = fit_comm_sweep(make_comm(alpha=50e-6, bandwidth=2e9))
     row = fit.iloc[0]
     assert row["alpha_s"] == pytest.approx(50e-6, rel=1e-3)
     assert row["bandwidth_Bps"] == pytest.approx(2e9, rel=1e-3)
@@ -122,7 +141,7 @@ def test_configured_baseline_strategy_is_used():
 
 
 def test_one_value_gives_no_interval():
-    for iv in (A.log_t_interval([3.0]), A.order_stat_interval([3.0]), A.welch_log_ratio([3.0], [1.0, 2.0])):
+    for iv in (A.log_t_interval([3.0]), order_stat_interval([3.0]), A.welch_log_ratio([3.0], [1.0, 2.0])):
         assert np.isnan(iv.low) and np.isnan(iv.high) and np.isnan(iv.level)
     assert A.log_t_interval([3.0]).estimate == 3.0
 
@@ -140,9 +159,9 @@ def test_order_statistic_interval_levels_and_ranks():
     assert A.order_stat_rank(3) == (1, 0.75)
     assert A.order_stat_rank(5) == (1, 0.9375)
     assert A.order_stat_rank(9) == (2, pytest.approx(1 - 2 * 10 / 512))
-    iv = A.order_stat_interval([5.0, 1.0, 3.0, 2.0, 4.0])
+    iv = order_stat_interval([5.0, 1.0, 3.0, 2.0, 4.0])
     assert (iv.estimate, iv.low, iv.high, iv.level) == (3.0, 1.0, 5.0, 0.9375)
-    iv = A.order_stat_interval(np.arange(1.0, 10.0))
+    iv = order_stat_interval(np.arange(1.0, 10.0))
     assert (iv.low, iv.high) == (2.0, 8.0)
 
 
@@ -210,7 +229,7 @@ def test_cost_model_recovers_its_parameters_from_measured_communication():
         step = t_comp / p + comm + t_sync
         rows.append(dict(world_size=p, device="cpu", timed_steps=10, step_time_mean_s=step, phase_comm_s=10 * comm,
                          comm_calls_per_step=calls if p > 1 else 0, comm_bytes_per_step=sent))  # fmt: skip
-    fit = A.fit_cost_model(pd.DataFrame(rows))
+    fit = fit_cost_model(pd.DataFrame(rows))
     assert fit.params["alpha_s"].estimate == pytest.approx(alpha, rel=1e-6)
     assert fit.params["bandwidth_gbps"].estimate == pytest.approx(bw / 1e9, rel=1e-6)
     assert fit.params["t_comp_s"].estimate == pytest.approx(t_comp, rel=1e-6)
@@ -282,7 +301,7 @@ def test_unstable_cell_names_every_likely_cause():
 
 def test_one_repeat_has_no_stability_verdict():
     c = A.cell_stats(_cell([1000.0])).iloc[0]
-    assert not c["unstable"] and c["unstable_cause"] == A.NO_INTERVAL and np.isnan(c["throughput_rel_ci"])
+    assert not c["unstable"] and c["unstable_cause"] == NO_INTERVAL and np.isnan(c["throughput_rel_ci"])
 
 
 def test_speedup_is_unstable_when_its_baseline_is():
@@ -327,7 +346,7 @@ def test_comparisons_pair_only_equal_settings_and_world_sizes():
     assert sorted(map(tuple, cmp[["world_size", "strategy_a", "strategy_b"]].values.tolist())) == [
         (2, "a", "b"), (2, "a", "c"), (2, "b", "c"), (4, "a", "b")]  # fmt: skip
     p4 = cmp[cmp["world_size"] == 4].iloc[0]
-    assert p4["verdict"] == A.NO_COMPARISON and p4["n_b"] == 1
+    assert p4["verdict"] == NO_COMPARISON and p4["n_b"] == 1
 
 
 def _cost_rows(factor, m=4e6, alpha=1e-3, bw=1e9, calls=4, t_comp=1.0, t_sync=0.01, sizes=(1, 2, 4, 8), law=None):
@@ -346,9 +365,9 @@ def test_cost_model_scales_gather_scatter_bytes_as_p_minus_1():
     # not the ring all-reduce's 2·31/32·M ≈ 1.9·M (about 3.9·M as the old fit scaled it).
     m, alpha, bw, calls, t_comp, t_sync = 4e6, 1e-3, 1e9, 4, 1.0, 0.01
     df = _cost_rows(lambda p: p - 1, law="gather_scatter")
-    assert A.comm_volume_law(df) == "gather_scatter"
-    assert A.effective_message_bytes(df[df["world_size"] > 1], "gather_scatter") == pytest.approx(m)
-    fit = A.fit_cost_model(df)
+    assert comm_volume_law(df) == "gather_scatter"
+    assert effective_message_bytes(df[df["world_size"] > 1], "gather_scatter") == pytest.approx(m)
+    fit = fit_cost_model(df)
     assert fit.params["bandwidth_gbps"].estimate == pytest.approx(bw / 1e9, rel=1e-6)
     assert fit.predict(32) == pytest.approx(t_comp / 32 + alpha * calls + 31 * m / bw + t_sync, rel=1e-6)
     assert "gather_scatter" in fit.note
@@ -356,10 +375,10 @@ def test_cost_model_scales_gather_scatter_bytes_as_p_minus_1():
 
 def test_cost_model_without_a_volume_column_assumes_allreduce():
     df = _cost_rows(lambda p: 2 * (p - 1) / p)
-    assert A.comm_volume_law(df) == "allreduce"
-    assert A.fit_cost_model(df).predict(32) == pytest.approx(1.0 / 32 + 4e-3 + 2 * 31 / 32 * 4e6 / 1e9 + 0.01)
+    assert comm_volume_law(df) == "allreduce"
+    assert fit_cost_model(df).predict(32) == pytest.approx(1.0 / 32 + 4e-3 + 2 * 31 / 32 * 4e6 / 1e9 + 0.01)
     zero = _cost_rows(lambda p: 3 * (p - 1) / p, law="allreduce_allgather")
-    assert A.fit_cost_model(zero).predict(32) == pytest.approx(1.0 / 32 + 4e-3 + 3 * 31 / 32 * 4e6 / 1e9 + 0.01)
+    assert fit_cost_model(zero).predict(32) == pytest.approx(1.0 / 32 + 4e-3 + 3 * 31 / 32 * 4e6 / 1e9 + 0.01)
 
 
 # -- laws against numbers worked by hand --------------------------------------------------------
@@ -378,37 +397,37 @@ def test_gustafson_speedup_by_hand():
 
 
 def test_ring_factor_by_hand():
-    np.testing.assert_allclose(A.ring_factor([2, 4, 8]), [1.0, 1.5, 1.75])  # 2(p − 1)/p
+    np.testing.assert_allclose(ring_factor([2, 4, 8]), [1.0, 1.5, 1.75])  # 2(p − 1)/p
 
 
 def test_karp_flatt_of_a_sublinear_speedup_by_hand():
     # S = 2.5 at p = 4: (0.4 − 0.25)/(1 − 0.25) = 0.2.
-    assert A.karp_flatt(2.5, 4) == pytest.approx(0.2)
-    np.testing.assert_allclose(A.karp_flatt([2.5, 3.2], [4, 8]), [0.2, (1 / 3.2 - 1 / 8) / (7 / 8)])
+    assert karp_flatt(2.5, 4) == pytest.approx(0.2)
+    np.testing.assert_allclose(karp_flatt([2.5, 3.2], [4, 8]), [0.2, (1 / 3.2 - 1 / 8) / (7 / 8)])
 
 
 def test_volume_factors_used_by_the_cost_model_by_hand():
-    assert A.volume_factor("allreduce", 4) == pytest.approx(1.5)
-    assert A.volume_factor("gather_scatter", 4) == pytest.approx(3.0)
-    assert A.volume_factor("allreduce_allgather", 4) == pytest.approx(2.25)
-    assert A.volume_factor("point_to_point", 4) == pytest.approx(1.0)
-    assert A.volume_factor("none", 4) == 0
+    assert volume_factor("allreduce", 4) == pytest.approx(1.5)
+    assert volume_factor("gather_scatter", 4) == pytest.approx(3.0)
+    assert volume_factor("allreduce_allgather", 4) == pytest.approx(2.25)
+    assert volume_factor("point_to_point", 4) == pytest.approx(1.0)
+    assert volume_factor("none", 4) == 0
     multi = pd.DataFrame(dict(world_size=[2, 4, 4], comm_bytes_per_step=[3e6, 9e6, 9.6e6]))
     # bytes / (p − 1): 3, 3, 3.2 MB -> median 3 MB
-    assert A.effective_message_bytes(multi, "gather_scatter") == pytest.approx(3e6)
+    assert effective_message_bytes(multi, "gather_scatter") == pytest.approx(3e6)
 
 
 # -- fits: exact recovery and interval widths by hand ----------------------------------------------
 
 
 def test_amdahl_fit_recovers_exact_parameters_from_noise_free_times():
-    fit = A.fit_amdahl([1, 2, 4], [10.0, 6.0, 4.0])  # 10·(0.2 + 0.8/p): 3 distinct p is enough
+    fit = fit_amdahl([1, 2, 4], [10.0, 6.0, 4.0])  # 10·(0.2 + 0.8/p): 3 distinct p is enough
     assert fit.params["f"].estimate == pytest.approx(0.2, abs=1e-8)
     assert fit.params["t1_s"].estimate == pytest.approx(10.0, rel=1e-8)
     assert fit.params["f"].high - fit.params["f"].low == pytest.approx(0, abs=1e-6)
     assert fit.n_points == 3 and fit.r2 == pytest.approx(1.0)
     assert fit.predict(16) == pytest.approx(2.5)  # 10·(0.2 + 0.8/16)
-    sub_second = A.fit_amdahl([1, 2, 4], [0.5, 0.3, 0.2])  # T(1) below 1 s is no lower bound's business
+    sub_second = fit_amdahl([1, 2, 4], [0.5, 0.3, 0.2])  # T(1) below 1 s is no lower bound's business
     assert (sub_second.params["t1_s"].estimate, sub_second.params["f"].estimate) == pytest.approx((0.5, 0.2), rel=1e-6)
 
 
@@ -428,7 +447,7 @@ NOISY_P, NOISY_T = [1, 2, 4, 8, 16], [10.3, 5.8, 4.1, 2.9, 2.55]  # 10·(0.2 + 0
 
 def test_amdahl_interval_is_the_t_interval_with_n_minus_2_dof():
     (t1, f), half = _amdahl_by_hand(NOISY_P, NOISY_T, 0.95)
-    fit = A.fit_amdahl(NOISY_P, NOISY_T)
+    fit = fit_amdahl(NOISY_P, NOISY_T)
     pf, pt = fit.params["f"], fit.params["t1_s"]
     assert pf.estimate == pytest.approx(f, rel=1e-6) and pt.estimate == pytest.approx(t1, rel=1e-6)
     assert (pf.low, pf.high) == pytest.approx((f - half[1], f + half[1]), rel=1e-6)
@@ -439,7 +458,7 @@ def test_amdahl_interval_is_the_t_interval_with_n_minus_2_dof():
 
 
 def test_amdahl_interval_of_f_is_clipped_to_0_1():
-    fit = A.fit_amdahl([1, 2, 4, 8], [10.0, 10.5, 9.5, 10.2])  # no speedup at all: f near 1
+    fit = fit_amdahl([1, 2, 4, 8], [10.0, 10.5, 9.5, 10.2])  # no speedup at all: f near 1
     (_, f), half = _amdahl_by_hand([1, 2, 4, 8], [10.0, 10.5, 9.5, 10.2], 0.95)
     assert f + half[1] > 1  # the unclipped interval leaves [0, 1] ...
     assert fit.params["f"].high == 1.0  # ... the reported one does not
@@ -447,7 +466,7 @@ def test_amdahl_interval_of_f_is_clipped_to_0_1():
 
 
 def test_t_interval_clips_a_rounding_negative_variance_to_zero():
-    lo, hi = A._t_interval(np.array([2.0, 3.0]), np.array([[-1e-20, 0.0], [0.0, 4.0]]), dof=3)
+    lo, hi = _t_interval(np.array([2.0, 3.0]), np.array([[-1e-20, 0.0], [0.0, 4.0]]), dof=3)
     q = stats.t.ppf(0.975, 3)
     np.testing.assert_allclose(lo, [2.0, 3.0 - 2 * q])
     np.testing.assert_allclose(hi, [2.0, 3.0 + 2 * q])
@@ -455,7 +474,7 @@ def test_t_interval_clips_a_rounding_negative_variance_to_zero():
 
 def test_gustafson_fit_by_hand_with_dof_n_above_1_minus_1():
     # p − S = α(p − 1) over p > 1: x = [1, 3, 7], y = [0.2, 1.0, 2.1]; α = Σxy/Σx² = 17.9/59.
-    fit = A.fit_gustafson([1, 2, 4, 8], [1.0, 1.8, 3.0, 5.9])
+    fit = fit_gustafson([1, 2, 4, 8], [1.0, 1.8, 3.0, 5.9])
     alpha = 17.9 / 59
     resid = np.array([0.2, 1.0, 2.1]) - alpha * np.array([1, 3, 7])
     se = np.sqrt(resid @ resid / 2 / 59)  # dof = 3 points above p = 1, minus 1 parameter
@@ -467,14 +486,14 @@ def test_gustafson_fit_by_hand_with_dof_n_above_1_minus_1():
 
 
 def test_gustafson_needs_two_distinct_worker_counts_above_1():
-    out = A.fit_gustafson([1, 2, 2], [1.0, 1.9, 1.8])
+    out = fit_gustafson([1, 2, 2], [1.0, 1.9, 1.8])
     assert isinstance(out, str) and out.startswith("too few points: 1 distinct")
-    fit = A.fit_gustafson([1, 2, 4], [1.0, 1.9, 3.7])  # exactly two: enough
+    fit = fit_gustafson([1, 2, 4], [1.0, 1.9, 3.7])  # exactly two: enough
     assert fit.params["alpha"].estimate == pytest.approx((0.1 + 3 * 0.3) / 10)  # x = [1, 3], y = [0.1, 0.3]
 
 
 def test_amdahl_with_two_distinct_worker_counts_is_refused_even_with_repeats():
-    out = A.fit_amdahl([1, 1, 2, 2], [10.0, 10.1, 6.0, 6.1])
+    out = fit_amdahl([1, 1, 2, 2], [10.0, 10.1, 6.0, 6.1])
     assert out == "too few points: 2 distinct worker counts, Amdahl needs 3"
 
 
@@ -540,24 +559,24 @@ def test_order_statistic_ranks_and_exact_levels_by_hand():
 
 
 def test_order_statistic_interval_of_ten_values():
-    iv = A.order_stat_interval([7.0, 1.0, 10.0, 3.0, 5.0, 2.0, 9.0, 4.0, 8.0, 6.0])
+    iv = order_stat_interval([7.0, 1.0, 10.0, 3.0, 5.0, 2.0, 9.0, 4.0, 8.0, 6.0])
     assert (iv.estimate, iv.low, iv.high, iv.level) == (5.5, 2.0, 9.0, 1 - 2 * 11 / 1024)
-    iv = A.order_stat_interval([3.0, 1.0, 2.0])
+    iv = order_stat_interval([3.0, 1.0, 2.0])
     assert (iv.estimate, iv.low, iv.high, iv.level) == (2.0, 1.0, 3.0, 0.75)
-    assert np.isnan(A.order_stat_interval([]).estimate)
+    assert np.isnan(order_stat_interval([]).estimate)
 
 
 def test_metric_interval_uses_log_t_for_timing_and_order_statistics_otherwise():
-    assert A.metric_interval("epoch_time_s", [1.0, 2.0, 4.0]).estimate == pytest.approx(2.0)  # geometric mean
-    assert A.metric_interval("frac_comm", [1.0, 2.0, 6.0]).estimate == 2.0  # median
-    assert A.metric_interval("samples_per_s", [1.0, 4.0]).estimate == pytest.approx(2.0)
-    assert A.metric_interval("step_time_median_s", [1.0, 4.0]).estimate == pytest.approx(2.0)
+    assert metric_interval("epoch_time_s", [1.0, 2.0, 4.0]).estimate == pytest.approx(2.0)  # geometric mean
+    assert metric_interval("frac_comm", [1.0, 2.0, 6.0]).estimate == 2.0  # median
+    assert metric_interval("samples_per_s", [1.0, 4.0]).estimate == pytest.approx(2.0)
+    assert metric_interval("step_time_median_s", [1.0, 4.0]).estimate == pytest.approx(2.0)
 
 
 def test_percentiles_take_order_statistics_at_the_level():
     draws = np.arange(1.0, 201.0)  # 2.5 % of 200: the 5th draw from either end, no interpolation
-    assert A._percentiles(draws) == (5.0, 196.0)
-    assert A._percentiles(draws, level=0.9) == (10.0, 191.0)
+    assert _percentiles(draws) == (5.0, 196.0)
+    assert _percentiles(draws, level=0.9) == (10.0, 191.0)
 
 
 def test_rel_halfwidth_by_hand():
@@ -646,8 +665,8 @@ def test_verdict_by_interval():
     assert A.verdict(A.Interval(0.5, 0.4, 0.99)) == "B faster"
     assert A.verdict(A.Interval(1.0, 1.0, 1.2)) == A.NO_DIFFERENCE  # touching 1 is no difference
     assert A.verdict(A.Interval(1.0, 0.8, 1.0)) == A.NO_DIFFERENCE
-    assert A.verdict(A.Interval(1.0, np.nan, 2.0)) == A.NO_COMPARISON
-    assert A.verdict(A.Interval(1.0, 2.0, np.nan)) == A.NO_COMPARISON
+    assert A.verdict(A.Interval(1.0, np.nan, 2.0)) == NO_COMPARISON
+    assert A.verdict(A.Interval(1.0, 2.0, np.nan)) == NO_COMPARISON
 
 
 def test_comparisons_skip_failed_and_untimed_runs():
@@ -715,14 +734,14 @@ def test_cost_model_bootstrap_intervals_bracket_noisy_repeats():
     runs = runs[runs["strategy"] == "ddp"].reset_index(drop=True)
     runs["step_time_mean_s"] *= np.tile([1.02, 0.98], 3)
     runs["phase_comm_s"] *= np.tile([0.95, 1.05], 3)
-    fit = A.fit_cost_model(runs, predict_at=(8,), n_boot=50)
+    fit = fit_cost_model(runs, predict_at=(8,), n_boot=50)
     for name in ("alpha_s", "t_comp_s", "t_sync_s"):
         iv = fit.params[name]
         assert iv.low < iv.high and iv.low <= iv.estimate <= iv.high, name
     pred = fit.predictions[8]
     assert pred.low < pred.estimate < pred.high
     # One repeat at one world size: no bootstrap, no intervals.
-    single = A.fit_cost_model(runs.drop(index=0), predict_at=(8,), n_boot=50)
+    single = fit_cost_model(runs.drop(index=0), predict_at=(8,), n_boot=50)
     assert np.isnan(single.params["t_comp_s"].low) and np.isnan(single.predictions[8].high)
 
 
@@ -730,25 +749,25 @@ def test_cost_model_takes_alpha_and_bandwidth_from_a_matching_sweep():
     runs = _scaling_runs()
     g = runs[runs["strategy"] == "ddp"].assign(device="cpu")
     sweep = pd.DataFrame(dict(device=["cpu"], alpha_s=[1e-3], bandwidth_Bps=[1e9]))
-    fit = A.fit_cost_model(g, sweep, predict_at=(8,), n_boot=20)
+    fit = fit_cost_model(g, sweep, predict_at=(8,), n_boot=20)
     assert fit.note.startswith("α and B from collective sweep")
     assert fit.params["alpha_s"].estimate == 1e-3 and np.isnan(fit.params["alpha_s"].low)
     assert np.isnan(fit.params["bandwidth_gbps"].high) and fit.params["t_comp_s"].low == pytest.approx(1.0)
     assert fit.params["t_comp_s"].estimate == pytest.approx(1.0) and fit.predictions[8].estimate == pytest.approx(0.146)
-    other = A.fit_cost_model(g, sweep.assign(device="cuda"), n_boot=20)
+    other = fit_cost_model(g, sweep.assign(device="cuda"), n_boot=20)
     assert other.note.startswith("α and B from the runs' measured communication")
 
 
 def test_cost_model_refusals():
     runs = _scaling_runs()
     g = runs[runs["strategy"] == "ddp"]
-    assert A.fit_cost_model(g.drop(columns="phase_comm_s")) == "no communication columns in runs.csv"
-    assert A.fit_cost_model(g[g["world_size"] < 4]) == "too few points: 2 distinct worker counts, the cost model needs 3"
-    assert A.fit_cost_model(g.assign(comm_bytes_per_step=0.0)) == "no measured communication"
-    no_volume = A.fit_cost_model(g.assign(extra_comm_volume="none"))
+    assert fit_cost_model(g.drop(columns="phase_comm_s")) == "no communication columns in runs.csv"
+    assert fit_cost_model(g[g["world_size"] < 4]) == "too few points: 2 distinct worker counts, the cost model needs 3"
+    assert fit_cost_model(g.assign(comm_bytes_per_step=0.0)) == "no measured communication"
+    no_volume = fit_cost_model(g.assign(extra_comm_volume="none"))
     assert no_volume == "communication measured but the strategy's volume law is 'none'"
     only_p2_timed = g.assign(phase_comm_s=[0.0, 0.0, 0.08, 0.0, 0.0, 0.0])  # one run with timed communication
-    assert A.fit_cost_model(only_p2_timed) == "too few points with communication to fit latency and bandwidth"
+    assert fit_cost_model(only_p2_timed) == "too few points with communication to fit latency and bandwidth"
 
 
 def test_baseline_step_time_matches_the_group_and_ignores_irrelevant_settings():
@@ -761,17 +780,17 @@ def test_baseline_step_time_matches_the_group_and_ignores_irrelevant_settings():
     ]  # fmt: skip
     runs = pd.DataFrame(rows, columns=["strategy", "world_size", "status", "batch_size", "bucket_mb", "step_time_mean_s"])
     info = {"strategy": "ddp", "batch_size": 64, "bucket_mb": 5.0}
-    assert A._baseline_step_time(runs, info, "single") == 2.0  # median of 1, 2, 6 (mean would be 3)
-    assert A._baseline_step_time(runs, {"strategy": "ddp", "batch_size": 128}, "single") == 40.0
-    assert A._baseline_step_time(runs, info, "ddp") == 7.0
-    assert A._baseline_step_time(runs, {"strategy": "ddp", "batch_size": 32}, "single") is None
+    assert _baseline_step_time(runs, info, "single") == 2.0  # median of 1, 2, 6 (mean would be 3)
+    assert _baseline_step_time(runs, {"strategy": "ddp", "batch_size": 128}, "single") == 40.0
+    assert _baseline_step_time(runs, info, "ddp") == 7.0
+    assert _baseline_step_time(runs, {"strategy": "ddp", "batch_size": 32}, "single") is None
     median_only = runs.rename(columns={"step_time_mean_s": "step_time_median_s"})
-    assert A._baseline_step_time(median_only, info, "single") == 2.0
+    assert _baseline_step_time(median_only, info, "single") == 2.0
 
 
 def test_cost_model_bootstrap_of_noise_free_repeats_collapses_on_the_point():
     g = _scaling_runs().query("strategy == 'ddp'")
-    fit = A.fit_cost_model(g, predict_at=(8, 16), n_boot=20)
+    fit = fit_cost_model(g, predict_at=(8, 16), n_boot=20)
     for name, value in (("alpha_s", 1e-3), ("bandwidth_gbps", 1.0), ("t_comp_s", 1.0), ("t_sync_s", 0.01)):
         iv = fit.params[name]
         assert (iv.estimate, iv.low, iv.high) == pytest.approx((value,) * 3, rel=1e-6), name
@@ -781,7 +800,7 @@ def test_cost_model_bootstrap_of_noise_free_repeats_collapses_on_the_point():
 def test_cost_model_with_an_unresolved_bandwidth_says_so():
     g = _scaling_runs().query("strategy == 'ddp'").assign(device="cpu")
     sweep = pd.DataFrame(dict(device=["cpu"], alpha_s=[1e-3], bandwidth_Bps=[np.inf]))  # latency only
-    fit = A.fit_cost_model(g, sweep, n_boot=20)
+    fit = fit_cost_model(g, sweep, n_boot=20)
     assert np.isnan(fit.params["bandwidth_gbps"].estimate) and fit.note.endswith("; bandwidth term not resolved")
     t_comp, t_sync = fit.params["t_comp_s"].estimate, fit.params["t_sync_s"].estimate
     assert float(fit.predict(8)) == pytest.approx(t_comp / 8 + 0.004 + t_sync)  # α·calls only, no byte term
@@ -789,21 +808,21 @@ def test_cost_model_with_an_unresolved_bandwidth_says_so():
 
 def test_latency_bandwidth_fit_by_hand_skips_zero_times():
     # t = α·calls + bytes/B with α = 1 ms, B = 1 GB/s; the p = 1 row (no communication) is left out.
-    alpha, bw = A.fit_latency_bandwidth([0, 4, 4], [0.0, 4e6, 6e6], [0.0, 0.008, 0.010])
+    alpha, bw = fit_latency_bandwidth([0, 4, 4], [0.0, 4e6, 6e6], [0.0, 0.008, 0.010])
     assert (alpha, bw) == pytest.approx((1e-3, 1e9))
-    assert A.fit_latency_bandwidth([0, 4], [0.0, 4e6], [0.0, 0.008]) is None  # one informative point
+    assert fit_latency_bandwidth([0, 4], [0.0, 4e6], [0.0, 0.008]) is None  # one informative point
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no bytes: B is infinite by decision, not by a division by zero
-        assert A.fit_latency_bandwidth([4, 4], [0.0, 0.0], [0.004, 0.004]) == (pytest.approx(1e-3), np.inf)
+        assert fit_latency_bandwidth([4, 4], [0.0, 0.0], [0.004, 0.004]) == (pytest.approx(1e-3), np.inf)
 
 
 def test_comm_sweep_of_nothing_is_empty():
-    assert A.fit_comm_sweep(None).empty and A.fit_comm_sweep(pd.DataFrame()).empty
+    assert fit_comm_sweep(None).empty and fit_comm_sweep(pd.DataFrame()).empty
 
 
 def test_comm_sweep_skips_a_device_without_all_reduce_and_fits_the_next():
     other = make_comm().assign(device="accel0", collective="broadcast")  # sorts before "cpu"
-    fit = A.fit_comm_sweep(pd.concat([other, make_comm(alpha=50e-6, bandwidth=2e9)], ignore_index=True))
+    fit = fit_comm_sweep(pd.concat([other, make_comm(alpha=50e-6, bandwidth=2e9)], ignore_index=True))
     assert fit["device"].tolist() == ["cpu"]
     assert (fit["alpha_s"].item(), fit["bandwidth_Bps"].item()) == pytest.approx((50e-6, 2e9), rel=1e-3)
 
@@ -829,9 +848,9 @@ def test_weak_scaling_gustafson_by_hand():
 
 
 def test_r2_by_hand():
-    assert A._r2([1.0, 2.0, 3.0], [1.0, 2.0, 4.0]) == pytest.approx(0.5)  # 1 − 1/2
-    assert A._r2([1.0, 2.0, 3.0], [2.0, 2.0, 2.0]) == pytest.approx(0.0)
-    assert np.isnan(A._r2([2.0, 2.0], [2.0, 2.0]))
+    assert r_squared([1.0, 2.0, 3.0], [1.0, 2.0, 4.0]) == pytest.approx(0.5)  # 1 − 1/2
+    assert r_squared([1.0, 2.0, 3.0], [2.0, 2.0, 2.0]) == pytest.approx(0.0)
+    assert np.isnan(r_squared([2.0, 2.0], [2.0, 2.0]))
 
 
 def test_load_runs_derives_epoch_time_and_status(tmp_path):
@@ -920,12 +939,12 @@ def test_cost_bootstrap_on_arrays_equals_resampling_each_world_size_and_refittin
     df["phase_comm_s"] *= 1 + 0.05 * rng.standard_normal(len(df))
     df = df.iloc[:-1]  # unequal repeats per world size
     sizes = df["world_size"].value_counts()
-    got = A._cost_bootstrap(df, sizes, None, "allreduce", (16, 32), 60, 3)
+    got = _cost_bootstrap(df, sizes, None, "allreduce", (16, 32), 60, 3)
     r = np.random.default_rng(3)
     groups = [np.flatnonzero(df["world_size"].to_numpy() == q) for q in sizes.index]
     want = []
     for _ in range(60):
-        c = A._cost_core(df.iloc[np.concatenate([r.choice(ix, size=len(ix)) for ix in groups])], None, "allreduce")
+        c = _cost_core(df.iloc[np.concatenate([r.choice(ix, size=len(ix)) for ix in groups])], None, "allreduce")
         want.append([c[0], c[1] / 1e9, c[2], c[3], c[4](16), c[4](32)])
     assert got.shape == (60, 6)
     # the same draws; the stacked solve sums in another order than one problem's: rounding apart
@@ -944,7 +963,7 @@ def test_nnls2_answers_as_scipy_nnls_on_stacked_problems():
     y[2] = -1.0  # no positive fit: x = 0
     w = (rng.random((400, n)) > 0.2).astype(float)
     w[:, :2] = 1.0
-    got = A.nnls2(a, y, w)
+    got = nnls2(a, y, w)
     for i in range(400):
         k = w[i] > 0
         want, _ = optimize.nnls(a[i, k], y[i, k])
@@ -954,7 +973,7 @@ def test_nnls2_answers_as_scipy_nnls_on_stacked_problems():
     # collinear columns: the one with the larger gradient takes the whole fit, either way round
     line = np.array([[1.0, 2.0], [2.0, 4.0], [3.0, 6.0]])
     for cols in (line, line[:, ::-1]):
-        np.testing.assert_allclose(A.nnls2(cols, np.ones(3)), optimize.nnls(cols, np.ones(3))[0], rtol=1e-12)
+        np.testing.assert_allclose(nnls2(cols, np.ones(3)), optimize.nnls(cols, np.ones(3))[0], rtol=1e-12)
 
 
 def test_comparisons_table_is_welch_log_ratio_and_stability_of_each_pair():
@@ -989,4 +1008,4 @@ def test_comparisons_table_is_welch_log_ratio_and_stability_of_each_pair():
                                     [1.0, 1.0000000000000002]])  # fmt: skip
 def test_varying_counts_values_as_their_text(values):
     s = pd.Series(values)
-    assert A._several_texts(s) == (s.astype(str).nunique() > 1)
+    assert _several_texts(s) == (s.astype(str).nunique() > 1)

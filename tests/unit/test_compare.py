@@ -1,4 +1,4 @@
-"""ddpbench.report.compare: two result sets, cell by cell, with intervals, a provenance diff and a CI gate."""
+"""ddpbench.analysis.compare and ddpbench.report.compare_page: two result sets, cell by cell, with intervals, a provenance diff and a CI gate."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from scipy import stats
 
 from ddpbench import analysis as A
 from ddpbench import PACKAGE_DIR, cli
-from ddpbench.report import compare as C
+from ddpbench.analysis import compare as C
+from ddpbench.analysis import compare_cells, provenance
+from ddpbench.report import compare_page as P
 from report_synth import make_runs
 
 pytestmark = pytest.mark.unit
@@ -71,17 +73,17 @@ def test_a_30_percent_slowdown_is_slower_and_trips_the_gate(tmp_path, capsys):
 
     b, n = write_set(tmp_path / "base", base), write_set(tmp_path / "new", new)
     out = tmp_path / "cmp"
-    assert C.main([str(b), str(n), "--out", str(out), "--fail-on-slowdown", "5%"]) == C.EXIT_GATE
+    assert P.main([str(b), str(n), "--out", str(out), "--fail-on-slowdown", "5%"]) == P.EXIT_GATE
     text = capsys.readouterr().out
     assert "GATE FAILED" in text and "strategy=ddp, world_size=4 -- samples_per_s: +30" in text
     assert (out / "comparison.csv").is_file() and (out / "comparison.html").is_file()
     table = pd.read_csv(out / "comparison.csv")
     assert table["gate_failed"].sum() == 3  # throughput, step time, epoch time: the metrics a bare 5% gates
     # per metric: only the named metric is gated
-    assert C.main([str(b), str(n), "--out", str(out), "--fail-on-slowdown", "exposed_comm_s=50%"]) == 0
-    assert C.main([str(b), str(n), "--out", str(out), "--fail-on-slowdown", "speedup=10%"]) == C.EXIT_GATE
+    assert P.main([str(b), str(n), "--out", str(out), "--fail-on-slowdown", "exposed_comm_s=50%"]) == 0
+    assert P.main([str(b), str(n), "--out", str(out), "--fail-on-slowdown", "speedup=10%"]) == P.EXIT_GATE
     # the console command is the same entry point
-    assert cli.main(["compare", str(b), str(n), "--no-files", "--fail-on-slowdown", "samples_per_s=0.05"]) == C.EXIT_GATE
+    assert cli.main(["compare", str(b), str(n), "--no-files", "--fail-on-slowdown", "samples_per_s=0.05"]) == P.EXIT_GATE
 
 
 def test_two_percent_inside_the_noise_is_no_detectable_difference_and_passes_the_gate(tmp_path, capsys):
@@ -92,7 +94,7 @@ def test_two_percent_inside_the_noise_is_no_detectable_difference_and_passes_the
     assert (cmp.matched["verdict"] == C.NO_DIFFERENCE).mean() > 0.8
     assert cmp.failed_gate.empty
     b, n = write_set(tmp_path / "base", base), write_set(tmp_path / "new", new)
-    assert C.main([str(b), str(n), "--out", str(tmp_path / "o"), "--fail-on-slowdown", "5%"]) == 0
+    assert P.main([str(b), str(n), "--out", str(tmp_path / "o"), "--fail-on-slowdown", "5%"]) == 0
     assert "Gate passed" in capsys.readouterr().out
 
 
@@ -136,12 +138,12 @@ def test_cells_on_one_side_only_are_listed(tmp_path, capsys):
         ("allreduce", 8, 64, "only in BASE"), ("ddp", 2, 128, "only in NEW")}  # fmt: skip
     # cells on both sides whose runs all failed or were skipped are listed too, never dropped
     never = cmp.unmatched[cmp.unmatched["present"] == "both"]
-    assert set(never["verdict"]) == {C.NONE_OK} and len(never) == 2
-    text = C.summary_text(cmp)
+    assert set(never["verdict"]) == {compare_cells.NONE_OK} and len(never) == 2
+    text = P.summary_text(cmp)
     assert "strategy=allreduce, world_size=8, batch_size=64: only in BASE" in text.replace("batch_size=64, ", "") or \
         "only in BASE" in text  # fmt: skip
     assert "only in NEW" in text and "failed" in text and "skipped" in text
-    html = C.render_html(cmp)
+    html = P.render_html(cmp)
     assert "only in BASE" in html and "only in NEW" in html
 
 
@@ -150,12 +152,12 @@ def test_the_provenance_diff_names_a_changed_torch_first(tmp_path, capsys):
     new["env_torch"] = "2.16.0"
     new["env_code_fingerprint"] = "f00d"
     base["env_code_fingerprint"] = "beef"
-    prov = C.provenance_diff(base, new)
+    prov = provenance.provenance_diff(base, new)
     torch = prov[prov["column"] == "env_torch"].iloc[0]
     assert torch["differs"] and torch["base"] == "2.15.0" and torch["new"] == "2.16.0"
     assert not prov[prov["column"] == "env_python"].iloc[0]["differs"]
     b, n = write_set(tmp_path / "b", base), write_set(tmp_path / "n", new)
-    assert C.main([str(b), str(n), "--no-files"]) == 0
+    assert P.main([str(b), str(n), "--no-files"]) == 0
     out = capsys.readouterr().out
     assert "torch: 2.15.0 -> 2.16.0" in out and "code fingerprint: beef -> f00d" in out
     assert out.index("torch: 2.15.0 -> 2.16.0") < out.index("NEW/BASE")  # before any number
@@ -169,7 +171,7 @@ def test_a_busy_side_is_named_next_to_the_numbers():
     cmp = C.compare_frames(A.load_runs_frame(base), A.load_runs_frame(new))
     assert len(cmp.warnings) == 1 and "NEW: " in cmp.warnings[0] and "busy machine" in cmp.warnings[0]
     assert "BASE: " not in cmp.warnings[0] and "60 %" in cmp.warnings[0]
-    assert "WARNING: NEW:" in C.summary_text(cmp) and "busy machine" in C.render_html(cmp)
+    assert "WARNING: NEW:" in P.summary_text(cmp) and "busy machine" in P.render_html(cmp)
 
 
 # -- bad input: named errors, exit 2, nothing written ------------------------------------------
@@ -208,9 +210,9 @@ def test_bad_inputs_give_named_errors_exit_2_and_write_nothing(tmp_path, capsys)
     for what, path, message in _bad_inputs(tmp_path / "in"):
         out = tmp_path / f"out-{re.sub(r'[^a-z]', '', what)}"
         for args in ([str(good), str(path)], [str(path), str(good)]):
-            code = C.main([*args, "--out", str(out), "--fail-on-slowdown", "5%"])
+            code = P.main([*args, "--out", str(out), "--fail-on-slowdown", "5%"])
             err = capsys.readouterr().err
-            assert code == C.EXIT_INPUT, (what, err)
+            assert code == P.EXIT_INPUT, (what, err)
             assert message in err, (what, err)
             if what != "no common cell" and not what.startswith("missing"):
                 assert str(path) in err, (what, err)
@@ -229,7 +231,7 @@ def test_the_page_is_self_contained_and_escapes_hostile_strings(tmp_path, capsys
     new["env_torch"] = '"><img src=x onerror=alert(1)>'
     new = slow_down(new, 1.3, new["strategy"] == HOSTILE)
     b, n = write_set(tmp_path / "b", base), write_set(tmp_path / "n", new)
-    assert C.main([str(b), str(n), "--out", str(tmp_path / "o"), "--fail-on-slowdown", "5%"]) == C.EXIT_GATE
+    assert P.main([str(b), str(n), "--out", str(tmp_path / "o"), "--fail-on-slowdown", "5%"]) == P.EXIT_GATE
     terminal = capsys.readouterr().out
     assert "\x1b" not in terminal and "<script>alert" in terminal  # escape sequences dropped, text kept
     html = (tmp_path / "o" / "comparison.html").read_text()
@@ -267,7 +269,7 @@ def test_cells_match_across_int_and_float_spellings():
 def test_two_groups_are_analysis_welch_log_ratio():
     rng = np.random.default_rng(3)
     a, b = np.exp(rng.normal(0, 0.05, 4)), np.exp(rng.normal(0.1, 0.02, 6))
-    mine, theirs = C.welch_log_sum([a, b], [1, -1]), A.welch_log_ratio(a, b)
+    mine, theirs = compare_cells.welch_log_sum([a, b], [1, -1]), A.welch_log_ratio(a, b)
     assert (mine.estimate, mine.low, mine.high) == pytest.approx((theirs.estimate, theirs.low, theirs.high), rel=1e-12)
 
 
@@ -358,8 +360,8 @@ def test_ignore_matches_cells_across_the_changed_setting_and_names_it_first(tmp_
     first = cmp.provenance.iloc[0]
     assert first["column"] == "bucket_mb" and first["differs"] and (first["base"], first["new"]) == ("25", "0.02")
     bs, ns = write_set(tmp_path / "b", base), write_set(tmp_path / "n", new)
-    assert C.main([str(bs), str(ns), "--no-files", "--ignore", "bucket_mb"]) == 0
+    assert P.main([str(bs), str(ns), "--no-files", "--ignore", "bucket_mb"]) == 0
     assert "bucket_mb (not matched on): 25 -> 0.02" in capsys.readouterr().out
-    assert C.main([str(bs), str(ns), "--no-files", "--ignore", "bucket_size"]) == C.EXIT_INPUT
+    assert P.main([str(bs), str(ns), "--no-files", "--ignore", "bucket_size"]) == P.EXIT_INPUT
     err = capsys.readouterr().err
     assert "--ignore bucket_size" in err and "not an axis" in err

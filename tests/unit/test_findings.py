@@ -6,8 +6,10 @@ import pytest
 from report_synth import make_runs
 
 from ddpbench import analysis
-from ddpbench.report import findings as F
-from ddpbench.report.findings import ANCHORS, KINDS, Finding, findings, pct_text, ratio_text, sig3
+from ddpbench.report.findings import Finding, findings
+from ddpbench.report.findings.common import ANCHORS, KINDS, key_text, key_texts
+from ddpbench.report.findings.phases import profile_findings
+from ddpbench.report.text import pct_text, ratio_text, sig3
 
 EMPTY = pd.DataFrame()
 
@@ -342,7 +344,7 @@ def test_column_keys_equal_the_per_value_key():
         pd.Series([np.nan, None], dtype=object),
     ]
     for s in columns:
-        assert list(F._keys(s)) == [F._key(v) for v in s], s.tolist()
+        assert list(key_texts(s)) == [key_text(v) for v in s], s.tolist()
 
 
 def test_the_profiler_finding_gives_each_cells_communication_share_and_the_profilers_cost():
@@ -351,12 +353,12 @@ def test_the_profiler_finding_gives_each_cells_communication_share_and_the_profi
     runs = make_runs(strategies=("single", "allreduce", "ddp"), world_sizes=(1, 2), repeats=2, failures=False,
                      others_at_1=False)  # fmt: skip
     runs["profile_overhead"] = np.linspace(-0.01, 0.05, len(runs))
-    (found,) = F.profile_findings(make_profile(runs), runs, ["strategy", "world_size"])
+    (found,) = profile_findings(make_profile(runs), runs, ["strategy", "world_size"])
     assert found.kind == "time" and found.anchor == "fig-profile"
     # rank 0: 0.25 + 0.05 of the step communicating, rank 1 10 % more: 31.5 % on average
     assert "31.5 % for allreduce at world size 2" in found.text and "31.5 % for ddp at world size 2" in found.text
     assert found.text.index("allreduce") < found.text.index("single")  # the most communicating first
     assert "0 % for single at world size 1" in found.text
     over = runs["profile_overhead"]
-    assert f"median {F.sig3(100 * over.median())} % over {len(runs)} runs" in found.text
-    assert F.profile_findings(None, runs, ["strategy"]) == [] and F.profile_findings(pd.DataFrame(), runs, []) == []
+    assert f"median {sig3(100 * over.median())} % over {len(runs)} runs" in found.text
+    assert profile_findings(None, runs, ["strategy"]) == [] and profile_findings(pd.DataFrame(), runs, []) == []

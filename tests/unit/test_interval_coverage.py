@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from ddpbench import analysis as A
+from ddpbench.analysis.intervals import t_halfwidth, welch_halfwidth
 
 SEED = 20240611
 CELLS = 4000  # simulated cells per repeat count
@@ -48,7 +49,7 @@ def min_coverage(level, n=CELLS):
 def log_t_coverage(n, reduce):
     rng = np.random.default_rng(SEED + n)
     y = np.log(per_run_values(rng, (CELLS, n), reduce=reduce))
-    half = A.t_halfwidth(y)
+    half = t_halfwidth(y)
     truth = np.log(true_median(reduce=reduce))
     return float(np.mean(np.abs(y.mean(axis=-1) - truth) <= half))
 
@@ -59,7 +60,7 @@ def welch_coverage(n_a, n_b):
     a = np.log(per_run_values(rng, (CELLS, n_a), scale=1.5))
     b = np.log(per_run_values(rng, (CELLS, n_b), sigma_run=2 * SIGMA_RUN))
     truth = np.log(true_median(scale=1.5) / true_median(sigma_run=2 * SIGMA_RUN))
-    half = A.welch_halfwidth(a, b)
+    half = welch_halfwidth(a, b)
     return float(np.mean(np.abs(a.mean(axis=-1) - b.mean(axis=-1) - truth) <= half))
 
 
@@ -116,11 +117,11 @@ def test_scalar_intervals_use_the_tested_cores():
     rng = np.random.default_rng(SEED)
     x, y = per_run_values(rng, (5,)), per_run_values(rng, (3,), scale=1.5)
     iv = A.log_t_interval(x)
-    half = A.t_halfwidth(np.log(x))
+    half = t_halfwidth(np.log(x))
     assert np.log(iv.high) - np.log(iv.estimate) == pytest.approx(half)
     assert iv.estimate == pytest.approx(np.exp(np.log(x).mean())) and iv.level == A.LEVEL
     r = A.welch_log_ratio(y, x)
-    assert np.log(r.high / r.estimate) == pytest.approx(A.welch_halfwidth(np.log(y), np.log(x)))
+    assert np.log(r.high / r.estimate) == pytest.approx(welch_halfwidth(np.log(y), np.log(x)))
 
 
 def test_report_quotes_the_measured_coverage():

@@ -3,14 +3,24 @@ latency-bandwidth fit per link, the bandwidth below which a strategy loses to on
 the finding and the report's Links section. Synthetic runs follow an exact alpha-beta model
 (report_synth.make_link_runs), so every fitted number has a known answer."""
 
+import matplotlib
 import numpy as np
 import pandas as pd
 import pytest
 from report_synth import LINK_COMM, make_link_runs, make_runs
 
 from ddpbench import analysis as A
+from ddpbench.analysis.links import NOMINAL, NOT_FITTED, crossing_bandwidth, fit_time_per_sample, link_rate_bps
 from ddpbench.report import findings as F
-from ddpbench.report import figures as plots, build as report
+from ddpbench.report.findings.links import link_findings
+from ddpbench.report.text import bandwidth_text
+from ddpbench.report import build as report
+from ddpbench.report.figures.kinds import draw_all
+from ddpbench.report.figures.layout import TITLES
+from ddpbench.report.figures.links import LINK_REF, bandwidth_tick
+from ddpbench.report.figures.marks import DODGE
+from ddpbench.report.figures.style import RC, plt
+from ddpbench.report.figures.tables import Data, figure_groups
 
 GBATCH = 64  # make_runs' default batch: global batch of every cell (strong scaling)
 COMPUTE_SHARE = 0.55  # make_link_runs' default
@@ -60,31 +70,31 @@ def test_one_proportion_of_calls_to_bytes_gives_no_alpha_and_says_why():
 
 
 def test_nominal_rate_from_the_setting_when_the_run_does_not_record_it():
-    assert A.link_rate_bps("100mbit") == 1e8
-    assert A.link_rate_bps("2.5gbit") == 2.5e9
-    assert A.link_rate_bps("500kbit") == 5e5
-    assert np.isnan(A.link_rate_bps("unshaped")) and np.isnan(A.link_rate_bps("none"))
-    runs = A.load_runs_frame(make_link_runs(strategies=("allreduce", "gather_scatter")).drop(columns=A.NOMINAL))
+    assert link_rate_bps("100mbit") == 1e8
+    assert link_rate_bps("2.5gbit") == 2.5e9
+    assert link_rate_bps("500kbit") == 5e5
+    assert np.isnan(link_rate_bps("unshaped")) and np.isnan(link_rate_bps("none"))
+    runs = A.load_runs_frame(make_link_runs(strategies=("allreduce", "gather_scatter")).drop(columns=NOMINAL))
     per_link = A.links_table(runs).set_index("link")
     assert per_link.loc["20mbit", "nominal_gbps"] == pytest.approx(0.02)
 
 
 def test_crossing_bandwidth_and_its_verdicts():
     # t(B) = 1 + 2/B against 2 per sample: equal at B = 2
-    assert A.crossing_bandwidth(1.0, 2.0, 2.0, 0.5, 10.0) == (2.0, A.LOSES_BELOW, False)
-    assert A.crossing_bandwidth(1.0, 2.0, 2.0, 3.0, 10.0) == (2.0, A.LOSES_BELOW, True)  # below the slowest link
-    cross, verdict, _ = A.crossing_bandwidth(2.5, 2.0, 2.0, 0.5, 10.0)
+    assert crossing_bandwidth(1.0, 2.0, 2.0, 0.5, 10.0) == (2.0, A.LOSES_BELOW, False)
+    assert crossing_bandwidth(1.0, 2.0, 2.0, 3.0, 10.0) == (2.0, A.LOSES_BELOW, True)  # below the slowest link
+    cross, verdict, _ = crossing_bandwidth(2.5, 2.0, 2.0, 0.5, 10.0)
     assert np.isnan(cross) and verdict == A.ALWAYS_LOSES  # slower even at unlimited bandwidth
-    cross, verdict, _ = A.crossing_bandwidth(1.0, 0.0, 2.0, 0.5, 10.0)
+    cross, verdict, _ = crossing_bandwidth(1.0, 0.0, 2.0, 0.5, 10.0)
     assert np.isnan(cross) and verdict == A.NEVER_LOSES  # nothing depends on the link
-    assert A.crossing_bandwidth(np.nan, 1.0, 2.0)[1] == A.NOT_FITTED
+    assert crossing_bandwidth(np.nan, 1.0, 2.0)[1] == NOT_FITTED
 
 
 def test_time_per_sample_fit_recovers_a_and_b():
     bw = np.array([0.02, 0.1, 1.0, 10.0])
-    a, b = A.fit_time_per_sample(bw, 0.3 + 0.7 / bw)
+    a, b = fit_time_per_sample(bw, 0.3 + 0.7 / bw)
     assert (a, b) == (pytest.approx(0.3), pytest.approx(0.7))
-    assert A.fit_time_per_sample([1.0, 1.0], [2.0, 2.1]) is None  # one bandwidth: no slope
+    assert fit_time_per_sample([1.0, 1.0], [2.0, 2.1]) is None  # one bandwidth: no slope
 
 
 def test_crossing_on_synthetic_links_is_the_known_one():
@@ -120,7 +130,7 @@ def test_a_strategy_on_one_link_is_not_fitted():
     runs = make_link_runs(strategies=("allreduce", "gather_scatter"))
     runs = runs[~((runs["strategy"] == "allreduce") & ~runs["link"].isin(["none", "1gbit"]))]
     cross = A.links_table(A.load_runs_frame(runs)).set_index("strategy")
-    assert cross.loc["allreduce", "verdict"] == A.NOT_FITTED and "one link" in cross.loc["allreduce", "note"]
+    assert cross.loc["allreduce", "verdict"] == NOT_FITTED and "one link" in cross.loc["allreduce", "note"]
     assert cross.loc["gather_scatter", "verdict"] == A.LOSES_BELOW
 
 
@@ -137,7 +147,7 @@ def test_a_strategy_s_own_settings_are_variants_not_separate_link_studies():
         ("allreduce", "bucket_mb=25.0"), ("allreduce", "bucket_mb=50.0"), ("gather_scatter", "")]
     slow, fast = (cross[cross["setting"] == f"bucket_mb={b}"]["crossing_gbps"].iloc[0] for b in ("50.0", "25.0"))
     assert slow > fast  # the slower variant needs a faster link to beat one process
-    out = F.link_findings(table)
+    out = link_findings(table)
     assert ", allreduce (bucket_mb=50.0) below ~" in out[0].text
 
 
@@ -182,35 +192,35 @@ def _data(runs):
     runs = A.load_runs_frame(runs)
     cells = A.cell_stats(runs)
     speed = A.speedup_table(runs)
-    return plots.Data(runs, cells, speed, A.fits_table(runs, speed, None, A.BASELINE_STRATEGY, 20))
+    return Data(runs, cells, speed, A.fits_table(runs, speed, None, A.BASELINE_STRATEGY, 20))
 
 
 def _link_figures(runs):
-    figs = [f for kind, *_, f in plots.draw_all(_data(runs), kinds=["link"])]
+    figs = [f for kind, *_, f in draw_all(_data(runs), kinds=["link"])]
     yield from figs
     for f in figs:
-        plots.plt.close(f)
+        plt.close(f)
 
 
 def test_link_figure_plots_throughput_and_communication_against_the_measured_bandwidth():
     runs = make_link_runs()
     (fig,) = list(_link_figures(runs))
-    assert fig.get_suptitle().startswith(plots.TITLES["link"])
+    assert fig.get_suptitle().startswith(TITLES["link"])
     axes = fig.axes
     assert [ax.get_ylabel() for ax in axes] == ["throughput [samples/s]", "communication per step [s]",
                                                 "exposed communication per step [s]"]  # fmt: skip
     assert all(ax.get_xscale() == "log" for ax in axes)
     # the single process's throughput as the dashed reference line
-    ref = [line for line in axes[0].get_lines() if line.get_label() == plots.LINK_REF]
+    ref = [line for line in axes[0].get_lines() if line.get_label() == LINK_REF]
     single = runs.loc[runs["strategy"] == "single", "samples_per_s"]
     assert ref and ref[0].get_ydata()[0] == pytest.approx(single.median(), rel=1e-6)
     # gather_scatter's communication per step at each link, at that link's bandwidth (dodged a little)
     line = next(ln for ln in axes[1].get_lines() if ln.get_label() == "strategy=gather_scatter")
     x, y = line.get_xdata(), line.get_ydata()
     calls, sent, _ = LINK_COMM["gather_scatter"]
-    assert y == pytest.approx(100e-6 * calls + sent * 8 / (np.asarray(x) / 2**plots.DODGE * 1e9), rel=1e-6)
-    assert sorted(np.asarray(x) / 2**plots.DODGE) == pytest.approx([0.0196, 0.097, 0.96, 9.8])
-    assert fig.legends and plots.LINK_REF in [t.get_text() for t in fig.legends[0].get_texts()]
+    assert y == pytest.approx(100e-6 * calls + sent * 8 / (np.asarray(x) / 2**DODGE * 1e9), rel=1e-6)
+    assert sorted(np.asarray(x) / 2**DODGE) == pytest.approx([0.0196, 0.097, 0.96, 9.8])
+    assert fig.legends and LINK_REF in [t.get_text() for t in fig.legends[0].get_texts()]
 
 
 def test_link_figure_labels_do_not_overlap_over_a_wide_range_of_links():
@@ -219,11 +229,11 @@ def test_link_figure_labels_do_not_overlap_over_a_wide_range_of_links():
     from test_plots import _texts  # the reader checks of every other figure
 
     links = {"unshaped": 18e9, "10gbit": 9.8e9, "1gbit": 0.95e9, "100mbit": 96e6, "20mbit": 19.5e6, "1mbit": 0.97e6}
-    with plots.matplotlib.rc_context(plots.RC):
-        ((*_, fig),) = list(plots.draw_all(_data(make_link_runs(links=links, noise=0.03)), kinds=["link"]))
+    with matplotlib.rc_context(RC):
+        ((*_, fig),) = list(draw_all(_data(make_link_runs(links=links, noise=0.03)), kinds=["link"]))
         fig.canvas.draw()
         boxes = [(t.get_text(), t.get_window_extent(fig.canvas.get_renderer())) for t in _texts(fig)]
-        plots.plt.close(fig)
+        plt.close(fig)
     assert any("Mbit/s" in text for text, _ in boxes) and any("Gbit/s" in text for text, _ in boxes)
     for (a, ba), (b, bb) in itertools.combinations(boxes, 2):
         assert min(ba.x1, bb.x1) - max(ba.x0, bb.x0) <= 1 or min(ba.y1, bb.y1) - max(ba.y0, bb.y0) <= 1, (a, b)
@@ -240,14 +250,14 @@ def test_link_figure_needs_two_links_and_links_are_not_figure_groups():
     assert not list(_link_figures(make_link_runs(links={"1gbit": 0.95e9})))
     d = _data(make_link_runs())
     assert "link" in A.varying(d.runs, A.axes(d.runs))
-    assert [label for label, *_ in plots.figure_groups(d)] == [""]
+    assert [label for label, *_ in figure_groups(d)] == [""]
 
 
 def test_bandwidth_labels():
-    assert plots.bandwidth_text(9.8) == "9.8 Gbit/s"
-    assert plots.bandwidth_text(0.1) == "100 Mbit/s"
-    assert F.bandwidth_text(0.0196) == "19.6 Mbit/s"
-    assert F.bandwidth_text(0.0005) == "500 kbit/s"
+    assert bandwidth_tick(9.8) == "9.8 Gbit/s"
+    assert bandwidth_tick(0.1) == "100 Mbit/s"
+    assert bandwidth_text(0.0196) == "19.6 Mbit/s"
+    assert bandwidth_text(0.0005) == "500 kbit/s"
 
 
 # -- finding --------------------------------------------------------------------------------------
@@ -257,7 +267,7 @@ def test_finding_names_each_strategy_s_crossing_and_links_the_figure():
     runs, table = _links(strategies=("allreduce", "gather_scatter"))
     out = [f for f in F.findings(runs, None, None, None, None, links=table) if f.kind == "link"]
     crossing = next(f for f in out if f.anchor == "fig-link")
-    gs, ar = (F.bandwidth_text(_expected_crossing(runs, s, 100e-6)) for s in ("gather_scatter", "allreduce"))
+    gs, ar = (bandwidth_text(_expected_crossing(runs, s, 100e-6)) for s in ("gather_scatter", "allreduce"))
     assert crossing.text.startswith("Over links of 19.6 Mbit/s to 9.80 Gbit/s (measured), ")
     assert f"gather_scatter loses to one process below ~{gs}, allreduce below ~{ar}" in crossing.text
     fit = next(f for f in out if f.anchor == "links")
@@ -279,7 +289,7 @@ def test_finding_says_which_never_beats_one_process_and_what_is_extrapolated():
     comm = dict(LINK_COMM, allreduce=(300, 4e6, False), ddp=(400, 4e6, False))
     runs, table = _links(comm=comm)
     (f,) = [f for f in F.findings(runs, None, None, None, None, links=table) if f.anchor == "fig-link"]
-    assert f"gather_scatter loses to one process below ~{F.bandwidth_text(_expected_crossing(runs, 'gather_scatter', 100e-6))}; allreduce and ddp never beat it, even at unlimited bandwidth (" in f.text
+    assert f"gather_scatter loses to one process below ~{bandwidth_text(_expected_crossing(runs, 'gather_scatter', 100e-6))}; allreduce and ddp never beat it, even at unlimited bandwidth (" in f.text
 
 
 def test_each_link_study_gets_its_crossing_before_any_fit_sentence():

@@ -15,7 +15,13 @@ import pytest
 from report_synth import make_comm, make_profile, make_runs, make_steps
 
 from ddpbench import analysis as A
-from ddpbench.report import figures as plots
+from ddpbench.report.figures.breakdown import PROFILE_COLORS, PROFILE_TOP
+from ddpbench.report.figures.kinds import KINDS, ON_REQUEST, draw_all, kinds_for
+from ddpbench.report.figures.layout import MAX_LEGEND, MAX_PANELS, MAX_PARTS, MAX_SERIES, TITLES, thin_panels
+from ddpbench.report.figures.pool import make_figures, workers
+from ddpbench.report.figures.sizes import AUTO_LABEL, fig_memory_vs_batch
+from ddpbench.report.figures.style import MIN_FONT_PT, RC, plt, strategy_style
+from ddpbench.report.figures.tables import Data, figure_groups, group_axes
 
 MANY = ("single", "ddp", "allreduce", "ddp_fp16", "powersgd", "local_sgd", "zero", "ring_allreduce", "gather_scatter",
         "bucketed_allreduce", "pipeline")  # fmt: skip
@@ -26,30 +32,30 @@ def _data(runs):
     speed = A.speedup_table(runs, A.BASELINE_STRATEGY, A.MAX_REL_CI)
     fits = A.fits_table(runs, speed, make_comm(), A.BASELINE_STRATEGY, 50)
     steps = make_steps(runs[(runs["repeat"] == 0) & (runs["status"] == "ok")], n_steps=5)
-    return plots.Data(runs, cells, speed, fits, steps, make_comm(), profile=make_profile(runs))
+    return Data(runs, cells, speed, fits, steps, make_comm(), profile=make_profile(runs))
 
 
 @pytest.fixture(scope="module")
 def many():
     """Eleven strategies, p = 1, 2, 4, batch 32 and 64, two dataset sizes: far more series than one panel holds."""
     runs = make_runs(strategies=MANY, world_sizes=(1, 2, 4), batch_sizes=(32, 64), dataset_sizes=(2048, 4096), repeats=2)
-    with plots.matplotlib.rc_context(plots.RC):
-        figs = list(plots.draw_all(_data(runs), plots.KINDS))  # the kinds drawn on request too
+    with matplotlib.rc_context(RC):
+        figs = list(draw_all(_data(runs), KINDS))  # the kinds drawn on request too
         for *_, fig in figs:
             fig.canvas.draw()
         yield figs
     for *_, fig in figs:
-        plots.plt.close(fig)
+        plt.close(fig)
 
 
 @pytest.fixture(scope="module")
 def main_job():
     """The default main job's shape: six strategies at p = 1 and 2, two batch sizes."""
     runs = make_runs(strategies=MANY[:6], world_sizes=(1, 2), batch_sizes=(32, 64), repeats=3)
-    figs = list(plots.draw_all(_data(runs)))
+    figs = list(draw_all(_data(runs)))
     yield figs
     for *_, fig in figs:
-        plots.plt.close(fig)
+        plt.close(fig)
 
 
 def _texts(fig):
@@ -68,7 +74,7 @@ def _texts(fig):
 
 def test_every_kind_is_drawn_and_split_parts_are_named(many):
     kinds = {k for k, *_ in many}
-    assert kinds == set(plots.KINDS) - {"link"}  # link needs two-node cells over links: test_links.py
+    assert kinds == set(KINDS) - {"link"}  # link needs two-node cells over links: test_links.py
     stems = [stem for _, _, stem, _, _ in many]
     assert len(stems) == len(set(stems))
     assert "speedup" in stems and "speedup_2" in stems  # the first part keeps the stable name
@@ -77,17 +83,17 @@ def test_every_kind_is_drawn_and_split_parts_are_named(many):
 def test_legends_have_at_most_ten_entries_and_panels_eight_series(many):
     for kind, _, stem, _, fig in many:
         assert len(fig.legends) == 1, stem  # one shared legend, outside the panels
-        assert len(fig.legends[0].get_texts()) <= plots.MAX_LEGEND, stem
+        assert len(fig.legends[0].get_texts()) <= MAX_LEGEND, stem
         assert not any(ax.get_legend() for ax in fig.axes), stem
         for ax in fig.axes:
             series = {lab for lab in ax.get_legend_handles_labels()[1] if lab.startswith(("strategy=", "p="))}
-            assert len(series) <= plots.MAX_SERIES, (stem, ax.get_title())
-        assert len(fig.axes) <= plots.MAX_PANELS, stem
+            assert len(series) <= MAX_SERIES, (stem, ax.get_title())
+        assert len(fig.axes) <= MAX_PANELS, stem
 
 
 def test_titles_and_axis_labels_everywhere(many):
     for kind, _, stem, _, fig in many:
-        assert fig.get_suptitle().startswith(plots.TITLES[kind]), stem
+        assert fig.get_suptitle().startswith(TITLES[kind]), stem
         for ax in fig.axes:
             assert ax.get_title(), stem
             assert ax.get_ylabel() or fig.get_supylabel(), stem
@@ -96,7 +102,7 @@ def test_titles_and_axis_labels_everywhere(many):
 
 def test_no_text_below_eight_points(many):
     for *_, stem, _, fig in many:
-        small = [(t.get_text(), t.get_fontsize()) for t in _texts(fig) if t.get_fontsize() < plots.MIN_FONT_PT]
+        small = [(t.get_text(), t.get_fontsize()) for t in _texts(fig) if t.get_fontsize() < MIN_FONT_PT]
         assert not small, (stem, small[:5])
 
 
@@ -146,9 +152,9 @@ def test_one_world_size_is_drawn_dodged_not_stacked(main_job):
 
 
 def test_strategy_style_is_fixed_and_odd_names_get_one():
-    assert plots.strategy_style("ddp") == plots.strategy_style("ddp")
-    assert plots.strategy_style("single")["color"] == "black"
-    assert plots.strategy_style("no such strategy $x$")["color"] == plots.strategy_style("no such strategy $x$")["color"]
+    assert strategy_style("ddp") == strategy_style("ddp")
+    assert strategy_style("single")["color"] == "black"
+    assert strategy_style("no such strategy $x$")["color"] == strategy_style("no such strategy $x$")["color"]
 
 
 # -- figure groups: a cluster-size grid split by the axes a reader filters on --------------------
@@ -164,18 +170,18 @@ def large():
     runs = make_runs(**LARGE)
     cells = A.cell_stats(runs)
     speed = A.speedup_table(runs)
-    return plots.Data(runs, cells, speed, A.fits_table(runs, speed, n_boot=20))
+    return Data(runs, cells, speed, A.fits_table(runs, speed, n_boot=20))
 
 
 def test_small_grid_is_one_group_and_a_large_grid_one_per_model():
-    small = plots.Data(make_runs(), *[None] * 3)
-    assert plots.group_axes(small.runs) == [] and [g[0] for g in plots.figure_groups(small)] == [""]
+    small = Data(make_runs(), *[None] * 3)
+    assert group_axes(small.runs) == [] and [g[0] for g in figure_groups(small)] == [""]
     runs = make_runs(**LARGE)
     cells = A.cell_stats(runs)
     speed = A.speedup_table(runs)
-    d = plots.Data(runs, cells, speed, A.fits_table(runs, speed, n_boot=20))
-    groups = plots.figure_groups(d)
-    assert plots.group_axes(runs) == ["model"]
+    d = Data(runs, cells, speed, A.fits_table(runs, speed, n_boot=20))
+    groups = figure_groups(d)
+    assert group_axes(runs) == ["model"]
     assert [label for label, *_ in groups] == ["model=mlp", "model=resnet18", "model=simple_cnn"]
     for label, info, part in groups:
         assert set(part.runs["model"]) == {info["model"]} and set(part.cells["model"]) == {info["model"]}
@@ -184,32 +190,32 @@ def test_small_grid_is_one_group_and_a_large_grid_one_per_model():
 
 
 def test_large_grid_figures_have_bounded_panels_and_series(large):
-    label, _, part = plots.figure_groups(large)[0]
-    with plots.matplotlib.rc_context(plots.RC):
-        figs = list(plots.draw_all(part))
+    label, _, part = figure_groups(large)[0]
+    with matplotlib.rc_context(RC):
+        figs = list(draw_all(part))
         kinds: dict = {}
         for kind, strategy, _, _, fig in figs:
             kinds[kind] = kinds.get(kind, 0) + 1
             axes = [ax for ax in fig.axes if ax.get_title()]
-            assert len(axes) <= plots.MAX_PANELS
+            assert len(axes) <= MAX_PANELS
             for ax in axes:
-                assert len({lab for lab in ax.get_legend_handles_labels()[1] if lab.startswith("strategy=")}) <= plots.MAX_SERIES
-            plots.plt.close(fig)
+                assert len({lab for lab in ax.get_legend_handles_labels()[1] if lab.startswith("strategy=")}) <= MAX_SERIES
+            plt.close(fig)
     # 3 x 5 x 4 panels of phases: at most MAX_PARTS figures per strategy chunk, the rest said to be in the tables
-    assert kinds["phases"] <= plots.MAX_PARTS
-    assert kinds["karp_flatt"] <= 2 * plots.MAX_PARTS  # 7 scaling strategies: two chunks at most
+    assert kinds["phases"] <= MAX_PARTS
+    assert kinds["karp_flatt"] <= 2 * MAX_PARTS  # 7 scaling strategies: two chunks at most
 
 
 def test_groups_are_drawn_in_worker_processes_with_the_same_files(tmp_path, monkeypatch):
     runs = make_runs(**dict(LARGE, batch_sizes=(32,), dataset_sizes=(2048,), strategies=MANY[:3]))
     cells = A.cell_stats(runs)
     speed = A.speedup_table(runs)
-    d = plots.Data(runs, cells, speed, A.fits_table(runs, speed, n_boot=20))
+    d = Data(runs, cells, speed, A.fits_table(runs, speed, n_boot=20))
     monkeypatch.setenv("DDPBENCH_REPORT_WORKERS", "1")
-    alone = plots.make_figures(d, tmp_path / "one")
+    alone = make_figures(d, tmp_path / "one")
     monkeypatch.setenv("DDPBENCH_REPORT_WORKERS", "3")
-    assert plots.workers(3) >= 1
-    pooled = plots.make_figures(d, tmp_path / "pool")
+    assert workers(3) >= 1
+    pooled = make_figures(d, tmp_path / "pool")
     assert [f.svg for f in alone] == [f.svg for f in pooled]
     assert {f.group for f in pooled} == {"model=mlp", "model=simple_cnn", "model=resnet18"}
     assert all(pathlib.Path(f.svg).name.startswith("g0") for f in pooled)
@@ -217,7 +223,7 @@ def test_groups_are_drawn_in_worker_processes_with_the_same_files(tmp_path, monk
         assert (tmp_path / "pool" / f.svg).read_bytes() == (tmp_path / "one" / f.svg).read_bytes()
     # the page's SVG and LaTeX's PDF of every figure, named alike; the SVGs alone on request
     assert all((tmp_path / "pool" / f.pdf).is_file() and f.pdf[:-4] == f.svg[:-4] for f in pooled)
-    only_svg = plots.make_figures(d, tmp_path / "svg", ("svg",))
+    only_svg = make_figures(d, tmp_path / "svg", ("svg",))
     assert [f.svg for f in only_svg] == [f.svg for f in pooled]
     assert not list((tmp_path / "svg" / "figures").glob("*.pdf"))
 
@@ -226,8 +232,8 @@ def test_too_many_panels_keep_each_axis_first_and_last_values_and_name_the_rest(
     grid = [(p, b, n) for p in (1, 2, 4, 8, 16, 32) for b in (16, 32, 64, 128, 256) for n in (1000, 2000, 4000)]
     df = pd.DataFrame(grid, columns=["world_size", "batch_size", "dataset_size"])
     cols = list(df.columns)
-    rows, note = plots._thin(df, cols)
-    assert 1 < rows.groupby(cols).ngroups <= plots.MAX_PANELS
+    rows, note = thin_panels(df, cols)
+    assert 1 < rows.groupby(cols).ngroups <= MAX_PANELS
     for c in cols:  # the range of every axis is still drawn ...
         assert {df[c].min(), df[c].max()} <= set(rows[c])
     drawn = {c: set(rows[c]) for c in cols}
@@ -237,18 +243,18 @@ def test_too_many_panels_keep_each_axis_first_and_last_values_and_name_the_rest(
         if left:
             assert f"{names[c]}={', '.join(map(str, left))}" in note
     few = df[(df["world_size"] == 2) & (df["dataset_size"] == 1000)]
-    same, none = plots._thin(few, cols)
+    same, none = thin_panels(few, cols)
     assert none == "" and same is few
 
 
 def test_a_large_group_draws_every_kind_in_one_figure_per_chunk_spanning_each_axis(large):
-    label, _, part = plots.figure_groups(large)[0]
-    with plots.matplotlib.rc_context(plots.RC):
-        for kind, strategy, stem, _, fig in plots.draw_all(part, ["speedup", "phases"]):
+    label, _, part = figure_groups(large)[0]
+    with matplotlib.rc_context(RC):
+        for kind, strategy, stem, _, fig in draw_all(part, ["speedup", "phases"]):
             titles = " ".join(ax.get_title() for ax in fig.axes)
             assert "batch=16" in titles and "batch=256" in titles, stem  # the smallest and largest batch
             assert "not drawn, in the tables" in fig.get_suptitle(), stem
-            plots.plt.close(fig)
+            plt.close(fig)
 
 
 def test_profile_cells_average_ranks_take_the_median_run_and_count_a_missing_operator_as_zero():
@@ -271,23 +277,23 @@ def test_profile_cells_average_ranks_take_the_median_run_and_count_a_missing_ope
 def test_profile_figure_has_a_panel_per_cell_with_the_top_operators_and_the_rest(many):
     (fig,) = [f for kind, *_, f in many if kind == "profile"]
     titles = [ax.get_title() for ax in fig.axes]
-    assert any(t.startswith("allreduce") for t in titles) and len(titles) <= plots.MAX_PANELS
+    assert any(t.startswith("allreduce") for t in titles) and len(titles) <= MAX_PANELS
     assert "not drawn, in the tables" in fig.get_suptitle()  # 11 strategies x 3 world sizes x ... cells: thinned
     for ax in fig.axes:
         labels = [t.get_text() for t in ax.get_yticklabels()]
-        assert labels[-1].startswith("other operators") and len(labels) <= plots.PROFILE_TOP + 1
+        assert labels[-1].startswith("other operators") and len(labels) <= PROFILE_TOP + 1
         colors = {matplotlib.colors.to_hex(c) for coll in ax.collections for c in coll.get_facecolor()}
         comm = "gloo:all_reduce" in labels
-        assert (matplotlib.colors.to_hex(plots.PROFILE_COLORS["communication"]) in colors) == comm, ax.get_title()
+        assert (matplotlib.colors.to_hex(PROFILE_COLORS["communication"]) in colors) == comm, ax.get_title()
 
 
 def test_kinds_drawn_on_request_are_left_out_of_other_reports():
-    assert not set(plots.ON_REQUEST) & set(plots.kinds_for())
-    assert set(plots.kinds_for(("throughput",))) == set(plots.kinds_for()) | {"throughput"}
+    assert not set(ON_REQUEST) & set(kinds_for())
+    assert set(kinds_for(("throughput",))) == set(kinds_for()) | {"throughput"}
     runs = make_runs(strategies=("single", "ddp"), world_sizes=(1, 2), batch_sizes=(32, 64), repeats=2, failures=False)
-    drawn = {k for k, *_ in plots.draw_all(_data(runs))}
-    assert drawn and not drawn & set(plots.ON_REQUEST)
-    plots.plt.close("all")
+    drawn = {k for k, *_ in draw_all(_data(runs))}
+    assert drawn and not drawn & set(ON_REQUEST)
+    plt.close("all")
 
 
 def test_batch_size_auto_is_marked_at_the_batch_it_chose():
@@ -296,11 +302,11 @@ def test_batch_size_auto_is_marked_at_the_batch_it_chose():
     auto = runs[runs["batch_size"] == "64"].assign(batch_size="auto", extra_auto_batch=256, peak_rss_mb=900.0,
                                                    run_dir=lambda d: d["run_dir"] + "-auto")  # fmt: skip
     runs = pd.concat([runs, auto], ignore_index=True)
-    (fig,) = plots.fig_memory_vs_batch(plots.Data(runs, A.cell_stats(runs), pd.DataFrame(), pd.DataFrame()))
+    (fig,) = fig_memory_vs_batch(Data(runs, A.cell_stats(runs), pd.DataFrame(), pd.DataFrame()))
     stars = [ln for ax in fig.axes for ln in ax.get_lines() if ln.get_marker() == "*"]
     assert [list(ln.get_xdata()) for ln in stars] == [[256.0]] and list(stars[0].get_ydata()) == [900.0]
-    assert plots.AUTO_LABEL in [t.get_text() for t in fig.legends[0].get_texts()]
-    plots.plt.close(fig)
+    assert AUTO_LABEL in [t.get_text() for t in fig.legends[0].get_texts()]
+    plt.close(fig)
 
 
 def test_a_groups_steps_are_its_runs_steps_even_on_an_axis_steps_csv_lacks():
@@ -310,8 +316,8 @@ def test_a_groups_steps_are_its_runs_steps_even_on_an_axis_steps_csv_lacks():
     runs = pd.concat([runs.assign(num_workers=0), two], ignore_index=True)
     steps = make_steps(runs)
     assert "num_workers" not in steps
-    d = plots.Data(runs, A.cell_stats(runs), pd.DataFrame(), pd.DataFrame(), steps, profile=make_profile(runs))
-    groups = plots.figure_groups(d)
+    d = Data(runs, A.cell_stats(runs), pd.DataFrame(), pd.DataFrame(), steps, profile=make_profile(runs))
+    groups = figure_groups(d)
     assert [label for label, *_ in groups] == ["num_workers=0", "num_workers=2"]
     for _, info, part in groups:
         mine = set(runs[runs["num_workers"] == info["num_workers"]]["run_dir"])

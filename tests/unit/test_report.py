@@ -8,6 +8,7 @@ import pytest
 from report_synth import make_comm, make_profile, make_runs, make_steps
 
 from ddpbench.report import build as report
+from ddpbench.report import render, tables
 
 
 def _write(tmp, runs, steps=None, comm=None):
@@ -85,17 +86,17 @@ def test_tex_is_escaped_and_uses_booktabs_and_pdf_figures(full):
 
 
 def test_tex_escape():
-    assert report.tex_escape("a_b & 50% {x} $y #1 ~ ^ \\") == (
+    assert render.tex_escape("a_b & 50% {x} $y #1 ~ ^ \\") == (
         r"a\_b \& 50\% \{x\} \$y \#1 \~{} \^{} $\backslash$"
     )
-    assert report.tex_escape("α × 2–3 − 1") == r"$\alpha$ $\times$ 2--3 - 1"
-    assert report.tex_escape("auto → 256") == r"auto $\rightarrow$ 256"  # the study tables' arrows
-    assert report.tex_escape(report.TexRaw("figures/a_b.pdf")) == "figures/a_b.pdf"
+    assert render.tex_escape("α × 2–3 − 1") == r"$\alpha$ $\times$ 2--3 - 1"
+    assert render.tex_escape("auto → 256") == r"auto $\rightarrow$ 256"  # the study tables' arrows
+    assert render.tex_escape(render.TexRaw("figures/a_b.pdf")) == "figures/a_b.pdf"
     # Brackets and stars braced (never an optional argument), control characters dropped, the rest of
     # Unicode in ASCII where it decomposes, else '?'.
-    assert report.tex_escape("[a] *b") == "{[}a{]} {*}b"
-    assert report.tex_escape("«x» ő 日 \x1b＄") == r"$\ll$x$\gg$ o ? \$"
-    assert report.tex_cell("x" * 45 + " y", limit=30) == "x" * 20 + r"\allowbreak{}" + "x" * 7 + "..."
+    assert render.tex_escape("[a] *b") == "{[}a{]} {*}b"
+    assert render.tex_escape("«x» ő 日 \x1b＄") == r"$\ll$x$\gg$ o ? \$"
+    assert render.tex_cell("x" * 45 + " y", limit=30) == "x" * 20 + r"\allowbreak{}" + "x" * 7 + "..."
 
 
 def test_report_single_world_size(tmp_path):
@@ -268,8 +269,6 @@ def test_phase_figure_draws_other_when_runs_carry_it(full, tmp_path):
 
 
 def test_fits_lead_with_estimates_and_summarise_what_could_not_be_fitted():
-    from ddpbench.report import build as report
-
     nan = float("nan")
     fits = pd.DataFrame(
         [
@@ -285,7 +284,7 @@ def test_fits_lead_with_estimates_and_summarise_what_could_not_be_fitted():
                  ci_low=0.1, ci_high=0.3, n_points=6, r2=nan, note=""),
         ]
     )  # fmt: skip
-    table = report.fits_table(fits)
+    table = tables.fits_table(fits)
     assert len(table.rows) == 2  # the three unfitted groups are one sentence, not three rows
     assert table.note.count("Amdahl not fitted in 3 groups: too few points: 2 distinct worker counts, Amdahl needs 3") == 1
     assert table.columns[:3] == ["law", "parameter", "estimate [interval]"]

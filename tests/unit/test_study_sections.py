@@ -1,4 +1,4 @@
-"""The study presets' report sections (studies.py): each answers its question from the data (the presets' planning and miniatures: tests/workflow/test_studies.py)."""
+"""The study presets' report sections (ddpbench.report.studies): each answers its question from the data (the presets' planning and miniatures: tests/workflow/test_studies.py)."""
 
 import re
 
@@ -9,6 +9,8 @@ from report_synth import make_runs
 
 from ddpbench import analysis as A
 from ddpbench.report import build as report, studies
+from ddpbench.report.studies import accelerators, dataset_size, sync_strategies
+from ddpbench.report.text import num, sig3
 
 
 def _section(name, runs):
@@ -43,7 +45,7 @@ def test_sync_dp_table_and_answer_from_the_cells():
     (2.0, 1e-3, 4.0, np.nan, 1, np.nan),   # a number missing: no answer
 ])  # fmt: skip
 def test_crossover_is_where_the_run_time_lines_meet(f1, s1, fp, sp, epochs, expected):
-    got = studies.crossover_samples(f1, s1, fp, sp, epochs)
+    got = dataset_size.crossover_samples(f1, s1, fp, sp, epochs)
     assert (np.isnan(got) and np.isnan(expected)) or got == pytest.approx(expected)
     if np.isfinite(got) and got > 0:  # at N*, both runs take the same time
         assert f1 + epochs * got * s1 == pytest.approx(fp + epochs * got * sp)
@@ -61,17 +63,17 @@ def test_dataset_size_finds_the_size_above_which_more_workers_pay_off():
     base = cells[cells["strategy"] == "single"]["step_time_median_s"].median() / batch  # medians over the sizes
     for n in ("1024", "4096"):
         mine = cells[(cells["strategy"] == "ddp") & (cells["dataset_size"].astype(str) == n)]["step_time_median_s"]
-        expected = studies.crossover_samples(3.0, base, 5.0, float(mine.iloc[0]) / batch, 1)
+        expected = dataset_size.crossover_samples(3.0, base, 5.0, float(mine.iloc[0]) / batch, 1)
         assert np.isfinite(expected) and expected > 0
-        assert ddp[n]["pays off above [samples]"] == studies.num(expected)
+        assert ddp[n]["pays off above [samples]"] == num(expected)
     assert any("ddp at p = 2 pays off above about" in f for f in sec.findings)
     # how the epoch time and the speedup change with the size, from the cells' own numbers
     (trend,) = [f for f in sec.findings if f.startswith("ddp at p = 2: epoch time")]
     at = {n: cells[(cells["strategy"] == "ddp") & (cells["dataset_size"] == n)].iloc[0] for n in (1024, 4096)}
     sp = A.speedup_table(runs).set_index(["strategy", "dataset_size"])["speedup"]
     ratio = at[4096]["epoch_time_s"] / at[1024]["epoch_time_s"]
-    assert f"(×{studies.sig3(ratio)} for ×4.00 the data)" in trend
-    assert f"efficiency {studies.sig3(50 * sp['ddp', 1024])} % → {studies.sig3(50 * sp['ddp', 4096])} %" in trend
+    assert f"(×{sig3(ratio)} for ×4.00 the data)" in trend
+    assert f"efficiency {sig3(50 * sp['ddp', 1024])} % → {sig3(50 * sp['ddp', 4096])} %" in trend
     assert sec.findings[0].startswith("single at p = 1: epoch time") and "speedup" not in sec.findings[0]
 
 
@@ -116,13 +118,13 @@ def test_sync_strategies_reads_each_ranks_step_the_loss_at_20_and_40_and_the_pro
     assert set(rows) == {"single", "gather_scatter", "allreduce", "ddp"}
     gs = rows["gather_scatter"]
     t = ok[ok["strategy"] == "gather_scatter"]["step_time_median_s"]
-    assert gs["rank 0 [ms]"] == studies.num(1e3 * t.median())  # make_steps: rank r takes (1 + 0.02 r) x the step
-    assert gs["slowest other rank [ms]"] == studies.num(1e3 * (t * 1.06).median())
+    assert gs["rank 0 [ms]"] == num(1e3 * t.median())  # make_steps: rank r takes (1 + 0.02 r) x the step
+    assert gs["slowest other rank [ms]"] == num(1e3 * (t * 1.06).median())
     # the global batch's loss: make_steps' rank r loses 0.01 r more on its equal shard, so the mean over 4 ranks adds 0.015
-    assert gs["loss at 20"] == studies.num(2.3 * np.exp(-2.0) + 0.015) and gs["loss at 40"] == studies.num(2.3 * np.exp(-4.0) + 0.015)
-    assert rows["single"]["loss at 20"] == studies.num(2.3 * np.exp(-2.0))
+    assert gs["loss at 20"] == num(2.3 * np.exp(-2.0) + 0.015) and gs["loss at 40"] == num(2.3 * np.exp(-4.0) + 0.015)
+    assert rows["single"]["loss at 20"] == num(2.3 * np.exp(-2.0))
     # make_profile at p = 4: communication 0.30 of the step x (1 + 0.1 r) on rank r, ranks summing to 1, 1, 1.08, 1.17
-    assert gs["profiled comm [% of step]"] == studies.num(100 * (0.30 * 1.15) / ((1 + 1 + 1.08 + 1.17) / 4))
+    assert gs["profiled comm [% of step]"] == num(100 * (0.30 * 1.15) / ((1 + 1 + 1.08 + 1.17) / 4))
     assert rows["single"]["profiled comm [% of step]"] == "0"
     text = " ".join(sec.findings)
     assert "Gather/scatter's rank 0" in text and "The fastest strategy here is" in text
@@ -150,11 +152,11 @@ def test_sync_strategies_reads_each_ranks_step_the_loss_at_20_and_40_and_the_pro
     close = runs.assign(param_norm=np.where(runs["strategy"] == "ddp", 10.00002, 10.0))
     text = " ".join(studies.section("sync-strategies", close, A.cell_stats(close), A.speedup_table(close), late, profile).findings)
     gap = (0.01 * 2.3 * np.exp(-0.9)) / 2.3  # ddp's 1 % at iteration 9, the largest, over the first loss
-    assert f"part from iteration 9 (ddp first), by at most {studies.sig3(100 * gap)} % of the first loss (iteration 9)" in text
+    assert f"part from iteration 9 (ddp first), by at most {sig3(100 * gap)} % of the first loss (iteration 9)" in text
     assert "final weights' norms agree to a relative 2e-06 (10–10.00002): one model" in text
     # a loss near 0 magnifies rounding: 0.1 % of the first loss is the least gap that counts
     ref = pd.Series([2.3, 1.0, 0.02]).rename_axis("step")
-    assert np.isnan(studies.parting_step(ref * [1, 1, 1.04], ref)) and studies.parting_step(ref * [1, 1, 1.2], ref) == 2
+    assert np.isnan(sync_strategies.parting_step(ref * [1, 1, 1.04], ref)) and sync_strategies.parting_step(ref * [1, 1, 1.2], ref) == 2
     # without steps or a profile: the cells, no per-rank or loss claims
     bare = studies.section("sync-strategies", runs, A.cell_stats(runs), A.speedup_table(runs))
     assert len(bare.rows) == 4 and not any("rank 0" in f or "iteration 40" in f for f in bare.findings)
@@ -210,7 +212,7 @@ def test_cores_and_gpus_on_one_gpu_answers_with_the_batch_and_names_the_counts_s
     assert answer.startswith(f"On cuda only 1 GPU ran (the 2-GPU cells were skipped: {reason}); throughput against the batch: batch 16 → ")
     assert answer.endswith("samples/s; it rises to the largest batch.") and "highest throughput" not in answer
     cells = A.cell_stats(runs).dropna(subset=["samples_per_s"]).set_index("batch_size")
-    assert f"batch 64 → {studies.num(cells.loc[64, 'samples_per_s'])} [" in answer
+    assert f"batch 64 → {num(cells.loc[64, 'samples_per_s'])} [" in answer
 
 
 def test_epoch_throughput_counts_every_ranks_samples_over_the_slowest_ranks_time():
@@ -274,9 +276,9 @@ def test_accelerators_answers_each_part_of_its_question():
     assert auto["batch"] == "auto → 1024" and auto["peak memory [MB]"].endswith("(RSS)")
     (local,) = [r for r in rows if r["strategy"] == "local_sgd" and r["device"] == "cpu"]
     t = ok[ok["strategy"] == "local_sgd"]["step_time_median_s"]
-    assert local["round [ms]"] == studies.num(1e3 * (4 * t * 0.9).median())
+    assert local["round [ms]"] == num(1e3 * (4 * t * 0.9).median())
     assert local["per epoch [samples/s]"].count("→") == 2  # three epochs
-    assert studies._epochs_text([1.0, 2.0, 3.0, 4.0, 5.0]) == "1 → 2 → … → 5 (5 epochs)"
+    assert accelerators._epochs_text([1.0, 2.0, 3.0, 4.0, 5.0]) == "1 → 2 → … → 5 (5 epochs)"
     text = " ".join(sec.findings)
     assert "Nothing ran on cuda here: its 15 runs were recorded as skipped" in text
     assert "On cpu, the first epoch (with the warm-up steps) runs at" in text

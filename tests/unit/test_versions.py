@@ -96,10 +96,10 @@ def test_a_table_read_back_with_an_empty_reason_column_is_set_aside_too(tmp_path
 
 @pytest.mark.filterwarnings("error")
 def test_the_report_names_off_lock_packages_and_says_none_when_the_column_is_empty():
-    from ddpbench.report import build as report
+    from ddpbench.report import context
 
     runs = _runs([1.0, 1.0], ["a", "a"], ["1", "2"])
     runs["env_off_lock"] = np.nan  # read back from a CSV where no run was off the lock: a float column
-    assert ("packages off the lock", "none") in report.environment(runs)
+    assert ("packages off the lock", "none") in context.environment(runs)
     runs["env_off_lock"] = pd.Series([np.nan, "numpy 2.0 (lock 2.1)"], dtype=object)
-    assert ("packages off the lock", "numpy 2.0 (lock 2.1)") in report.environment(runs)
+    assert ("packages off the lock", "numpy 2.0 (lock 2.1)") in context.environment(runs)

@@ -2,7 +2,10 @@
 
 `findings/` are the report's lead sentences, `studies/` the answers of the study presets (one
 module each), `figures/` the matplotlib figures by kind, `text` turns numbers into words,
-`build` assembles the HTML/LaTeX/PDF report (`python -m ddpbench.report`), and `compare`
-the page of two result sets side by side. It reads the tables through analysis/ and may
-import core and results; never run/ or torch.
+`tables` and `context` are the report's tables and context sections (environment, grid,
+methodology), `render` the escaping, Jinja environments, SVG inlining and PDF step the pages
+share, `build` assembles the HTML/LaTeX/PDF report (`python -m ddpbench.report`), and
+`compare_page` the page and command of two result sets side by side (`ddpbench compare`; the
+statistics are analysis.compare's). It reads the tables through analysis/ and may import core
+and results; never run/ or torch.
 """

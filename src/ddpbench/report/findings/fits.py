@@ -1,0 +1,71 @@
+"""The scaling laws fitted to the speedups (kind "fit", anchor "fits").
+
+Amdahl's serial fraction f (Gustafson's α for weak scaling) with its interval per fitted group,
+best first; the best group's prediction at the largest p, labelled an extrapolation; when no
+group could be fitted, one sentence saying why.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ddpbench.report.findings.common import Finding, largest, row_num
+from ddpbench.report.text import finite, listing, pct_text, ratio_text, sig3, value_text
+
+LAW_TEXT = {"amdahl": "Amdahl's law", "gustafson": "Gustafson's law", "cost_model": "the cost model"}
+
+
+def _group_name(r) -> str:
+    if "strategy" in r and pd.notna(r["strategy"]):
+        g = str(r.get("group", ""))
+        return str(r["strategy"]) + (f" ({g})" if g and g != f"strategy={r['strategy']}" and "," in g else "")
+    return str(r.get("group", "the group"))
+
+
+def fit_findings(fits: pd.DataFrame, speed: pd.DataFrame, runs: pd.DataFrame) -> list[Finding]:
+    if fits.empty or "law" not in fits:
+        if speed.empty or "speedup" not in speed:
+            return ([Finding("fit", "No scaling law was fitted: there is no speedup to fit.", "fits")]
+                    if not runs.empty else [])
+        return []
+    laws = fits[fits["law"].isin(["amdahl", "gustafson"])]
+    fitted = laws[(laws["kind"] == "fit") & laws["parameter"].isin(["f", "alpha"]) & laws["estimate"].notna()]
+    if fitted.empty:
+        if laws.empty:
+            return []
+        r = laws.iloc[0]
+        law = LAW_TEXT.get(str(r["law"]), str(r["law"]))
+        note = str(r.get("note", "")) if pd.notna(r.get("note", np.nan)) else ""
+        if note.startswith("too few"):
+            src = speed if not speed.empty and "world_size" in speed else runs
+            n = pd.to_numeric(src["world_size"], errors="coerce").nunique() if "world_size" in src else 0
+            need = "3 world sizes" if r["law"] == "amdahl" else "2 world sizes above 1"
+            return [Finding("fit", f"{law} was not fitted: it needs ≥ {need}; this grid has {n}.", "fits")]
+        return [Finding("fit", f"{law} was not fitted: {note or 'no group could be fitted'}.", "fits")]
+    # best group first: the strategy with the highest speedup at the largest world size
+    best = str(largest(speed).iloc[0]["strategy"]) if not speed.empty and "strategy" in speed and speed["speedup"].notna().any() else None
+    if best is not None and "strategy" in fitted:
+        fitted = fitted.assign(_b=(fitted["strategy"].astype(str) != best)).sort_values("_b", kind="stable")
+    out = []
+    for i, (_, r) in enumerate(fitted.iterrows()):
+        who = _group_name(r)
+        law = LAW_TEXT.get(str(r["law"]), str(r["law"]))
+        if r["parameter"] == "f":
+            value = f"serial fraction f = {pct_text(r['estimate'], r['ci_low'], r['ci_high'])}"
+        else:
+            value = "serial fraction α = " + f"{sig3(r['estimate'])}" + (f" [{sig3(r['ci_low'])}, {sig3(r['ci_high'])}]"
+                                                    if finite(r["ci_low"]) and finite(r["ci_high"]) else " (no interval)")
+        fit_q = f"R² {sig3(r['r2'])}, " if finite(r.get("r2")) else ""
+        out.append(Finding("fit", f"{law} fits {who} with {value} ({fit_q}{int(row_num(r, 'n_points'))} runs).", "fits"))
+        if i == 0:
+            pred = fits[(fits["group"] == r["group"]) & (fits["kind"] == "prediction") & fits["estimate"].notna()]
+            if len(pred):
+                p_max = pd.to_numeric(pred["p"], errors="coerce").max()
+                at = pred[pd.to_numeric(pred["p"], errors="coerce") == p_max]
+                measure = "scaled speedup" if str(r["law"]) == "gustafson" else "speedup"
+                said = [f"{LAW_TEXT.get(str(q['law']), str(q['law']))} predicts a {measure} of "
+                        f"{ratio_text(q['estimate'], q['ci_low'], q['ci_high'])}" for _, q in at.iterrows()]
+                out.append(Finding("fit", f"Extrapolation, not a measurement: at world size {value_text(p_max)}, for "
+                                          f"{who}, {listing(said, limit=4, sep='; ')}.", "fits"))
+    return out

@@ -1,0 +1,60 @@
+"""Throughput against the batch or dataset size (kinds "batch" and "dataset", anchors
+"fig-throughput_vs_batch" and "fig-dataset_size").
+
+Where batch_size (dataset_size) varies, the best strategy's throughput at the largest value over
+that at the smallest, at the largest world size where both exist: a Welch log-t ratio over the
+runs when they are given, else the ratio of the two cells' estimates, labelled so.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ddpbench import analysis
+from ddpbench.report.findings.common import (AXIS_TEXT, Finding, best_cell, cell_name, matching_rows, ok_runs,
+                                             row_num)  # fmt: skip
+from ddpbench.report.text import finite, ratio_text, sig3, value_text
+
+
+def axis_findings(axis: str, kind: str, anchor: str, runs: pd.DataFrame, cells: pd.DataFrame, speed: pd.DataFrame,
+                  shown: list[str]) -> list[Finding]:  # fmt: skip
+    if cells.empty or axis not in cells or "samples_per_s" not in cells or cells[axis].astype(str).nunique() < 2:
+        return []
+    best = best_cell(cells, speed)
+    c = cells[cells["samples_per_s"].notna()]
+    if best is not None and "strategy" in c and "strategy" in best:
+        c = c[c["strategy"].astype(str) == str(best["strategy"])]
+    values = pd.to_numeric(c[axis], errors="coerce")
+    if values.notna().sum() < 2 or values.min() == values.max():
+        return []
+    lo_v, hi_v = values.min(), values.max()
+    rest = [a for a in analysis.axes(c) if a != axis]
+    candidates = []
+    for _, g in c.groupby(rest, dropna=False, sort=False) if rest else [((), c)]:
+        v = pd.to_numeric(g[axis], errors="coerce")
+        if (v == lo_v).any() and (v == hi_v).any():
+            candidates.append((g[v == lo_v].iloc[0], g[v == hi_v].iloc[0]))
+    if not candidates:
+        return []
+    ws = lambda pair: row_num(pair[0], "world_size") if "world_size" in pair[0] else 0  # noqa: E731
+    small, large = max(candidates, key=ws)
+    iv = None
+    ok = ok_runs(runs)
+    if not ok.empty and "samples_per_s" in ok:
+        cols = analysis.axes(ok)
+        a = matching_rows(ok, large, cols)["samples_per_s"].dropna()
+        b = matching_rows(ok, small, cols)["samples_per_s"].dropna()
+        if len(a) and len(b):
+            iv = analysis.welch_log_ratio(a, b)
+    if iv is None or not finite(iv.estimate):
+        iv = analysis.Interval(row_num(large, "samples_per_s") / row_num(small, "samples_per_s"))
+    name = cell_name(large, [s for s in shown if s != axis])
+    label = AXIS_TEXT.get(axis, axis)
+    if finite(iv.low) and finite(iv.high):
+        rv = ratio_text(iv.estimate, iv.low, iv.high, iv.level)
+        verdict = "higher" if iv.low > 1 else "lower" if iv.high < 1 else "no detectable change (interval holds 1)"
+    else:
+        rv = f"{sig3(iv.estimate)}× (ratio of the two cells' estimates, no interval)"
+        verdict = "no interval to judge the change by"
+    text = f"For {name}, throughput at {label} {value_text(hi_v)} is {rv} that at {label} {value_text(lo_v)}: {verdict}."
+    return [Finding(kind, text, anchor)]

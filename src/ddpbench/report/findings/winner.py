@@ -1,0 +1,127 @@
+"""Which strategy is fastest, per setting (kind "winner", anchor "comparisons").
+
+Per setting (all axes equal but strategy, world size included), strategies are ranked by their
+throughput ratios; the fastest is named with its margin over the runner-up only where that
+comparison's interval excludes 1 (verdict "A faster"/"B faster"). Where the interval holds 1:
+"no detectable difference between X and Y"; where a side has fewer than 2 repeats: no interval,
+no winner. Settings with the same outcome collapse into one sentence ("ddp is the fastest at
+every world size measured, by 1.21× [..] to 1.52× [..] over the runner-up").
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from ddpbench import analysis
+from ddpbench.report.findings.common import Finding, row_num, setting_text
+from ddpbench.report.text import finite, listing, ratio_text, sig3
+
+
+def _rank(g: pd.DataFrame) -> list[str]:
+    """Strategies of one setting, fastest first: by the sum of their log throughput ratios against
+    the others (with every pair present, the order of their geometric-mean throughputs)."""
+    score: dict[str, float] = {}
+    for a, b, ratio in zip(g["strategy_a"].astype(str), g["strategy_b"].astype(str), g["ratio"]):
+        score.setdefault(a, 0.0), score.setdefault(b, 0.0)
+        if finite(ratio) and float(ratio) > 0:
+            d = math.log(float(ratio))
+            score[a] += d
+            score[b] -= d
+    return sorted(score, key=lambda s: (-score[s], s))
+
+
+def _oriented(r, top: str) -> tuple[float, float, float, str]:
+    """(ratio, low, high, verdict) of `top` over the other strategy of comparison row r."""
+    est, lo, hi = row_num(r, "ratio"), row_num(r, "ratio_ci_low"), row_num(r, "ratio_ci_high")
+    # The verdict follows the interval itself (analysis.verdict): no interval, no winner, whatever the column says.
+    verdict = analysis.verdict(analysis.Interval(est, lo, hi))
+    if str(r["strategy_a"]) == top:
+        return est, lo, hi, verdict
+    flip = {"A faster": "B faster", "B faster": "A faster"}
+    return 1 / est, 1 / hi, 1 / lo, flip.get(verdict, verdict)
+
+
+def _where(settings: list[str], setting_cols: list[str], total: int) -> str:
+    """' at every world size measured', ' at world sizes 2, 4 and 8', ' at world size 2, batch 64; ...',
+    or '' when the table has no setting columns."""
+    if len(settings) == total and total > 1:
+        return " at every world size measured" if setting_cols == ["world_size"] else " at every setting measured"
+    if not any(settings):
+        return ""
+    if setting_cols == ["world_size"] and len(settings) > 1:
+        return " at world sizes " + listing([s.removeprefix("world size ") for s in settings], limit=6)
+    return " at " + listing(settings, sep="; ")
+
+
+def winner_findings(comparisons: pd.DataFrame, shown: list[str]) -> list[Finding]:
+    if comparisons.empty or "verdict" not in comparisons:
+        return []
+    setting = [c for c in comparisons.columns if c not in analysis.COMPARISON_COLUMNS]
+    shown_setting = [c for c in setting if c in shown or c == "world_size"]
+    groups = comparisons.groupby(setting, dropna=False, sort=False) if setting else [((), comparisons)]
+    outcomes = []  # (kind, key, setting label, detail)
+    for _, g in groups:
+        order = _rank(g)
+        if len(order) < 2:
+            continue
+        top, second = order[0], order[1]
+        pair = g[((g["strategy_a"] == top) & (g["strategy_b"] == second)) | ((g["strategy_a"] == second) & (g["strategy_b"] == top))]
+        if pair.empty:
+            continue
+        r = pair.iloc[0]
+        est, lo, hi, verdict = _oriented(r, top)
+        where = setting_text(r, shown_setting)
+        flags = (" (unstable)" if analysis.truthy(r.get("unstable", False)) else "") + (
+            " (different code versions)" if analysis.truthy(r.get("versions_differ", False)) else "")
+        if verdict == "A faster":
+            outcomes.append(("win", top, where, (top, second, est, lo, hi, r.get("ratio_ci_level", np.nan), flags)))
+        elif verdict == "B faster":  # cannot happen with consistent estimates; stated as measured
+            outcomes.append(("win", second, where, (second, top, 1 / est, 1 / hi, 1 / lo, r.get("ratio_ci_level", np.nan), flags)))
+        elif verdict == analysis.NO_DIFFERENCE:
+            outcomes.append(("tie", tuple(sorted((top, second))), where, (top, second, est, lo, hi, flags)))
+        else:
+            outcomes.append(("none", tuple(sorted((top, second))), where, (top, second, est, flags)))
+    total = len(outcomes)
+    grouped: dict[tuple, list] = {}
+    for kind, key, where, detail in outcomes:
+        grouped.setdefault((kind, key), []).append((where, detail))
+    out = []
+    for (kind, key), items in sorted(grouped.items(), key=lambda kv: ({"win": 0, "tie": 1, "none": 2}[kv[0][0]], -len(kv[1]))):
+        wheres = [w for w, _ in items]
+        place = _where(wheres, shown_setting, total)
+        if kind == "win":
+            if len(items) == 1:
+                win, lose, est, lo, hi, level, flags = items[0][1]
+                text = f"{win} is {ratio_text(est, lo, hi, level)} faster than {lose}{place}{flags}."
+            else:
+                margins = sorted(items, key=lambda it: it[1][2])
+                lo_m, hi_m = margins[0][1], margins[-1][1]
+                losers = sorted({d[1] for _, d in items})
+                runner = f"the runner-up ({listing(losers)})"
+                if sig3(lo_m[2]) == sig3(hi_m[2]):
+                    lows, highs = [d[3] for _, d in items], [d[4] for _, d in items]
+                    by = f"by {sig3(lo_m[2])}× at each, every interval within [{sig3(min(lows))}, {sig3(max(highs))}],"
+                else:
+                    by = f"by {ratio_text(*lo_m[2:6])} to {ratio_text(*hi_m[2:6])}"
+                n_flag = sum(bool(d[6]) for _, d in items)
+                flags = f" ({n_flag} of these comparisons flagged)" if n_flag else ""
+                text = f"{key} is the fastest{place}, {by} over {runner}{flags}."
+            out.append(Finding("winner", text, "comparisons"))
+        elif kind == "tie":
+            top, second, est, lo, hi, flags = items[0][1]
+            if len(items) == 1:
+                text = (f"No detectable difference between {top} and {second}{place}: {top}'s throughput is "
+                        f"{ratio_text(est, lo, hi)} {second}'s, an interval that holds 1{flags}.")
+            else:
+                ests = sorted(d[2] for _, d in items)
+                text = (f"No detectable difference between {key[0]} and {key[1]}{place}: every throughput ratio's "
+                        f"interval holds 1 (the faster over the slower by {sig3(ests[0])}× to {sig3(ests[-1])}×, point estimates).")
+            out.append(Finding("winner", text, "comparisons", decided=False))
+        else:
+            text = (f"{key[0]} and {key[1]} cannot be compared{place}: fewer than 2 repeats on a side, "
+                    "so no interval and no winner.")
+            out.append(Finding("winner", text, "comparisons", decided=False))
+    return out

@@ -1,0 +1,118 @@
+"""Numbers into words: the formatting the report's findings and study sections share.
+
+Numbers have 3 significant digits (`sig3`); a table's number is compact (`num`), with its
+interval as 'median [low, high]' (`with_ci`); ratios read "1.52× [1.31, 1.76]" (`ratio_text`),
+fractions "31.2 % [28.4, 34.1]" (`pct_text`), bandwidths "9.8 Gbit/s" (`bandwidth_text`); an
+interval whose level is not 95 % says its level; a number without an interval says so; an absent
+number is an en dash, never 0 or 'nan'. Lists of names read 'a, b, c and 2 more' (`listing`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from ddpbench import analysis
+
+NAMED = 3  # names in a listing before "and N more" (cells named in a warning)
+
+
+def finite(x) -> bool:
+    """Whether x is a finite number (None, NaN, inf and text are not)."""
+    try:
+        return x is not None and math.isfinite(float(x))
+    except (TypeError, ValueError):
+        return False
+
+
+def sig3(x) -> str:
+    """3 significant digits, never exponent notation: 1.52, 0.0123, 6130; '–' when absent."""
+    if not finite(x):
+        return "–"
+    x = float(x)
+    if x == 0:
+        return "0"
+    digits = 2 - int(math.floor(math.log10(abs(x))))
+    if digits <= 0:
+        return str(int(round(x, digits)))
+    text = f"{x:.{digits}f}"
+    # rounding may have added a digit (9.996 -> "10.00"): one decimal less
+    return f"{x:.{digits - 1}f}" if len(text.replace("-", "").replace(".", "").lstrip("0")) > 3 else text
+
+
+def _level_note(level) -> str:
+    if finite(level) and abs(float(level) - analysis.LEVEL) > 1e-3:
+        return f" ({100 * float(level):.3g} % interval)"
+    return ""
+
+
+def num(x, digits: int = 3) -> str:
+    """Compact number; an absent value is an en dash, never 0 or 'nan'."""
+    if x is None or x is pd.NA or (isinstance(x, float) and np.isnan(x)):
+        return "–"
+    if isinstance(x, float) and np.isinf(x):
+        return "∞" if x > 0 else "−∞"
+    if isinstance(x, (int, np.integer)):
+        return str(int(x))
+    x = float(x)
+    if x == int(x) and abs(x) < 1e7:
+        return str(int(x))
+    if 100 <= abs(x) < 1e7:
+        return f"{x:.0f}"  # throughput, memory: digits beyond the integer are noise
+    return f"{x:.{digits}g}"
+
+
+def with_ci(est, lo, hi) -> str:
+    """'median [low, high]', or the median alone when there is no interval."""
+    if pd.isna(lo) or pd.isna(hi):
+        return num(est)
+    return f"{num(est)} [{num(lo)}, {num(hi)}]"
+
+
+def ratio_text(est, lo=np.nan, hi=np.nan, level=np.nan) -> str:
+    """'1.52× [1.31, 1.76]', or '1.52× (no interval)'."""
+    if not (finite(lo) and finite(hi)):
+        return f"{sig3(est)}× (no interval)"
+    return f"{sig3(est)}× [{sig3(lo)}, {sig3(hi)}]{_level_note(level)}"
+
+
+def pct_text(est, lo=np.nan, hi=np.nan, level=np.nan) -> str:
+    """A fraction as a percentage: '31.2 % [28.4, 34.1]', or '31.2 % (no interval)'."""
+    est = float(est) * 100 if finite(est) else np.nan
+    if not (finite(lo) and finite(hi)):
+        return f"{sig3(est)} % (no interval)"
+    return f"{sig3(est)} % [{sig3(100 * float(lo))}, {sig3(100 * float(hi))}]{_level_note(level)}"
+
+
+def bandwidth_text(gbps) -> str:
+    """'9.8 Gbit/s', '310 Mbit/s', '500 kbit/s' (3 significant digits)."""
+    if not finite(gbps):
+        return "–"
+    for scale, unit in ((1, "Gbit/s"), (1e-3, "Mbit/s"), (1e-6, "kbit/s")):
+        if float(gbps) >= scale:
+            return f"{sig3(float(gbps) / scale)} {unit}"
+    return f"{sig3(float(gbps) * 1e9)} bit/s"
+
+
+def value_text(v) -> str:
+    """An axis value as the grid wrote it: a whole number without '.0' (16.0 -> '16'), else str()."""
+    if isinstance(v, (float, np.floating, int, np.integer)) and finite(v) and float(v) == int(v):
+        return str(int(v))
+    return str(v)
+
+
+def listing(items: list[str], limit: int = NAMED, sep: str = ", ") -> str:
+    """'a, b, c and 2 more' / 'a and b'."""
+    items = list(items)
+    if len(items) > limit:
+        return sep.join(items[:limit]) + f" and {len(items) - limit} more"
+    if len(items) > 1:
+        return sep.join(items[:-1]) + " and " + items[-1]
+    return items[0] if items else ""
+
+
+def plural(n: int, one: str, many: str) -> str:
+    """'1 run' / '3 runs'."""
+    return f"{n} {one if n == 1 else many}"
