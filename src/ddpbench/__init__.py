@@ -5,11 +5,12 @@ Data flows down this list, and imports only point down it (tests/unit/test_struc
 checks both, and that the folders marked "no torch" never load it):
 
 - ``core/``       what every stage shares: the cell's parameters, what a run records
-                  (summary.json keys, steps.csv columns), provenance, safe file writes. No torch.
+                  (summary.json keys, steps.csv columns) and the timers that measure it,
+                  provenance, safe file writes. No torch at import (timers use it on CUDA).
 - ``strategies/`` the gradient-sync strategies, one module each; the registry in its
                   __init__ is read at plan time without torch, the modules run in a rank.
 - ``run/``        the training process: the launcher, torchrun, the rank's harness and loop,
-                  timers, models, data. Torch.
+                  models, data. Torch.
 - ``comm/``       collective benchmarks (torch) and their latency/bandwidth fits (no torch).
 - ``cluster/``    more than one node: SLURM and the two-namespace network lab. No torch.
 - ``plan/``       what the workflow needs before any run: the config schema, the model

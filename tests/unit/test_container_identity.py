@@ -75,6 +75,7 @@ def test_summary_env_carries_name_and_digest(monkeypatch):
 
 
 def test_image_revision_only_for_the_images_installed_copy(monkeypatch):
+    import pathlib
     import subprocess
 
     from ddpbench.core import sysinfo
@@ -84,5 +85,6 @@ def test_image_revision_only_for_the_images_installed_copy(monkeypatch):
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 128, "", "not a repo"))
     # A checkout whose git cannot be read: unknown, not the image's commit.
     assert sysinfo.git_commit() is None
-    monkeypatch.setattr(sysinfo, "__file__", "/opt/ddpbench/.venv/lib/python3.11/site-packages/ddpbench/sysinfo.py")
+    installed = pathlib.Path("/opt/ddpbench/.venv/lib/python3.11/site-packages/ddpbench")
+    monkeypatch.setattr(sysinfo, "_package_dir", lambda: installed)
     assert sysinfo.git_commit() == "abc123"

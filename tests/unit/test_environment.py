@@ -1,5 +1,5 @@
 """The summary's env block: the locked torch/torchvision pair, and every provenance key
-(DESIGN.md, "Measurement definitions", Provenance) with a sensible value."""
+(docs/configuration.md, provenance) with a sensible value."""
 
 import datetime
 import json

@@ -26,7 +26,7 @@ messages alone and its intercept can even come out negative; the default therefo
 minimises *relative* residuals ``(t_fit - t) / t`` (weights ``1/t^2``), which fits the
 latency-bound and the bandwidth-bound ends alike. ``weighting="absolute"`` gives
 ordinary least squares. For a ring all-reduce, ``alpha`` is the latency of the whole
-call; the per-step latency of DESIGN.md's ``alpha * steps`` is ``alpha / (2(p-1))``.
+call; the per-step latency of the cost model's ``alpha * steps`` (docs/metrics.md) is ``alpha / (2(p-1))``.
 """
 
 from __future__ import annotations

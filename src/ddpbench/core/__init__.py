@@ -1,8 +1,10 @@
 """What every stage shares: the contract between the workflow, the ranks and the readers.
 
-`params` is the one typed definition of a grid cell; `summary` what a run records (the
+`params` is the one typed definition of a grid cell; `run_output` what a run records (the
 columns of steps_rank<R>.csv, the keys of summary.json, the statistics that fill them, the
-launcher's own summary for a run no rank finished); `sysinfo` and `container` the provenance
+launcher's own summary for a run no rank finished) and `timers` the instruments that
+measure a step inside a rank (clock, phases, communication meter; torch only on CUDA, when
+first used); `sysinfo` and `container` the provenance
 of every result row (machine, load, packages, lock, code fingerprint, image); `safe_io` and
 `storage` the file writes that never follow a planted link and never leave half a file or a
 full disk unexplained. It imports nothing of ddpbench but the strategy registry

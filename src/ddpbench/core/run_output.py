@@ -1,9 +1,9 @@
 """What a run records: the columns of steps_rank<R>.csv, the keys of summary.json, the
 statistics that turn per-rank step records into a summary (pure functions, unit-tested), the
 launcher's timeline, and the writing of a summary (the ranks' and the launcher's own). The
-timers that produce the step records are in run.timers.
+timers that produce the step records are in core.timers.
 
-Definitions follow DESIGN.md: a step's time is the maximum over ranks; the first step and
+Definitions follow docs/metrics.md: a step's time is the maximum over ranks; the first step and
 the warm-up steps are excluded from every timed figure. Phases partition a step: they are
 read from one rank's timeline, the pacing rank (the one with the most computation, the
 rank the others wait for), never as a per-phase maximum over ranks (which would take the

@@ -1,4 +1,4 @@
-"""Provenance: the environment block every summary.json carries (DESIGN.md, "Provenance")."""
+"""Provenance: the environment block every summary.json carries (docs/configuration.md, provenance)."""
 
 from __future__ import annotations
 
@@ -441,7 +441,7 @@ def command_line() -> str:
 def environment(
     backend: str | None, threads_per_rank: int | None, started: float | None = None, command: str | None = None
 ) -> dict[str, Any]:
-    """The summary's env block: provenance (DESIGN.md), every key of PROVENANCE_KEYS.
+    """The summary's env block: provenance (docs/configuration.md), every key of PROVENANCE_KEYS.
     `started`: when the run began (epoch seconds; default: this process's start);
     `command`: the command line that ran it (default: `command_line()`). It ends now.
     A key whose look-up fails is None: collecting provenance never fails a run."""

@@ -3,7 +3,7 @@
 This __init__ is the registry: what the plan needs of every strategy (its name, the settings
 it reads, the world sizes it runs at), read from the modules' source without importing them,
 so the workflow validates and plans a grid without torch. It imports nothing of ddpbench.
-The strategy modules themselves run inside a rank (torch): they import core, run.timers and
+The strategy modules themselves run inside a rank (torch): they import core (core.timers among it) and
 comm.collectives, never the analysis or the report.
 
 A strategy module `ddpbench/strategies/<name>.py` defines `STRATEGY`, an instance of
@@ -22,10 +22,7 @@ import importlib
 import pathlib
 import pkgutil
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from ddpbench.strategies.base import Strategy
+from typing import Any
 
 
 def names() -> tuple[str, ...]:
@@ -146,8 +143,9 @@ def strategy_traits(name: str) -> StrategyTraits:
     return StrategyTraits(attr("min_world"), attr("max_world"), attr("point_to_point"), data_shard_from == "Strategy")
 
 
-def get(name: str) -> "Strategy":
-    """The registered strategy `name` (ValueError naming the registered ones otherwise)."""
+def get(name: str) -> Any:
+    """The registered strategy `name`, a base.Strategy (imported on demand: the registry itself
+    never imports the strategy modules; ValueError naming the registered ones otherwise)."""
     if name not in names():
         raise ValueError(f"unknown strategy {name!r}; registered: {', '.join(names())}")
     strategy = importlib.import_module(f"{__name__}.{name}").STRATEGY

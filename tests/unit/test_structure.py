@@ -1,0 +1,219 @@
+"""The package's structure: one-way imports between its components, no import circle, no
+torch where a component promises none, and modules small enough to read.
+
+The components and what each may import are written in ddpbench/__init__.py and each
+folder's __init__; ALLOWED below is the same map, checked. Imports are read from the source
+(every `import` and `from ... import`, at any depth, so a lazy import inside a function
+counts too; `if TYPE_CHECKING:` blocks do not).
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ddpbench import PACKAGE_DIR
+
+pytestmark = pytest.mark.unit
+
+# Component -> the components it may import (itself always). "registry" is
+# ddpbench.strategies' __init__ (plan-time facts about the strategies, no torch); "strategies"
+# are the strategy modules (they run in a rank).
+ALLOWED = {
+    "registry": set(),
+    "core": {"registry"},
+    "strategies": {"registry", "core", "comm"},
+    "run": {"registry", "strategies", "core", "comm", "cluster", "results"},
+    "comm": {"core"},
+    "cluster": {"core", "results"},
+    "plan": {"registry", "core", "results", "cluster"},
+    "results": {"core"},
+    "analysis": {"registry", "core", "comm"},
+    "report": {"registry", "core", "results", "analysis", "comm"},
+}
+ALLOWED["cli"] = set(ALLOWED)  # the command line dispatches to every component
+# Imports that break a rule on purpose, each with its reason.
+EXCEPTIONS = {
+    # `ddpbench models --write` rebuilds catalog.json by building every model (torch); reading
+    # the catalog, what the workflow does, imports nothing of run/.
+    ("ddpbench.plan.catalog", "ddpbench.run.models"),
+    ("ddpbench.plan.catalog", "ddpbench.run.data"),
+}
+# Of comm, only the torch-free fits may be read by the analysis and the report.
+COMM_FOR_READERS = {"ddpbench.comm.commfit"}
+# Components whose every module imports without torch (checked by importing them with
+# torch made unimportable).
+TORCH_FREE = ("core", "plan", "results", "analysis", "report", "cluster")
+MAX_LINES = 600
+# Modules allowed over MAX_LINES, with the reason. Keep it empty.
+LARGE = {}
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(PACKAGE_DIR.parent).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE_DIR.rglob("*.py")) if "__pycache__" not in p.parts}
+
+
+def component(module: str) -> str | None:
+    """The component of a package module; None for the package itself and the command aliases."""
+    parts = module.split(".")
+    if module == "ddpbench.strategies":
+        return "registry"
+    if len(parts) == 2 and MODULES[module].name != "__init__.py":
+        return "cli" if module == "ddpbench.cli" else None
+    return parts[1] if len(parts) > 1 else None
+
+
+def _type_checking(node: ast.If) -> bool:
+    test = node.test
+    return getattr(test, "id", None) == "TYPE_CHECKING" or getattr(test, "attr", None) == "TYPE_CHECKING"
+
+
+def imports(path: Path) -> set[str]:
+    """The ddpbench modules a file imports (a `from pkg import name` names the submodule
+    pkg.name where that is a module, else pkg)."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _type_checking(child):
+                continue
+            if isinstance(child, ast.Import):
+                found.update(a.name for a in child.names if a.name.startswith("ddpbench"))
+            elif isinstance(child, ast.ImportFrom) and child.level == 0 and (child.module or "").startswith("ddpbench"):
+                for alias in child.names:
+                    sub = f"{child.module}.{alias.name}"
+                    found.add(sub if sub in MODULES else child.module)
+            visit(child)
+
+    visit(ast.parse(path.read_text()))
+    return found - {"ddpbench"}
+
+
+GRAPH = {m: {i for i in imports(p) if i in MODULES} for m, p in MODULES.items()}
+
+
+def broken_rules(graph: dict[str, set[str]]) -> list[str]:
+    broken = []
+    for module, targets in sorted(graph.items()):
+        mine = component(module)
+        if mine is None:
+            continue
+        for target in sorted(targets):
+            theirs = component(target)
+            if theirs in (None, mine) or (module, target) in EXCEPTIONS:
+                continue
+            if theirs == "comm" and mine in ("analysis", "report") and target not in COMM_FOR_READERS:
+                broken.append(f"{module} imports {target}: {mine}/ reads only comm's fits ({', '.join(COMM_FOR_READERS)})")
+            elif theirs not in ALLOWED[mine]:
+                broken.append(f"{module} imports {target}: {mine}/ may import only {sorted(ALLOWED[mine]) or 'nothing of ddpbench'}")
+    return broken
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), and self-imports."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def strongconnect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                strongconnect(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            members = []
+            while True:
+                w = stack.pop()
+                members.append(w)
+                if w == v:
+                    break
+            if len(members) > 1 or v in graph.get(v, ()):
+                found.append(sorted(members))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    for v in sorted(graph):
+        if v not in index:
+            strongconnect(v)
+    return found
+
+
+def test_every_import_points_the_allowed_way():
+    assert broken_rules(GRAPH) == []
+
+
+def test_the_rules_catch_an_import_from_the_analysis_into_the_training_process():
+    graph = {m: set(t) for m, t in GRAPH.items()}
+    graph["ddpbench.analysis"].add("ddpbench.run.train")
+    graph["ddpbench.core.params"].add("ddpbench.plan.status")
+    graph["ddpbench.report.build"].add("ddpbench.comm.commbench")
+    broken = broken_rules(graph)
+    assert any(b.startswith("ddpbench.analysis imports ddpbench.run.train") for b in broken), broken
+    assert any(b.startswith("ddpbench.core.params imports ddpbench.plan.status") for b in broken), broken
+    assert any(b.startswith("ddpbench.report.build imports ddpbench.comm.commbench") for b in broken), broken
+
+
+def test_no_import_circle():
+    assert circles(GRAPH) == []
+
+
+def test_a_circle_is_found():
+    graph = {m: set(t) for m, t in GRAPH.items()}
+    graph["ddpbench.core.safe_io"].add("ddpbench.core.run_output")  # run_output imports safe_io
+    assert any({"ddpbench.core.run_output", "ddpbench.core.safe_io"} <= set(c) for c in circles(graph))
+
+
+def test_components_that_promise_no_torch_import_without_it():
+    """Each module imported in a fresh interpreter where `import torch` fails (a finder that
+    refuses it: a None in sys.modules would also fail scipy's own look for torch tensors)."""
+    modules = [m for m in MODULES if component(m) in TORCH_FREE and not m.endswith(".__main__")]
+    modules += ["ddpbench.strategies", "ddpbench.comm.commfit"]
+    code = (
+        "import sys, importlib, importlib.abc\n"
+        "class NoTorch(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('torch', 'torchvision'):\n"
+        "            raise ImportError(f'{name} imported')\n"
+        "sys.meta_path.insert(0, NoTorch())\n"
+        f"for m in {modules!r}:\n"
+        "    importlib.import_module(m)\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_the_analysis_loads_no_plotting_or_templates():
+    code = (
+        "import sys, importlib, pkgutil, ddpbench.analysis as a\n"
+        "for m in pkgutil.walk_packages(a.__path__, 'ddpbench.analysis.'):\n"
+        "    importlib.import_module(m.name)\n"
+        "print(sorted(k for k in ('matplotlib', 'jinja2', 'torch') if k in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr[-2000:] or out.stdout
+
+
+def test_no_module_is_too_long_to_read():
+    long = {m: n for m, p in MODULES.items() if (n := len(p.read_text().splitlines())) > MAX_LINES and m not in LARGE}
+    assert long == {}
+
+
+def test_every_component_says_what_lives_there():
+    for module, path in MODULES.items():
+        if path.name == "__init__.py":
+            doc = ast.get_docstring(ast.parse(path.read_text()))
+            assert doc and len(doc) > 80, f"{module}: its __init__ needs a docstring saying what lives there"
