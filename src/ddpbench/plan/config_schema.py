@@ -19,7 +19,6 @@ import argparse
 import dataclasses
 import json
 import math
-import pathlib
 import sys
 from typing import Any
 
