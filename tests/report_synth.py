@@ -93,6 +93,7 @@ def make_runs(
                                      warmup=3 * step, timed_steps=step * (steps - 3), evaluation=0.05, results=0.15,
                                      teardown=2.0 + 0.5 * (p > 1), launcher_finish=0.1)  # fmt: skip
                         row.update({f"timeline_{k}_s": v for k, v in spans.items()})
+                        row.update(held_bytes(strategy, p))
                         row["fixed_cost_s"] = sum(spans.values()) - step * (steps - 3)
                         rows.append(row)
     runs = pd.DataFrame(rows)
@@ -103,11 +104,29 @@ def make_runs(
                     run_dir="results/runs/x-p16/r1", repeat=1)  # fmt: skip
         skip = dict(rows[-1], status="skipped", reason="batch_size auto found no batch within memory_budget_gb",
                     strategy="pipeline", run_dir="results/runs/pipe/r0")  # fmt: skip
-        metrics = [c for c in bad if c.startswith(("step_time", "samples", "epoch", "phase", "frac", "peak"))]
+        counted = ("extra_param_bytes", "extra_grad_bytes", "extra_optimizer_state_bytes", "extra_held_bytes")
+        metrics = [c for c in bad if c.startswith(("step_time", "samples", "epoch", "phase", "frac", "peak", *counted))]
         extra = pd.DataFrame([bad, late, skip])
         extra[metrics] = np.nan
         runs = pd.concat([runs, extra], ignore_index=True)
     return runs
+
+
+# The bytes of a synthetic model's parameters (the MLP on MNIST: 535,818 fp32 parameters).
+PARAM_BYTES = 2_143_272
+
+
+def held_bytes(strategy: str, p: int, param_bytes: int = PARAM_BYTES, state_per_param: float = 1.0) -> dict:
+    """runs.csv's held-memory columns as the harness counts them for one rank (SGD momentum: one
+    state value per parameter; AdamW: state_per_param 2): zero keeps 1/p of the optimizer state,
+    the FSDP strategies 1/p of everything, the others all of it."""
+    params, grads, state = param_bytes, param_bytes, state_per_param * param_bytes
+    if strategy == "zero":
+        state /= p
+    elif strategy in ("fsdp", "fsdp_grad_op"):
+        params, grads, state = params / p, grads / p, state / p
+    return dict(extra_param_bytes=params, extra_grad_bytes=grads, extra_optimizer_state_bytes=state,
+                extra_held_bytes=params + grads + state)  # fmt: skip
 
 
 def make_steps(runs: pd.DataFrame, n_steps=12) -> pd.DataFrame:
@@ -228,3 +247,31 @@ def make_link_runs(
             )  # fmt: skip
             rows.append(row)
     return pd.concat([base, pd.DataFrame(rows)], ignore_index=True)
+
+
+SHARDING_STRATEGIES = ("single", "ddp", "zero", "fsdp_grad_op", "fsdp")
+
+
+def make_sharding_runs(slowdown=None, precisions=("fp32", "bf16"), grad_accums=(1, 4), bf16_speedup=1.25, repeats=3,
+                       noise=0.03, param_bytes=PARAM_BYTES, state_per_param=2.0, seed=0) -> pd.DataFrame:
+    """The sharding study's grid (configs/studies/sharding.yaml): `single` at p = 1 and ddp, zero,
+    fsdp_grad_op, fsdp at p = 2, at every precision x grad_accum, AdamW (two state values per
+    parameter). Each strategy's epoch takes `slowdown[strategy]` times ddp's (default: zero as ddp,
+    fsdp_grad_op 1.3x, fsdp 1.5x), bf16 `bf16_speedup` times faster than fp32; held bytes as the
+    harness counts them (`held_bytes`)."""
+    slowdown = {"zero": 1.0, "fsdp_grad_op": 1.3, "fsdp": 1.5} if slowdown is None else slowdown
+    frames = []
+    for i, (precision, accum) in enumerate(itertools.product(precisions, grad_accums)):
+        r = make_runs(strategies=SHARDING_STRATEGIES, world_sizes=(1, 2), repeats=repeats, noise=noise, failures=False,
+                      others_at_1=False, seed=seed + i)  # fmt: skip
+        r["precision"], r["grad_accum"], r["optimizer"], r["lr"] = precision, accum, "adamw", 0.001
+        r["run_dir"] = r["run_dir"].str.replace("/r", f"-{precision}-a{accum}/r", regex=False)
+        f = r["strategy"].map(lambda s: slowdown.get(s, 1.0)) / (bf16_speedup if precision == "bf16" else 1.0)
+        r["samples_per_s"] /= f
+        for col in ("epoch_time_s", "step_time_median_s", "step_time_mean_s", "step_time_p95_s", "timed_wall_s"):
+            r[col] *= f
+        held = pd.DataFrame([held_bytes(s, p, param_bytes, state_per_param) for s, p in zip(r["strategy"], r["world_size"])],
+                            index=r.index)  # fmt: skip
+        r[held.columns] = held
+        frames.append(r)
+    return pd.concat(frames, ignore_index=True)

@@ -107,6 +107,24 @@ def test_exact_strategies_match_single_on_cuda(tmp_path):
     assert checked >= 3
 
 
+@pytest.mark.parametrize("precision", ("fp32", "tf32", "bf16", "fp16"))
+@pytest.mark.parametrize("name", ("single", "ddp", "fsdp", "fsdp_grad_op"))
+def test_precisions_and_sharding_train_on_cuda(tmp_path, name, precision):
+    """Every precision with the baseline, DDP and both FSDP strategies (with AdamW and
+    gradient accumulation): the run is measured, its loss finite, fp16 keeps a loss scale,
+    and the memory each rank holds is counted. Prints the throughput to quote."""
+    world, backend = world_and_backend(name)
+    flags = [*FLAGS, "--strategy", name, "--backend", backend, "--precision", precision, "--optimizer", "adamw",
+             "--lr", "0.001", "--grad-accum", "2"]  # fmt: skip
+    summary = launch(tmp_path, world, *flags)
+    assert summary["status"] == "ok", summary["reason"]
+    assert summary["train_loss_final"] == summary["train_loss_final"]  # not NaN
+    extra = summary["extra"]
+    assert extra["held_bytes"] > 0 and extra["param_bytes"] > 0
+    assert (extra["loss_scale_final"] is not None) == (precision == "fp16")
+    print(f"{name} {precision}: {summary['samples_per_s']:.0f} samples/s, held {extra['held_bytes'] / 2**20:.1f} MiB")
+
+
 @pytest.mark.skipif(GPUS != 1, reason="needs exactly one GPU")
 def test_nccl_with_two_ranks_on_one_gpu_is_skipped_with_the_reason(tmp_path):
     summary = launch(tmp_path, 2, *FLAGS, "--strategy", "allreduce")

@@ -1009,3 +1009,68 @@ def test_comparisons_table_is_welch_log_ratio_and_stability_of_each_pair():
 def test_varying_counts_values_as_their_text(values):
     s = pd.Series(values)
     assert _several_texts(s) == (s.astype(str).nunique() > 1)
+
+
+# -- memory held per rank ------------------------------------------------------------------------
+
+
+def test_cells_have_the_held_bytes_with_an_interval_that_holds_only_the_exact_count():
+    from report_synth import held_bytes, make_sharding_runs
+
+    runs = A.load_runs_frame(make_sharding_runs(precisions=("fp32",), grad_accums=(1,)))
+    cells = A.cell_stats(runs).set_index("strategy")
+    for strategy in ("ddp", "zero", "fsdp"):
+        counted = held_bytes(strategy, 2, state_per_param=2.0)
+        for col in ("extra_param_bytes", "extra_grad_bytes", "extra_optimizer_state_bytes", "extra_held_bytes"):
+            c = cells.loc[strategy]
+            assert c[col] == c[f"{col}_ci_low"] == c[f"{col}_ci_high"] == counted[col], (strategy, col)
+            assert c[f"{col}_ci_level"] == pytest.approx(0.75)  # 3 repeats: min..max
+    assert all("[bytes]" in A.METRICS[c] for c in ("extra_param_bytes", "extra_held_bytes"))
+
+
+def test_memory_savings_against_ddp_with_the_comparisons_interval():
+    from report_synth import PARAM_BYTES, make_sharding_runs
+
+    runs = A.load_runs_frame(make_sharding_runs(precisions=("fp32",), grad_accums=(1, 4)))
+    cells = A.cell_stats(runs)
+    s = A.memory_savings(runs, cells)
+    assert list(s["strategy"]) == ["zero", "fsdp_grad_op", "fsdp"] * 2  # per setting, least to most sharded
+    fsdp = s[(s["strategy"] == "fsdp") & (s["grad_accum"] == 1)].iloc[0]
+    assert fsdp["held_bytes"] == 2 * PARAM_BYTES and fsdp["reference_held_bytes"] == 4 * PARAM_BYTES
+    assert fsdp["saved_bytes"] == 2 * PARAM_BYTES and fsdp["held_ratio"] == 0.5
+    zero = s[(s["strategy"] == "zero") & (s["grad_accum"] == 1)].iloc[0]
+    assert (zero["extra_param_bytes_ratio"], zero["extra_grad_bytes_ratio"], zero["extra_optimizer_state_bytes_ratio"]) == (1, 1, 0.5)
+    # the throughput ratio is comparisons.csv's (ddp/fsdp there, by name), turned round
+    cmp = A.comparisons_table(runs)
+    row = cmp[(cmp["strategy_a"] == "ddp") & (cmp["strategy_b"] == "fsdp") & (cmp["grad_accum"] == 1)].iloc[0]
+    assert fsdp["ratio"] == pytest.approx(1 / row["ratio"])
+    assert (fsdp["ratio_ci_low"], fsdp["ratio_ci_high"]) == pytest.approx((1 / row["ratio_ci_high"], 1 / row["ratio_ci_low"]))
+    assert fsdp["verdict"] == "B faster" and row["verdict"] == "A faster"  # fsdp 1.5x slower: ddp faster
+    assert fsdp["peak_kind"] == "peak RSS" and fsdp["peak_mib"] == cells.set_index(["strategy", "grad_accum"]).loc[("fsdp", 1), "peak_rss_mb"]
+    # one rank has nothing to shard; no ddp, no saving; no counts, nothing
+    assert not (pd.to_numeric(s["world_size"]) == 1).any()
+    assert A.memory_savings(runs[runs["strategy"] != "ddp"], cells[cells["strategy"] != "ddp"]).empty
+    held = [c for c in cells if c.startswith("extra_") and "bytes" in c]
+    assert A.memory_savings(runs, cells.drop(columns=held)).empty
+
+
+def test_axis_effects_pair_each_cell_with_its_twin():
+    from report_synth import make_sharding_runs
+
+    runs = A.load_runs_frame(make_sharding_runs(noise=0.0, bf16_speedup=1.25))
+    cells = A.cell_stats(runs)
+    e = A.axis_effects(runs, cells, "precision", "fp32")
+    assert len(e) == 10 and set(e["precision"]) == {"bf16"} and set(e["reference_value"]) == {"fp32"}
+    assert np.allclose(e["ratio"], 1.25) and set(e["verdict"]) == {"A faster"} and np.allclose(e["held_ratio"], 1.0)
+    accum = A.axis_effects(runs, cells, "grad_accum", 1)
+    assert len(accum) == 10 and np.allclose(accum["ratio"], 1.0) and set(accum["verdict"]) == {A.NO_DIFFERENCE}
+    assert A.axis_effects(runs, cells, "precision", "tf32").empty  # no twin measured
+
+
+def test_peaks_prefer_the_cuda_allocation_where_measured():
+    cells = pd.DataFrame(dict(peak_rss_mb=[900.0, 800.0], peak_rss_mb_ci_low=[890.0, 790.0],
+                              peak_rss_mb_ci_high=[910.0, 810.0], cuda_max_allocated_mb=[np.nan, 120.0],
+                              cuda_max_allocated_mb_ci_low=[np.nan, 118.0], cuda_max_allocated_mb_ci_high=[np.nan, 121.0]))  # fmt: skip
+    p = A.peaks(cells)
+    assert list(p["peak_kind"]) == ["peak RSS", "peak CUDA allocated"]
+    assert list(p["peak_mib"]) == [900.0, 120.0] and list(p["peak_ci_low"]) == [890.0, 118.0]

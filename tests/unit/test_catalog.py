@@ -33,3 +33,38 @@ def test_docs_show_the_current_catalog():
     assert catalog.markdown(catalog.load()) in catalog.DOCS_PATH.read_text()
     assert catalog.gradient_bytes("simple_cnn", "cifar10") == 4 * 545_098
     assert catalog.gradient_bytes("simple_cnn", "nope") is None
+
+
+def test_the_strategies_column_is_the_registrys():
+    from ddpbench import strategies
+
+    assert set(catalog.SHARDING) <= set(strategies.names())  # no typo in the sharding map
+    for model, text in catalog.load()["strategies"].items():
+        assert text == catalog.strategies_for(model), "stale: run `python -m ddpbench.plan.catalog --write`"
+
+
+def test_optimizer_state_and_what_a_rank_holds_follow_the_sharding():
+    p = catalog.gradient_bytes("mlp", "mnist")  # 535,818 fp32 parameters
+    assert catalog.optimizer_state_bytes(p, "sgd") == p and catalog.optimizer_state_bytes(p, "adamw") == 2 * p
+    assert catalog.optimizer_state_bytes(p, "sgd", momentum=0.0) == 0
+
+    def held(strategy, world, optimizer="adamw"):
+        return catalog.held_bytes("mlp", "mnist", strategy, world, optimizer)
+
+    assert held("ddp", 4) == {"parameters": p, "gradients": p, "optimizer": 2 * p, "total": 4 * p}
+    assert held("single", 1, "sgd")["total"] == held("local_sgd", 3, "sgd")["total"] == 3 * p
+    shard = -(-p // 4)
+    assert held("zero", 4) == {"parameters": p, "gradients": p, "optimizer": 2 * shard, "total": 2 * p + 2 * shard}
+    for strategy in ("fsdp", "fsdp_grad_op"):  # both hold shards between steps
+        assert held(strategy, 4) == {"parameters": shard, "gradients": shard, "optimizer": 2 * shard, "total": 4 * shard}
+    assert held("fsdp", 1) == held("ddp", 1)
+    assert held("pipeline", 2) is None and catalog.held_bytes("mlp", "nope", "ddp", 2) is None
+
+
+def test_models_prints_what_each_rank_holds_at_a_world_size(capsys):
+    assert catalog.main(["--world-size", "4", "--optimizer", "adamw"]) == 0
+    out = capsys.readouterr().out
+    assert "Held per rank at p = 4 with adamw" in out
+    p = catalog.gradient_bytes("mlp", "mnist")
+    row = next(line for line in out.splitlines() if line.startswith("| `mlp` | mnist |") and line.count("|") == 6)
+    assert row.split("|")[3:6] == [f" {4 * p / 2**20:.2f} ", f" {(2 * p + 2 * -(-p // 4)) / 2**20:.2f} ", f" {4 * -(-p // 4) / 2**20:.2f} "]

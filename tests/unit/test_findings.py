@@ -1,5 +1,7 @@
 """Findings first (issue 12): sentences from hand-made tables and from report_synth through the real analysis."""
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -241,7 +243,9 @@ def _tables(**kw):
 
 @pytest.mark.parametrize("kw, kinds", [
     ({}, {"winner", "scaling", "time", "fit", "warning"}),
-    (dict(batch_sizes=(64, 128), dataset_sizes=(4096, 8192), world_sizes=(1, 2)), set(KINDS) - {"link"}),  # link: test_links.py
+    # zero beside ddp: the memory it saves (link: test_links.py)
+    (dict(strategies=("single", "ddp", "zero"), batch_sizes=(64, 128), dataset_sizes=(4096, 8192), world_sizes=(1, 2)),
+     set(KINDS) - {"link"}),
     (dict(scaling="weak", failures=False), {"winner", "scaling", "time", "fit"}),
 ])  # fmt: skip
 def test_report_synth_through_the_analysis(kw, kinds):
@@ -362,3 +366,56 @@ def test_the_profiler_finding_gives_each_cells_communication_share_and_the_profi
     over = runs["profile_overhead"]
     assert f"median {sig3(100 * over.median())} % over {len(runs)} runs" in found.text
     assert profile_findings(None, runs, ["strategy"]) == [] and profile_findings(pd.DataFrame(), runs, []) == []
+
+
+# -- memory: what sharding saves and costs ---------------------------------------------------------
+
+
+def _sharding_tables(**kw):
+    from report_synth import make_sharding_runs
+
+    runs = analysis.load_runs_frame(make_sharding_runs(**kw))
+    speed = analysis.speedup_table(runs)
+    return runs, analysis.cell_stats(runs), speed, analysis.comparisons_table(runs), analysis.fits_table(runs, speed, n_boot=20)
+
+
+def test_memory_saved_by_sharding_leads_with_the_time_it_costs():
+    from report_synth import PARAM_BYTES
+
+    out = check(findings(*_sharding_tables(noise=0.0, precisions=("fp32",), grad_accums=(1, 4))))
+    memory = of(out, "memory")
+    assert out[: len(memory)] == memory and [f.text.split(" ")[0] for f in memory] == ["zero", "fsdp_grad_op", "fsdp"]
+    assert all(f.anchor == "fig-memory_held" for f in memory)
+    mib = lambda n: sig3(n / analysis.MIB) + " MiB"  # noqa: E731
+    fsdp = memory[-1].text
+    assert fsdp.startswith(f"fsdp shards its parameters, gradients and optimizer state: it holds {mib(2 * PARAM_BYTES)} per "
+                           f"rank against ddp's {mib(4 * PARAM_BYTES)} (0.500×, {mib(2 * PARAM_BYTES)} less) at every "
+                           "setting measured; the time it costs: ")  # fmt: skip
+    # fsdp's epoch takes 1.5x ddp's: exactly 0.667x the throughput, an interval that excludes 1
+    assert fsdp.endswith("it is slower at every setting measured: throughput 0.667× [0.667, 0.667] ddp's at each.")
+    assert "shards its optimizer state: it holds" in memory[0].text and "no detectable difference in throughput" in memory[0].text
+
+
+def test_memory_claims_no_difference_the_interval_does_not_support():
+    out = check(findings(*_sharding_tables(slowdown={"fsdp": 1.0, "fsdp_grad_op": 1.0}, noise=0.2, precisions=("fp32",),
+                                           grad_accums=(1,), seed=1)))  # fmt: skip
+    for f in of(out, "memory"):
+        m = re.search(r"([\d.]+)× \[([\d.]+), ([\d.]+)\] ddp's", f.text)
+        lo, hi = float(m.group(2)), float(m.group(3))
+        if lo <= 1 <= hi:
+            assert "no detectable difference in throughput" in f.text and "slower" not in f.text, f.text
+        else:
+            assert ("slower" if hi < 1 else "faster") in f.text, f.text
+    assert any("no detectable difference in throughput" in f.text for f in of(out, "memory"))
+    one = check(findings(*_sharding_tables(repeats=1, precisions=("fp32",), grad_accums=(1,))))
+    assert all("no interval, no verdict" in f.text and "slower" not in f.text for f in of(one, "memory"))
+
+
+def test_no_memory_finding_without_a_sharded_strategy_beside_ddp():
+    runs, cells, speed, comparisons, fits = _sharding_tables(precisions=("fp32",), grad_accums=(1,))
+    for keep in (["single", "ddp"], ["single", "zero", "fsdp"]):
+        r = runs[runs["strategy"].isin(keep)]
+        c = cells[cells["strategy"].isin(keep)]
+        assert not of(check(findings(r, c, speed, comparisons, fits)), "memory"), keep
+    held = [c for c in cells if c.startswith("extra_") and "bytes" in c]
+    assert not of(findings(runs, cells.drop(columns=held), speed, comparisons, fits), "memory")

@@ -52,7 +52,7 @@ def test_comm_volume_laws(law, ps, factors):
 
 
 def test_unknown_comm_volume_law_is_named_with_the_known_ones():
-    known = "allreduce, gather_scatter, allreduce_allgather, point_to_point, none"
+    known = "allreduce, gather_scatter, allreduce_allgather, sharded_zero3, sharded_zero2, point_to_point, none"
     with pytest.raises(ValueError, match=rf"^unknown communication volume law 'ring'; known: {known}$"):
         run_output.comm_volume_factor("ring", 2)
 

@@ -112,6 +112,15 @@ REFUSED = {
     "pipeline-batch-not-split-by-micro-batches": (
         cell(strategy="pipeline", batch_size=30, micro_batches=4), ("batch_size", "micro_batches"), "4 equal micro-batches"
     ),
+    "tf32-on-cpu": (cell(precision="tf32"), ("precision", "device"), "device cpu has no such mode"),
+    "pipeline-accumulates-already": (
+        cell(strategy="pipeline", grad_accum=2), ("grad_accum", "strategy"), "accumulates its micro_batches already"
+    ),
+    "pipeline-fp32-only": (cell(strategy="pipeline", precision="bf16"), ("precision", "strategy"), "fp32 only"),
+    "micro-batch-would-be-empty": (
+        cell(strategy="fsdp", batch_size=10, world_size=3, grad_accum=4), ("batch_size", "grad_accum"),
+        "3 ranks x 4 micro-batches need at least 12 samples",
+    ),
 }  # fmt: skip
 
 
@@ -143,6 +152,10 @@ def test_refusals_name_the_cells_values():
         cell(strategy="ddp", world_size=1, batch_size=128, dataset_size=16),
         cell(strategy="single", world_size=2, batch_size=1, dataset_size=16),
         cell(strategy="pipeline", device="cuda", backend="gloo", model="resnet18"),
+        cell(strategy="fsdp", batch_size=12, world_size=3, grad_accum=4, precision="bf16", optimizer="adamw"),
+        cell(strategy="ddp", device="cuda", precision="tf32"),
+        cell(strategy="local_sgd", precision="fp16", grad_accum=4),
+        cell(strategy="pipeline", precision="fp32", optimizer="adamw"),
     ],
 )  # fmt: skip
 def test_cells_that_run_or_are_skipped_by_design_pass(values):

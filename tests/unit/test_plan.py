@@ -81,3 +81,52 @@ def test_the_default_estimate_counts_a_heavy_models_steps(tmp_path):
     assert f"({per_run:.0f} s a run, a default: 4 s fixed + the steps" in line, line
     # imagenette's FLOPs follow the image's area
     assert catalog.forward_flops("densenet121", "imagenette", 80) == catalog.forward_flops("densenet121", "imagenette") / 4
+
+
+def test_cpu_flags_are_read_from_cpuinfo_on_x86_and_arm(tmp_path):
+    x86 = tmp_path / "x86"
+    x86.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx512f avx512_bf16\n\nprocessor\t: 1\nflags\t\t: fpu sse2 avx512f avx512_bf16\n")
+    arm = tmp_path / "arm"
+    arm.write_text("processor\t: 0\nFeatures\t: fp asimd asimdhp bf16\n")
+    assert plan.cpu_flags(x86) == {"fpu", "sse2", "avx512f", "avx512_bf16"}
+    assert plan.cpu_flags(arm) == {"fp", "asimd", "asimdhp", "bf16"}
+    assert plan.cpu_flags(tmp_path / "none") is None
+
+
+def test_low_precision_on_a_cpu_without_its_arithmetic_is_named_as_emulated():
+    cells = [cell(precision="bf16"), cell(precision="fp16"), cell(precision="fp32"), cell(precision="bf16", device="cuda")]
+    lines = plan.precision_warnings(cells, frozenset({"avx512f"}))
+    assert len(lines) == 2
+    bf16, fp16 = lines
+    assert bf16.startswith("1 cell(s) train in bf16 on CPU") and "avx512_bf16/amx_bf16" in bf16 and "slower than fp32" in bf16
+    assert fp16.startswith("1 cell(s) train in fp16 on CPU") and "avx512_fp16/amx_fp16" in fp16 and "emulated" in fp16
+    only_fp16 = plan.precision_warnings(cells, frozenset({"avx512f", "amx_bf16"}))
+    assert len(only_fp16) == 1 and "fp16" in only_fp16[0]
+    assert plan.precision_warnings(cells, frozenset({"avx512_bf16", "avx512_fp16"})) == []
+    assert plan.precision_warnings(cells, None) == []  # flags unknown: no guess
+    assert plan.precision_warnings([cell(precision="fp32")], frozenset()) == []
+
+
+def test_adamw_at_an_sgd_learning_rate_is_named_and_a_usual_one_is_not():
+    lines = plan.optimizer_warnings([cell(optimizer="adamw", lr=0.05), cell(optimizer="adamw", lr=0.1), cell(lr=0.05)])
+    assert len(lines) == 1
+    assert lines[0].startswith("2 adamw cell(s) have lr 0.05, 0.1 (> 0.01") and "likely diverges" in lines[0]
+    assert "1e-4 to 1e-3" in lines[0] and "set params.lr" in lines[0]
+    assert plan.optimizer_warnings([cell(optimizer="adamw", lr=1e-3), cell(optimizer="sgd", lr=0.5)]) == []
+
+
+def test_adamw_cells_that_differ_only_in_momentum_are_one_measurement():
+    from ddpbench.core.params import CellParams, effective_params
+
+    values = {**CellParams().as_dict(), "optimizer": "adamw", "lr": 1e-3}
+    assert effective_params({**values, "momentum": 0.0}) == effective_params({**values, "momentum": 0.5})
+    sgd = {**values, "optimizer": "sgd"}
+    assert effective_params({**sgd, "momentum": 0.0}) != effective_params({**sgd, "momentum": 0.5})
+
+
+def test_the_plan_lines_carry_the_training_setting_warnings(tmp_path):
+    cells = [cell(precision="bf16", optimizer="adamw", lr=0.05)]
+    lines = plan.warnings(cells, 1, 1, tmp_path, flags=frozenset({"sse2"}))
+    assert all(line.startswith(plan.PREFIX) for line in lines)
+    assert any("train in bf16 on CPU" in line for line in lines) and any("adamw cell(s) have lr" in line for line in lines)
+    assert not any("bf16" in line for line in plan.warnings(cells, 1, 1, tmp_path, flags=frozenset({"amx_bf16"})))

@@ -322,3 +322,28 @@ def test_a_groups_steps_are_its_runs_steps_even_on_an_axis_steps_csv_lacks():
     for _, info, part in groups:
         mine = set(runs[runs["num_workers"] == info["num_workers"]]["run_dir"])
         assert set(part.steps["run_dir"]) == mine and set(part.profile["run_dir"]) == mine
+
+
+def test_memory_held_stacks_each_cells_counted_bytes_beside_its_peak():
+    from report_synth import held_bytes, make_sharding_runs
+
+    from ddpbench.report.figures.memory import fig_memory_held
+
+    runs = A.load_runs_frame(make_sharding_runs(precisions=("fp32",), grad_accums=(1,)))
+    (fig,) = fig_memory_held(_data(runs))
+    try:
+        held_ax, peak_ax = fig.axes
+        assert held_ax.get_xlabel() == "held per rank [MiB]" and peak_ax.get_xlabel().startswith("peak RSS [MiB]")
+        labels = [t.get_text() for t in held_ax.get_yticklabels()]
+        assert labels == ["single, p=1", "ddp, p=2", "zero, p=2", "fsdp_grad_op, p=2", "fsdp, p=2"]
+        # the right end of each row's stack is the bytes the cell holds, in MiB
+        ends = np.max([[p.vertices[:, 0].max() for p in coll.get_paths()] for coll in held_ax.collections], axis=0)
+        expected = [held_bytes(s, p, state_per_param=2.0)["extra_held_bytes"] / 2**20
+                    for s, p in (("single", 1), ("ddp", 2), ("zero", 2), ("fsdp_grad_op", 2), ("fsdp", 2))]  # fmt: skip
+        assert ends == pytest.approx(expected)
+        legend = [t.get_text() for t in fig.legends[0].get_texts()]
+        assert legend[:3] == ["parameters", "gradients", "optimizer state"] and "strategy=fsdp" in legend
+    finally:
+        plt.close(fig)
+    counted = [c for c in runs if c.startswith("extra_") and c.endswith("_bytes")]
+    assert fig_memory_held(_data(runs.drop(columns=counted))) == []  # runs from before the count: no figure

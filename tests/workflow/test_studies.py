@@ -70,6 +70,21 @@ def test_sync_strategies_profiles_and_runs_two_nodes(tmp_path):
     assert any("--nnodes 2" in c and "--link unshaped" in c for c in commands)
 
 
+def test_sharding_plans_its_grid_offline_as_written(tmp_path):
+    """sharding trains on synthetic data already (no real dataset to fetch): single at p = 1 and the
+    four strategies at p = 2, at fp32 and bf16 x grad_accum 1 and 4, AdamW; its report answers in its section."""
+    commands, out = plan(tmp_path, "sharding")
+    assert len(commands) == 60, out[-3000:]  # 20 cells x 3 repeats
+    assert "prepare_data" not in out and all("--dataset synthetic --synthetic-shape cifar10" in c for c in commands)
+    assert all("--optimizer adamw" in c and "--lr 0.001" in c for c in commands)
+    cells = {tuple(re.search(rf"--{k} (\S+)", c).group(1) for k in ("strategy", "precision", "grad-accum", "nproc-per-node"))
+             for c in commands}  # fmt: skip
+    assert len(cells) == 20 and {c[0] for c in cells} == {"single", "ddp", "zero", "fsdp_grad_op", "fsdp"}
+    assert all((c[3] == "1") == (c[0] == "single") for c in cells)
+    (report,) = [line for line in out.splitlines() if "ddpbench.report" in line]
+    assert "--study sharding" in report
+
+
 def test_bad_dataset_override_fails_naming_the_key(tmp_path):
     proc = snakemake(tmp_path, "-n", "--config", "dataset=foo", configfile=STUDIES / "sync-dp.yaml", check=False)
     assert proc.returncode != 0
@@ -111,6 +126,9 @@ MINIATURE = [
     ("sync-strategies", ["profile.svg", "rank_skew.svg"], "The fastest strategy here is",
      ['grid={"world_size": [1, 2], "nodes": [1], "dataset_size": [256], "batch_size": [32]}',
       'timing={"warmup_steps": 1, "min_timed_steps": 2, "min_timed_s": 0.0, "max_steps": 4, "epochs": 1, "profile_steps": 2}']),
+    # fp32, no accumulation: single and the four strategies at p = 2 (5 runs)
+    ("sharding", ["memory_held.svg", "strategy_bars.svg"], "fsdp shards its parameters, gradients and optimizer state",
+     ['grid={"world_size": [1, 2], "dataset_size": [256], "precision": ["fp32"], "grad_accum": [1]}']),
     # the simple CNN: batch 32, 128 and auto x 0 and 2 DataLoader workers, the strategies at 2; two epochs
     ("accelerators", ["epoch_throughput.svg", "strategy_bars.svg", "memory_vs_batch.svg"],
      "the batch × DataLoader-workers sweep peaks at",

@@ -9,7 +9,8 @@ makes cells.csv and comparisons.csv, `scaling` speedup.csv (S(p) = T_baseline / 
 E = S/p) and fits.csv from the laws of `fits` (Amdahl, Gustafson, Karp–Flatt) and `cost_model`
 (each strategy's volume law, bootstrap intervals), `links` links.csv (the latency-bandwidth fit per
 measured network link and the bandwidth below which a strategy loses to one process) and
-`breakdowns` the profiler's, per-epoch, per-round and auto-batch tables; `compare` (with
+`breakdowns` the profiler's, per-epoch, per-round and auto-batch tables, `memory` the memory held
+per rank by the sharded strategies against ddp and what one setting changes; `compare` (with
 `compare_cells` and `provenance`) compares two result sets. This package re-exports the names the
 report uses as `analysis.<name>`.
 """
@@ -58,6 +59,18 @@ from ddpbench.analysis.links import (
     link_runs,
     links_table,
 )
+from ddpbench.analysis.memory import (
+    HELD,
+    HELD_PARTS,
+    MIB,
+    PEAKS,
+    SAVING_COLUMNS,
+    SHARDED,
+    axis_effects,
+    has_held,
+    memory_savings,
+    peaks,
+)
 from ddpbench.analysis.scaling import FIT_COLUMNS, SPEEDUP_COLUMNS, fits_table, speedup_table
 from ddpbench.analysis.tables import (
     BASELINE_STRATEGY,
@@ -92,6 +105,8 @@ __all__ = [
     # links
     "ACHIEVED", "ALWAYS_LOSES", "LINK_TABLE_COLUMNS", "LOSES_BELOW", "NEVER_LOSES", "link_group_axes", "link_runs",
     "links_table",
+    # memory
+    "HELD", "HELD_PARTS", "MIB", "PEAKS", "SAVING_COLUMNS", "SHARDED", "axis_effects", "has_held", "memory_savings", "peaks",
     # breakdowns
     "auto_batch", "epoch_throughput", "profile_cells", "profile_comm_shares", "round_time",
 ]  # fmt: skip

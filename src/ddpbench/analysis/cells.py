@@ -25,7 +25,8 @@ from ddpbench.analysis.links import ACHIEVED
 from ddpbench.analysis.tables import SUPERSEDED, TIME, axes, numeric_column, run_version, text_column, text_key
 from ddpbench.core.run_output import TIMELINE_SPANS
 
-# Per-cell statistics: summary metric -> label (all medians over repeats).
+# Per-cell statistics: summary metric -> label with its unit (timing metrics: geometric means over
+# repeats, intervals.TIMING_METRICS; the others medians).
 METRICS = {
     "step_time_median_s": "step time [s]",
     "samples_per_s": "throughput [samples/s]",
@@ -37,6 +38,12 @@ METRICS = {
     "compute_comm_ratio": "compute / exposed comm",
     "peak_rss_mb": "peak RSS [MB]",
     "cuda_max_allocated_mb": "peak CUDA memory [MB]",
+    # Bytes a rank holds for training, counted from its own tensors (its shards under zero and the
+    # FSDP strategies; the largest rank's): exact, the same in every repeat of a cell.
+    "extra_param_bytes": "parameters held per rank [bytes]",
+    "extra_grad_bytes": "gradients held per rank [bytes]",
+    "extra_optimizer_state_bytes": "optimizer state held per rank [bytes]",
+    "extra_held_bytes": "memory held per rank (parameters + gradients + optimizer state) [bytes]",
     "rank_skew": "rank skew",
     "train_loss_final": "final train loss",
     "test_acc": "test accuracy",

@@ -26,6 +26,8 @@ MODELS = ("mlp", "simple_cnn", "vgg11", "resnet18", "resnet50", "densenet121")
 DATASETS = ("synthetic", "cifar10", "mnist", "imagenette")
 SYNTHETIC_SHAPES = ("cifar10", "mnist", "imagenette")
 BACKENDS = ("auto", "gloo", "nccl")
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+OPTIMIZERS = ("sgd", "adamw")
 # Between the nodes of a multi-node cell: none (the machine's own network, or a cluster's),
 # or two network namespaces on this machine joined by a veth pair (ddpbench.cluster.netlab),
 # unshaped or shaped to a token-bucket rate.
@@ -49,13 +51,15 @@ class ParamError(ValueError):
 
 def effective_params(values: Mapping[str, Any], nodes: int | None = None) -> dict[str, Any]:
     """`values` with the strategy settings its strategy does not read at their defaults (and
-    the link at none for a one-node cell): two cells that differ only there are one measurement
+    the link at none for a one-node cell, momentum at its default for adamw): two cells that differ only there are one measurement
     (one run folder, one set of runs), and a change to such a setting changes none of that
     strategy's runs. `nodes`: the cell's, where `values` (cell parameters only) lacks it."""
     defaults = {f.name: f.default for f in dataclasses.fields(CellParams)}
     unread = unread_settings(values["strategy"])
     if int(values.get("nodes", 1) if nodes is None else nodes) == 1:
         unread += ("link",)  # a link joins nodes: one node's cells are one measurement whatever it is
+    if values.get("optimizer", "sgd") == "adamw":
+        unread += ("momentum",)  # SGD's: AdamW's betas are fixed
     return {k: (defaults[k] if k in unread else v) for k, v in values.items()}
 
 
@@ -97,8 +101,19 @@ class CellParams:
     num_workers: int = _p(0, "DataLoader worker processes per rank", minimum=0, maximum=256)
     threads_per_rank: int = _p(0, "torch/OpenMP threads per rank (0: cores // local processes, at least 1)", minimum=0, maximum=1024)
     seed: int = _p(0, "seed for data, initial weights and sampling", minimum=0, maximum=2**63 - 1)
-    lr: float = _p(0.05, "SGD learning rate", exclusive_minimum=0.0, maximum=1000.0)
-    momentum: float = _p(0.9, "SGD momentum", minimum=0.0, maximum=1.0)
+    lr: float = _p(0.05, "learning rate", exclusive_minimum=0.0, maximum=1000.0)
+    momentum: float = _p(0.9, "SGD momentum (sgd only)", minimum=0.0, maximum=1.0)
+    optimizer: str = _p("sgd", "sgd (with momentum) or adamw (decoupled weight decay, betas 0.9/0.999)", choices=OPTIMIZERS)
+    weight_decay: float = _p(0.0, "weight decay: added to the gradient (sgd), decoupled (adamw)", minimum=0.0, maximum=10.0)
+    precision: str = _p(
+        "fp32", "fp32; tf32 (CUDA matmuls in TF32); bf16 or fp16: autocast for forward and loss (fp16 with a dynamic "
+        "loss scale); the FSDP strategies also keep their gathered parameters in it and reduce gradients in fp32",
+        choices=PRECISIONS,
+    )
+    grad_accum: int = _p(
+        1, "micro-batches per optimizer step: each rank splits its share of the global batch into this many and "
+        "synchronises once per step", minimum=1, maximum=4096,
+    )
     bucket_mb: float = _p(25.0, "bucket size in MiB (bucketed_allreduce; DDP bucket_cap_mb)", exclusive_minimum=0.0, maximum=65536.0)
     timeout_s: float = _p(600.0, "process-group timeout and wall-clock limit of the cell", exclusive_minimum=0.0, maximum=604800.0)
     powersgd_rank: int = _p(2, "PowerSGD matrix approximation rank", minimum=1, maximum=4096)
@@ -330,6 +345,7 @@ def check_cell(values: Mapping[str, Any]) -> None:
                 f"strategy pipeline at world_size {world} needs {world} stages; {model} has "
                 f"{SEQUENTIAL_LAYERS[model]} layers",
             )
+    check_training_setup(values)
     batch = values["batch_size"]
     if batch == "auto":
         return
@@ -348,12 +364,44 @@ def check_cell(values: Mapping[str, Any]) -> None:
             f"the cell {cell}, strategy={strategy} has a global batch of {global_batch}, smaller than the "
             f"world size {world}: a rank would get no sample",
         )
+    accum = int(values.get("grad_accum", 1))
+    if accum > 1 and traits.shards_per_rank and global_batch < world * accum:
+        raise CellConflict(
+            ("batch_size", "grad_accum"),
+            f"the cell {cell}, strategy={strategy}, grad_accum={accum} has a global batch of {global_batch}: "
+            f"{world} ranks x {accum} micro-batches need at least {world * accum} samples, or a micro-batch is empty",
+        )
     if strategy == PIPELINE and global_batch % int(values["micro_batches"]):
         raise CellConflict(
             ("batch_size", "micro_batches"),
             f"the cell {cell}, strategy=pipeline, micro_batches={values['micro_batches']} has a global batch "
             f"({how}) that does not split into {values['micro_batches']} equal micro-batches",
         )
+
+
+def check_training_setup(values: Mapping[str, Any]) -> None:
+    """Refuse a precision the cell's device cannot run, and the precision, accumulation or
+    optimizer a strategy has no meaning for (CellConflict naming the key and the strategy)."""
+    strategy, precision = values["strategy"], values.get("precision", "fp32")
+    if precision == "tf32" and values["device"] != "cuda":
+        raise CellConflict(
+            ("precision", "device"),
+            "precision tf32 is a mode of CUDA's matrix multiplications (TensorFloat-32 tensor cores); "
+            f"device {values['device']} has no such mode: use fp32 or bf16",
+        )
+    if strategy == PIPELINE:
+        if int(values.get("grad_accum", 1)) > 1:
+            raise CellConflict(
+                ("grad_accum", "strategy"),
+                f"strategy pipeline accumulates its micro_batches already (one optimizer step per global batch); "
+                f"grad_accum {values['grad_accum']} would split them again: leave grad_accum at 1",
+            )
+        if precision not in ("fp32", "tf32"):
+            raise CellConflict(
+                ("precision", "strategy"),
+                f"strategy pipeline is measured in fp32 only: mixed precision across its stages (activations and "
+                f"their gradients exchanged in {precision}) is not implemented; use fp32",
+            )
 
 
 def check_values(name: str, values: Iterable[Any]) -> None:

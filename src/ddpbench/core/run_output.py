@@ -36,6 +36,10 @@ COMM_VOLUME = {
     "allreduce": lambda p: 2 * (p - 1) / p,  # ring all-reduce (nccl-tests' bus convention)
     "gather_scatter": lambda p: p - 1,  # the root sends every worker the sum
     "allreduce_allgather": lambda p: 3 * (p - 1) / p,  # ZeRO-1: gradients + parameter all-gather
+    # FSDP: parameters all-gathered twice per step (ZeRO-3: forward and backward) or once
+    # (ZeRO-2), gradients reduce-scattered once; each (p-1)/p of M in the ring convention.
+    "sharded_zero3": lambda p: 3 * (p - 1) / p,
+    "sharded_zero2": lambda p: 2 * (p - 1) / p,
     "point_to_point": lambda p: p * 0 + 1,  # pipeline activations: per stage, not per p
     "none": lambda p: p * 0,
 }

@@ -1,11 +1,15 @@
 """The model and dataset catalog: what a grid's choices cost before anything runs.
 
-    python -m ddpbench.plan.catalog            # the tables, as in docs/models.md
-    python -m ddpbench.plan.catalog --write    # regenerate src/ddpbench/catalog.json and docs/models.md
+    python -m ddpbench.plan.catalog                  # the tables, as in docs/models.md
+    python -m ddpbench.plan.catalog --world-size 4   # ... and what each rank holds at 4 ranks
+    python -m ddpbench.plan.catalog --write          # regenerate plan/catalog.json and docs/models.md
 
 Per model and input (the synthetic shapes at their defaults): parameters, gradient bytes
-(fp32, what every data-parallel step communicates), forward FLOPs per sample (PyTorch's
-FlopCounterMode: multiply-adds count 2) and the strategies it supports. Per dataset: shape,
+(fp32, what every data-parallel step communicates), the optimizer's state (SGD's momentum,
+AdamW's two moments), forward FLOPs per sample (PyTorch's FlopCounterMode: multiply-adds
+count 2) and the strategies it supports; what a rank holds for training under each way of
+keeping the model (replicated, ZeRO-1, -2, -3), as a formula in the gradient's bytes: a
+planning aid, the measured figures are each run's extra.held_bytes. Per dataset: shape,
 classes, training and test samples. catalog.json is the committed output, so the workflow
 (which plans without torch) can warn about, e.g., a DDP bucket larger than the gradient; a
 unit test rebuilds every model and checks it is current.
@@ -27,6 +31,18 @@ DOCS_PATH = REPO_ROOT / "docs" / "models.md"
 INPUTS = ("cifar10", "mnist", "imagenette")  # the synthetic shapes; imagenette at the default image_size
 REAL_TEST_SAMPLES = {"cifar10": 10_000, "mnist": 10_000, "imagenette": 3_925}
 EXACT_MODELS = ("mlp", "simple_cnn")  # no batch norm or dropout: exact strategies equal `single` bit for bit
+# Optimizer state per parameter, in parameter sizes (fp32): SGD's momentum buffer (none at
+# momentum 0), AdamW's two moments (plus a 4-byte step count per parameter tensor, left out).
+OPTIMIZER_STATE = {"sgd": 1, "adamw": 2}
+# How a strategy keeps the model, where it is not replicated (every rank holding all of it):
+# ZeRO-1 shards the optimizer state, ZeRO-2 the gradients too, ZeRO-3 the parameters too.
+SHARDING = {"zero": "zero1", "fsdp_grad_op": "zero2", "fsdp": "zero3", "pipeline": "stages"}
+# Of (parameters, gradients, optimizer state), the ones each rank holds 1/p of between steps.
+# FSDP2's ZeRO-2 (fsdp_grad_op) reshards after backward: between steps its parameters are
+# shards as ZeRO-3's are; it differs in keeping them gathered from forward to backward (peak
+# memory, not held bytes).
+SHARDED = {"replicated": (), "zero1": ("optimizer",), "zero2": ("parameters", "gradients", "optimizer"),
+           "zero3": ("parameters", "gradients", "optimizer")}  # fmt: skip
 
 
 def input_shape(name: str) -> tuple[tuple[int, int, int], int]:
@@ -111,6 +127,34 @@ def forward_flops(model: str, synthetic_shape: str, image_size: int | None = Non
     return row["forward_flops_per_sample"] * scale
 
 
+def optimizer_state_bytes(gradient: int, optimizer: str = "sgd", momentum: float = 0.9) -> int:
+    """Bytes of optimizer state for a model whose fp32 gradient is `gradient` bytes."""
+    if optimizer == "sgd" and not momentum:
+        return 0
+    return OPTIMIZER_STATE[optimizer] * gradient
+
+
+def sharding(strategy: str) -> str:
+    """How `strategy` keeps the model: replicated, zero1, zero2, zero3 or stages (pipeline)."""
+    return SHARDING.get(strategy, "replicated")
+
+
+def held_bytes(
+    model: str, synthetic_shape: str, strategy: str, world: int, optimizer: str = "sgd", momentum: float = 0.9
+) -> dict[str, int] | None:
+    """What one rank holds for training, a planning estimate: parameters, gradients and optimizer
+    state in fp32, a sharded one at 1/p (a run's extra.held_bytes is the largest rank's, measured:
+    FSDP pads each parameter's rows to a multiple of p, ZeRO-1 shards whole parameters). None:
+    the model is not listed, or the pipeline (each rank holds its stage's layers)."""
+    grad = gradient_bytes(model, synthetic_shape)
+    kind = sharding(strategy)
+    if grad is None or kind not in SHARDED:
+        return None
+    full = {"parameters": grad, "gradients": grad, "optimizer": optimizer_state_bytes(grad, optimizer, momentum)}
+    held = {k: -(-v // world) if k in SHARDED[kind] else v for k, v in full.items()}
+    return {**held, "total": sum(held.values())}
+
+
 def _size(n: float) -> str:
     for unit in ("", " K", " M", " G", " T"):
         if abs(n) < 1000:
@@ -125,19 +169,56 @@ def markdown(catalog: dict[str, Any]) -> str:
         f"image_size {catalog['image_size']} px. Exact strategies equal `single` bit for bit on "
         f"{', '.join(EXACT_MODELS)} (no batch norm or dropout).",
         "",
-        "| model | input | shape | parameters | gradient (fp32) | forward FLOPs / sample | strategies |",
-        "|---|---|---|---|---|---|---|",
+        "| model | input | shape | parameters | gradient (fp32) | optimizer state sgd / adamw | forward FLOPs / sample "
+        "| strategies |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in catalog["models"]:
         shape = "×".join(map(str, r["shape"]))
+        state = " / ".join(f"{optimizer_state_bytes(r['gradient_bytes'], o) / 2**20:.2f}" for o in OPTIMIZER_STATE)
         lines.append(
             f"| `{r['model']}` | {r['input']} | {shape} | {r['parameters']:,} | {r['gradient_bytes'] / 2**20:.2f} MiB "
-            f"| {_size(r['forward_flops_per_sample'])} | {catalog['strategies'][r['model']]} |"
+            f"| {state} MiB | {_size(r['forward_flops_per_sample'])} | {catalog['strategies'][r['model']]} |"
         )
+    lines += ["", HELD_HEAD.rstrip("\n")]
     lines += ["", "| dataset | shape | classes | train samples | test samples |", "|---|---|---|---|---|"]
     for d in catalog["datasets"]:
         lines.append(f"| {d['dataset']} | {'×'.join(map(str, d['shape']))} | {d['classes']} | {d['train_samples']:,} "
                      f"| {d['test_samples']:,} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+HELD_HEAD = """What a rank holds for training (a run's `extra.held_bytes`: its parameters + gradients + optimizer
+state, counted from its own tensors or shards; [metrics.md](metrics.md)), with P the gradient's bytes
+above, p the world size and k the optimizer state's share (1: SGD with momentum, 0 without; 2: AdamW).
+`ddpbench models --world-size 4 --optimizer adamw` prints it for every model at 4 ranks. Transient
+copies are not in it but in the peak memory: FSDP's gathered parameters (ZeRO-2: every unit's, up to P,
+from forward to backward; ZeRO-3: one or two units' at a time; FSDP2 reshards ZeRO-2's after backward,
+so between steps it holds what ZeRO-3 holds), DDP's buckets (another P), activations.
+
+| strategies | parameters | gradients | optimizer state | held per rank |
+|---|---|---|---|---|
+| the others (replicated) | P | P | k·P | (2 + k)·P |
+| `zero` (ZeRO-1) | P | P | k·P/p (whole parameters: the largest rank's share can be more) | (2 + k/p)·P |
+| `fsdp_grad_op` (ZeRO-2), `fsdp` (ZeRO-3) | P/p | P/p | k·P/p | (2 + k)·P/p (each parameter's rows padded to a multiple of p) |
+| `pipeline` | its stage's | its stage's | k × its stage's | (2 + k) × its stage's parameters (stages are cut at equal multiply-accumulates, not parameters) |
+"""
+
+
+def held_table(catalog: dict[str, Any], world: int, optimizer: str = "sgd") -> str:
+    """Held bytes per rank (MiB) at `world` ranks for every model and input, per sharding."""
+    kinds = ["replicated", "zero1", "zero3"]  # zero2 holds what zero3 does between steps
+    names = {"replicated": "replicated (ddp, ...)", "zero1": "zero", "zero3": "fsdp, fsdp_grad_op"}
+    lines = [
+        f"Held per rank at p = {world} with {optimizer} (MiB: parameters + gradients + optimizer state, fp32):",
+        "",
+        "| model | input | " + " | ".join(names[k] for k in kinds) + " |",
+        "|---|---|" + "---|" * len(kinds),
+    ]
+    strategy = {v: k for k, v in SHARDING.items()}
+    for r in catalog["models"]:
+        held = [held_bytes(r["model"], r["input"], strategy.get(k, "ddp"), world, optimizer) for k in kinds]
+        lines.append(f"| `{r['model']}` | {r['input']} | " + " | ".join(f"{h['total'] / 2**20:.2f}" for h in held) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -146,7 +227,8 @@ DOC_HEAD = """# Models and datasets
 What each choice of the grid's `model` and `synthetic_shape` / `dataset` axes costs before
 anything runs: parameters, the gradient every data-parallel step communicates (compare it
 with `bucket_mb`: a bucket larger than the gradient means one all-reduce per step and no
-overlap), and the compute per sample. `ddpbench models` (or `python -m ddpbench.plan.catalog`)
+overlap), the optimizer's state, what a rank holds under DDP, ZeRO and FSDP, and the compute
+per sample. `ddpbench models` (or `python -m ddpbench.plan.catalog`)
 prints these tables; they are generated (`python -m ddpbench.plan.catalog --write`) and a unit
 test checks them against the model objects.
 
@@ -157,12 +239,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ddpbench models", description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help=f"regenerate {CATALOG_PATH.name} and docs/models.md")
     parser.add_argument("--json", action="store_true", help="print the catalog as JSON")
+    parser.add_argument("--world-size", type=int, metavar="P", help="also print what each rank holds at P ranks")
+    parser.add_argument("--optimizer", choices=tuple(OPTIMIZER_STATE), default="sgd", help="for --world-size (default sgd)")
     args = parser.parse_args(argv)
+    if args.world_size is not None and args.world_size < 1:
+        parser.error("--world-size must be at least 1")
     catalog = build_catalog() if args.write else load()
     if args.write:
         CATALOG_PATH.write_text(json.dumps(catalog, indent=1) + "\n")
         DOCS_PATH.write_text(DOC_HEAD + markdown(catalog))
     print(json.dumps(catalog, indent=1) if args.json else markdown(catalog), end="")
+    if args.world_size and not args.json:
+        print("\n" + held_table(catalog, args.world_size, args.optimizer), end="")
     return 0
 
 

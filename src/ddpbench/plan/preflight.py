@@ -9,6 +9,9 @@ to change:
 - DDP / bucketed cells whose bucket is at least the model's whole gradient (one
   all-reduce per step: nothing to overlap);
 - scaling-law fits the grid's world sizes cannot support, with what to add;
+- training settings that measure something else than the user likely means: bf16 or fp16
+  on a CPU (this machine's) without native arithmetic for it (emulated: slower than
+  fp32), AdamW at an SGD-sized learning rate (likely diverges);
 - the grid's estimated wall time, from this results folder's measured runs or a
   documented default.
 
@@ -24,7 +27,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ddpbench.plan import catalog
-from ddpbench.core.params import NO_LINK
+from ddpbench.core.params import NO_LINK, CellParams
 
 BUCKETED = ("ddp", "ddp_fp16", "powersgd", "bucketed_allreduce")
 # Seconds a run costs beyond its timed steps before any is measured here: launch, imports,
@@ -39,6 +42,16 @@ PREFIX = "ddpbench plan: "
 # 2-core VM measured 16 G for DenseNet-121 at 160 px and 31 G for VGG-11 on 32 px, so this
 # middle is within 1.5x of either.
 CPU_FORWARD_FLOPS_PER_S = 24e9
+# Low precisions and the CPU flags (/proc/cpuinfo: x86 "flags", Arm "Features") that give a
+# CPU native arithmetic in them. Without one, autocast's bf16/fp16 CPU kernels convert to and
+# from fp32 around fp32 arithmetic: slower than fp32, not faster.
+NATIVE_CPU_FLAGS = {
+    "bf16": ("avx512_bf16", "amx_bf16", "bf16"),
+    "fp16": ("avx512_fp16", "amx_fp16", "asimdhp"),
+}
+# AdamW moves each parameter by about lr a step whatever its gradient's size, so an SGD-sized lr
+# (the default 0.05) blows the weights up; AdamW's usual lr is 1e-4..1e-3.
+ADAMW_MAX_LR = 0.01
 
 
 def timed_steps(p: dict[str, Any]) -> int | None:
@@ -138,6 +151,51 @@ def fit_warnings(cells: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def cpu_flags(path: Path = Path("/proc/cpuinfo")) -> frozenset[str] | None:
+    """This machine's CPU flags (x86 "flags", Arm "Features"), None where unknown (no /proc/cpuinfo)."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return None
+    flags: set[str] = set()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            flags.update(value.split())
+    return frozenset(flags) if flags else None
+
+
+def precision_warnings(cells: list[dict[str, Any]], flags: frozenset[str] | None) -> list[str]:
+    """bf16/fp16 CPU cells when this CPU (`flags`) has no native arithmetic for them (None: unknown, no warning)."""
+    if flags is None:
+        return []
+    lines = []
+    for precision, native in NATIVE_CPU_FLAGS.items():
+        found = [p for p in cells if p.get("device", "cpu") == "cpu" and p.get("precision", "fp32") == precision]
+        if found and not flags & set(native):
+            lines.append(
+                f"{len(found)} cell(s) train in {precision} on CPU ({_some(found)}), and this machine's CPU has none of "
+                f"{'/'.join(native)} in /proc/cpuinfo: {precision} is emulated (converted to and from fp32 around fp32 "
+                f"arithmetic), slower than fp32; compare it with fp32 here, or run it on a CPU with one of these flags or on CUDA"
+            )
+    return lines
+
+
+def optimizer_warnings(cells: list[dict[str, Any]]) -> list[str]:
+    """AdamW at an SGD-sized learning rate."""
+    adamw = [p for p in cells if p.get("optimizer", "sgd") == "adamw"]
+    lines = []
+    high = [p for p in adamw if float(p["lr"]) > ADAMW_MAX_LR]
+    if high:
+        lrs = ", ".join(f"{lr:g}" for lr in sorted({float(p["lr"]) for p in high}))
+        lines.append(
+            f"{len(high)} adamw cell(s) have lr {lrs} (> {ADAMW_MAX_LR:g}; {_some(high)}): AdamW moves each parameter by "
+            f"about lr a step whatever its gradient, so this likely diverges (extra.training_health will say); "
+            f"AdamW's usual lr is 1e-4 to 1e-3: set params.lr (its default {CellParams().lr:g} is SGD's)"
+        )
+    return lines
+
+
 def measured_run_s(results: Path, limit: int = 200) -> list[float]:
     """Wall seconds of this results folder's runs: launcher start to exit, from their summaries'
     timelines. (Not Snakemake's `benchmark:` files: its timer samples a job's memory through
@@ -181,9 +239,12 @@ def _duration(s: float) -> str:
     return f"{s / 3600:.1f} h"
 
 
-def warnings(cells: Iterable[dict[str, Any]], repeats: int, runs_to_do: int, results: Path) -> list[str]:
-    """Every plan line, each starting with PREFIX."""
+def warnings(
+    cells: Iterable[dict[str, Any]], repeats: int, runs_to_do: int, results: Path, flags: frozenset[str] | None = None
+) -> list[str]:
+    """Every plan line, each starting with PREFIX (`flags`: this CPU's, read from /proc/cpuinfo when None)."""
     cells = list(cells)
     lines = [time_estimate(cells, repeats, runs_to_do, results)]
     lines += step_warnings(cells) + bucket_warnings(cells) + fit_warnings(cells)
+    lines += precision_warnings(cells, cpu_flags() if flags is None else flags) + optimizer_warnings(cells)
     return [PREFIX + line for line in lines]

@@ -19,10 +19,11 @@ from ddpbench import strategies
 from ddpbench.core import run_output, safe_io, sysinfo
 from ddpbench.core.params import CellParams
 from ddpbench.core import timers
-from ddpbench.run import autobatch, diagnose, models, profiling
+from ddpbench.run import autobatch, diagnose, models, precision, profiling
 from ddpbench.run import data as datamod
 from ddpbench.run.loop import planned_steps, train_loop
 from ddpbench.run.rank import Ranks, gather_to_rank0, oversubscribed, rank_spread
+from ddpbench.strategies import base
 from ddpbench.strategies.base import Context
 
 
@@ -51,6 +52,7 @@ def execute(
     t_start = time.perf_counter() if t_start is None else t_start
     load_start = sysinfo.loadavg()
     strategy = strategies.get(params.strategy)
+    precision.configure(params, device)
     torch.manual_seed(params.seed)  # identical data and initial weights on every rank
     data = datamod.load(params)
     model = models.build(params.model, data.shape, data.classes).to(device)
@@ -82,6 +84,13 @@ def execute(
     marks.update(warmup_done=run.timing_started, timed_steps_done=time.time())
     if heartbeat is not None:
         heartbeat.finishing()
+    # What training held and peaked at, read before evaluation assembles anything.
+    held = {
+        "param_bytes": base.parameter_bytes(strategy.held_module(model)),
+        "grad_bytes": run.grad_bytes or 0,
+        "optimizer_state_bytes": strategy.optimizer_state_bytes(optimizer),
+    }
+    peaks = {"peak_rss_mb": timers.peak_rss_mb(), "cuda_max_allocated_mb": timers.cuda_max_allocated_mb(device)}
     bare = strategy.bare(model)
     test = evaluate(bare, data, ranks, device, per_rank_batch)
     marks["evaluation_done"] = time.time()
@@ -91,9 +100,8 @@ def execute(
         "timed_wall_s": run.timed_wall_s,
         "tail": run.tail(),
         "test": test,
-        "peak_rss_mb": timers.peak_rss_mb(),
-        "cuda_max_allocated_mb": timers.cuda_max_allocated_mb(device),
-        "optimizer_state_bytes": strategy.optimizer_state_bytes(optimizer),
+        **peaks,
+        "held": held,
         "cpu": run.cpu,
         "started": {k: marks.get(k) for k in ("ranks_started", "imports_done")},
     }
@@ -137,7 +145,8 @@ def execute(
         test_acc=t_correct / t_n if t_n else None,
         param_norm=float(flat.norm()),
     )
-    state_bytes = [p["optimizer_state_bytes"] for p in payloads]
+    held_per_rank = [p["held"] for p in payloads]
+    state_bytes = [h["optimizer_state_bytes"] for h in held_per_rank]
     short = stats["timed_steps"] < params.min_timed_steps or (stats.get("timed_wall_s") or 0.0) < params.min_timed_s
     extra = {
         "steps_per_epoch": len(sampler),
@@ -153,6 +162,13 @@ def execute(
         "param_rank_max_abs_diff": spread,
         "optimizer_state_bytes": max(state_bytes),  # the largest rank's
         "optimizer_state_bytes_total": sum(state_bytes),
+        # Bytes each rank holds for training, counted from its own tensors (shards): the largest rank's.
+        "param_bytes": max(h["param_bytes"] for h in held_per_rank),
+        "grad_bytes": max(h["grad_bytes"] for h in held_per_rank),
+        "held_bytes": max(sum(h.values()) for h in held_per_rank),
+        "held_bytes_per_rank": [sum(h.values()) for h in held_per_rank],
+        "loss_scale_final": run.scaler.scale if run.scaler and run.scaler.enabled else None,
+        "skipped_steps": run.scaler.skipped if run.scaler and run.scaler.enabled else 0,
         **extra,
         **(autobatch.extra(auto) if auto else {}),
     }

@@ -18,8 +18,9 @@ from ddpbench.core.params import CellParams
 from ddpbench.run import data as datamod
 from ddpbench.core import timers
 from ddpbench.run import faults
+from ddpbench.run.precision import LossScaler
 from ddpbench.run.rank import agreed_max
-from ddpbench.strategies.base import Context, Strategy
+from ddpbench.strategies.base import Context, Strategy, gradient_bytes
 
 TAIL_STEPS = 10  # final train loss/accuracy: sample-weighted over the last steps
 MAX_TIMING_CHECKS = 10  # times the ranks agree on more steps for min_timed_s (the pace drifts)
@@ -33,6 +34,8 @@ class LoopResult:
         self.steps = 0  # steps run (the plan, extended to the timing minimums)
         self.cpu: dict[str, Any] = {}  # CPU time during the timed steps (sysinfo.cpu_snapshot)
         self.timing_started: float | None = None  # wall clock (epoch s) at the first timed step's start
+        self.grad_bytes: int | None = None  # gradient bytes this rank held after its first step's sync
+        self.scaler: LossScaler | None = None
 
     def tail(self) -> tuple[float, int, int]:
         """Sums over the last steps: (loss x samples, correct, samples)."""
@@ -152,6 +155,8 @@ def train_loop(
     `on_step()` is called at the end of every step (the profiler's step, ddpbench.run.profiling).
     """
     result = LoopResult()
+    result.scaler = scaler = LossScaler(ctx.params.precision == "fp16")
+    held = strategy.held_module(model)
     heartbeat = ctx.heartbeat
     timer = timers.StepTimer(ctx.clock, ctx.instrument, on_lap=heartbeat.lap if heartbeat else None)
     recorder = StepRecorder(ctx.clock, ctx.rank)
@@ -193,12 +198,14 @@ def train_loop(
         timer.lap("data")
         if fault and fault[0] == "slow":
             time.sleep(fault[1] / 1000)  # charged to forward: a slower rank
-        scale = ctx.world * len(y) / global_batch
-        loss, correct = strategy.forward_backward(model, x, y, scale, timer)
+        loss, correct = accumulate(model, strategy, ctx, x, y, global_batch, scaler.scale, timer)
         samples = strategy.counted_samples(len(y), ctx)
         strategy.sync_gradients(model, ctx)
         timer.lap("comm")
-        optimizer.step()
+        if result.grad_bytes is None:
+            result.grad_bytes = gradient_bytes(held)
+        if scaler.unscale(held, strategy.sharded_gradients, meter):
+            optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         timer.lap("optimizer")
         strategy.after_step(model, optimizer, ctx)
@@ -216,6 +223,27 @@ def train_loop(
         result.timed_wall_s = recorder.timed_wall_s
         result.cpu["end"] = sysinfo.cpu_snapshot()
     return result
+
+
+def accumulate(model, strategy, ctx, x, y, global_batch, loss_scale, timer) -> tuple[torch.Tensor, torch.Tensor]:
+    """One optimizer step's forward and backward: this rank's share of the global batch split
+    into `grad_accum` micro-batches, each loss scaled so that the summed gradients (averaged
+    over ranks) are the gradient of the global batch's mean loss; gradients are synchronised
+    on the last micro-batch only (strategy.accumulating). Returns (mean loss, correct)."""
+    k = ctx.params.grad_accum
+    if k == 1:
+        return strategy.forward_backward(model, x, y, ctx.world * len(y) / global_batch * loss_scale, timer, ctx)
+    if len(y) < k:  # the plan refuses such a cell (params.check_cell); ranks must agree on k
+        raise ValueError(f"grad_accum {k} needs at least {k} samples per rank and step; rank {ctx.rank} got {len(y)}")
+    parts = list(zip(x.tensor_split(k), y.tensor_split(k)))
+    loss_sum, correct = 0.0, 0
+    for i, (xm, ym) in enumerate(parts):
+        with strategy.accumulating(model, ctx, last=i == len(parts) - 1):
+            scale = ctx.world * len(ym) / global_batch * loss_scale
+            loss, c = strategy.forward_backward(model, xm, ym, scale, timer, ctx)
+        loss_sum = loss_sum + loss.float() * len(ym)
+        correct = correct + c
+    return loss_sum / len(y), correct
 
 
 def _record(step, epoch, rank, timed, timer, meter, loss, samples) -> dict[str, Any]:

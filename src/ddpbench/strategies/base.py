@@ -4,7 +4,9 @@ The loop in `ddpbench.run.loop` is the same for every strategy; a strategy only 
 
     model = strategy.wrap(model, ctx)                 # once, before training
     opt = strategy.make_optimizer(model, ctx)         # once
-    each step:  data -> strategy.forward_backward(...)         [forward, backward]
+    each step:  data -> for each of grad_accum micro-batches:
+                          with strategy.accumulating(model, ctx, last):   [sync only on the last]
+                              strategy.forward_backward(...)            [forward, backward]
                      -> strategy.sync_gradients(model, ctx)    [comm]
                      -> opt.step()                             [optimizer]
                      -> strategy.after_step(model, opt, ctx)   [comm]
@@ -22,8 +24,9 @@ Strategies are stateless singletons (`STRATEGY` in each module): per-run state l
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator
 
 import torch
 import torch.distributed as dist
@@ -49,6 +52,17 @@ class Context:
     input_shape: tuple[int, ...] = ()  # one sample's shape (C, H, W)
     heartbeat: Any = None  # ddpbench.run.diagnose.Heartbeat: this rank's progress (None: not recorded)
 
+    def autocast(self) -> ContextManager:
+        """The cell's precision for forward and loss: autocast to bf16/fp16, else nothing."""
+        dtype = AUTOCAST_DTYPES.get(self.params.precision)
+        if dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=dtype)
+
+
+# precision -> the dtype autocast computes in (fp32 and tf32: no autocast).
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
 
 class Strategy:
     """Base class: no communication. Subclasses override the hooks they need."""
@@ -63,6 +77,9 @@ class Strategy:
     comm_volume: str = "allreduce"
     #: Sends with send/recv (gloo moves only collectives' CUDA tensors, not these).
     point_to_point: bool = False
+    #: Each rank holds only its shard of the gradients after sync (a check over them, such
+    #: as the loss scale's overflow test, must be agreed between ranks).
+    sharded_gradients: bool = False
 
     def unsupported(self, world: int) -> str | None:
         """Why this strategy cannot run at `world` ranks (None: it can)."""
@@ -82,19 +99,27 @@ class Strategy:
         return model
 
     def make_optimizer(self, model: nn.Module, ctx: Context) -> torch.optim.Optimizer:
-        return SGD(model.parameters(), lr=ctx.params.lr, momentum=ctx.params.momentum)
+        return make_optimizer(model.parameters(), ctx.params)
+
+    def accumulating(self, model: nn.Module, ctx: Context, last: bool) -> ContextManager:
+        """The context of one micro-batch's forward and backward: gradients are synchronised
+        only on the `last` micro-batch of an optimizer step (DDP's no_sync, FSDP's
+        set_requires_gradient_sync). The explicit strategies sync after backward anyway."""
+        return contextlib.nullcontext()
 
     def forward_backward(
-        self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, scale: float, timer: "StepTimer"
+        self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, scale: float, timer: "StepTimer", ctx: Context
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """One forward and backward; returns (mean loss, correct predictions), detached.
 
         `scale` = world * local samples / global samples, so that averaging the ranks'
         gradients gives the gradient of the global batch's mean loss even when the
-        global batch does not split evenly.
+        global batch does not split evenly or is accumulated over micro-batches (times
+        the loss scale under fp16).
         """
-        out = model(x)
-        loss = nn.functional.cross_entropy(out, y)
+        with ctx.autocast():
+            out = model(x)
+            loss = nn.functional.cross_entropy(out, y)
         correct = (out.detach().argmax(1) == y).sum()
         timer.lap("forward")
         (loss * scale if scale != 1.0 else loss).backward()
@@ -110,6 +135,10 @@ class Strategy:
     def extra(self, model: nn.Module, ctx: Context) -> dict[str, Any]:
         """Strategy-specific scalars for summary.json's "extra"."""
         return {}
+
+    def held_module(self, model: nn.Module) -> nn.Module:
+        """The module whose parameters and gradients this rank holds for training."""
+        return model
 
     def optimizer_state_bytes(self, optimizer: torch.optim.Optimizer) -> int:
         """Bytes of optimizer state (e.g. momentum buffers) this rank holds."""
@@ -212,12 +241,12 @@ class SGD:
     state_dict. (`zero` keeps torch's optimizer: ZeroRedundancyOptimizer is one.)
     """
 
-    def __init__(self, params, lr: float, momentum: float = 0.0) -> None:
+    def __init__(self, params, lr: float, momentum: float = 0.0, weight_decay: float = 0.0) -> None:
         from torch.optim.sgd import sgd
 
         self._sgd = sgd
         self.defaults = {
-            "lr": lr, "momentum": momentum, "dampening": 0.0, "weight_decay": 0.0, "nesterov": False,
+            "lr": lr, "momentum": momentum, "dampening": 0.0, "weight_decay": weight_decay, "nesterov": False,
             "maximize": False, "foreach": None, "differentiable": False, "fused": None,
         }  # fmt: skip
         params = list(params)
@@ -257,6 +286,21 @@ class SGD:
                     p.grad.zero_()
 
 
+def optimizer_class(params: "CellParams") -> tuple[type, dict[str, Any]]:
+    """The cell's optimizer as (torch class, its arguments): for ZeroRedundancyOptimizer."""
+    if params.optimizer == "adamw":
+        return torch.optim.AdamW, {"lr": params.lr, "weight_decay": params.weight_decay}
+    return torch.optim.SGD, {"lr": params.lr, "momentum": params.momentum, "weight_decay": params.weight_decay}
+
+
+def make_optimizer(parameters, params: "CellParams"):
+    """The cell's optimizer over `parameters`: SGD (this module's, torch's step without the
+    dynamo import) or torch's AdamW."""
+    if params.optimizer == "adamw":
+        return torch.optim.AdamW(parameters, lr=params.lr, weight_decay=params.weight_decay)
+    return SGD(parameters, lr=params.lr, momentum=params.momentum, weight_decay=params.weight_decay)
+
+
 def allreduce_bytes(nbytes: int, world: int) -> int:
     """Bytes one rank sends in an all-reduce of `nbytes`, counted as a bandwidth-optimal
     ring does (2(p-1)/p of the message; nccl-tests' bus-bandwidth convention)."""
@@ -267,9 +311,28 @@ def nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
+def local_nbytes(t: torch.Tensor) -> int:
+    """Bytes this rank holds of `t`: its own shard of a sharded tensor (FSDP's DTensor)."""
+    to_local = getattr(t, "to_local", None)
+    return nbytes(to_local() if to_local is not None else t)
+
+
 def state_bytes(optimizer: torch.optim.Optimizer) -> int:
-    """Bytes of the tensors in an optimizer's state."""
-    return sum(nbytes(v) for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v))
+    """Bytes of the tensors in an optimizer's state this rank holds (its shards)."""
+    return sum(local_nbytes(v) for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v))
 
 
-__all__ = ["Context", "Strategy", "SGD", "BucketedSum", "timed_blocking", "gradients", "buckets", "allreduce_bytes", "nbytes", "state_bytes", "dist"]
+def parameter_bytes(model: nn.Module) -> int:
+    """Bytes of the parameters this rank holds (its shards)."""
+    return sum(local_nbytes(p) for p in model.parameters())
+
+
+def gradient_bytes(model: nn.Module) -> int:
+    """Bytes of the gradients this rank holds now (its shards)."""
+    return sum(local_nbytes(p.grad) for p in model.parameters() if p.grad is not None)
+
+
+__all__ = [
+    "Context", "Strategy", "SGD", "BucketedSum", "timed_blocking", "gradients", "buckets", "allreduce_bytes", "nbytes",
+    "local_nbytes", "state_bytes", "parameter_bytes", "gradient_bytes", "make_optimizer", "optimizer_class", "dist",
+]  # fmt: skip

@@ -25,6 +25,7 @@ compares the two). Variants (ddp_fp16, powersgd, zero) override `comm_hook` or
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Callable
 
 import torch
@@ -95,6 +96,9 @@ class DDP(Strategy):
 
     def bare(self, model):
         return model.module
+
+    def accumulating(self, model, ctx, last):
+        return contextlib.nullcontext() if last else model.no_sync()
 
     def _timed(self, inner: Hook | None, ctx: Context) -> Hook:
         spans = ctx.state.setdefault("ddp_spans", [])

@@ -27,7 +27,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 
-from ddpbench.strategies.base import SGD, Strategy, nbytes
+from ddpbench.strategies.base import Strategy, make_optimizer, nbytes
 
 SETTINGS = ("micro_batches",)  # the strategy-specific cell parameters it reads
 
@@ -132,9 +132,12 @@ class Pipeline(Strategy):
         return samples if ctx.rank == ctx.world - 1 else 0
 
     def make_optimizer(self, model, ctx):
-        return SGD(model.stage_module.parameters(), lr=ctx.params.lr, momentum=ctx.params.momentum)
+        return make_optimizer(model.stage_module.parameters(), ctx.params)
 
-    def forward_backward(self, model, x, y, scale, timer):
+    def held_module(self, model):
+        return model.stage_module  # `full` is assembled for evaluation only, after training
+
+    def forward_backward(self, model, x, y, scale, timer, ctx):
         m = model.ctx.params.micro_batches
         if len(y) % m:
             raise ValueError(f"pipeline: a global batch of {len(y)} does not split into {m} equal micro-batches")

@@ -1,5 +1,5 @@
 """`zero`: DDP with `ZeroRedundancyOptimizer` (ZeRO stage 1): each rank keeps the optimizer
-state (SGD momentum) of its own shard of the parameters only, steps that shard, and
+state (SGD momentum, AdamW's two moments) of its own shard of the parameters only, steps that shard, and
 broadcasts the updated shard to the others. Exact: the same update as `ddp`.
 
 The shards are whole parameters, assigned greedily by size (torch's partition), so a
@@ -14,10 +14,9 @@ broadcasts of all shards together move every parameter to every rank, which cost
 rank (p−1)/p of the model's bytes in a ring; one call per parameter.
 """
 
-import torch
 from torch.distributed.optim import ZeroRedundancyOptimizer
 
-from ddpbench.strategies.base import nbytes, state_bytes, timed_blocking
+from ddpbench.strategies.base import nbytes, optimizer_class, state_bytes, timed_blocking
 from ddpbench.strategies.ddp import DDP
 
 SETTINGS = ("bucket_mb",)  # the strategy-specific cell parameters it reads
@@ -28,9 +27,8 @@ class Zero(DDP):
     comm_volume = "allreduce_allgather"
 
     def make_optimizer(self, model, ctx):
-        opt = ZeroRedundancyOptimizer(
-            model.parameters(), optimizer_class=torch.optim.SGD, lr=ctx.params.lr, momentum=ctx.params.momentum
-        )
+        cls, kwargs = optimizer_class(ctx.params)
+        opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=cls, **kwargs)
         if ctx.instrument:
             opt._sync_params = timed_blocking(opt._sync_params, ctx, "optimizer")
         return opt

@@ -4,7 +4,7 @@ The only module of the figures that imports pyplot, right after `matplotlib.use(
 display needed, ever): the others take `plt` from here. `RC` makes the files deterministic (no
 timestamps, fixed ids, text kept as text: smaller, searchable) and sets the font sizes, none
 under `MIN_FONT_PT`. Each strategy has one colour and marker in every figure (`strategy_style`:
-a fixed map from the sorted strategy registry to tab10; the baseline is black; names outside the
+a fixed map from the sorted strategy registry to tab10 and six more; the baseline is black; names outside the
 registry get a stable colour from their hash). Strings from the data (strategy names, axis
 values, group labels) reach matplotlib only through `text()`: '$' escaped, so mathtext never
 parses them, control characters dropped, long ones shortened.
@@ -66,6 +66,10 @@ def text(value, limit: int = LABEL_MAX) -> str:
 # -- one colour per strategy ---------------------------------------------------------------
 
 MARKERS = "osD^vPX*<>p"
+# The registry's colours in order: tab10, then (the registry has outgrown it: 12 strategies besides
+# the baseline) colours unlike any of tab10's and of Dark2's (the colours of names outside the
+# registry), so no two strategies share one.
+_PALETTE = [*plt.get_cmap("tab10").colors, "#000080", "#808000", "#00ced1", "#8b0000", "#ff00ff", "#006400"]
 
 
 @functools.cache  # the strategy modules do not change while a report is drawn (each call scanned the folder)
@@ -80,14 +84,14 @@ def _registry() -> list[str]:
 
 def strategy_style(name) -> dict:
     """Colour and marker of a strategy, the same in every figure: the sorted registry (baseline
-    excepted) onto tab10 in order, the baseline black, other names a hash-chosen Dark2 colour."""
+    excepted) onto tab10 and then six more colours in order, the baseline black, other names a hash-chosen Dark2 colour."""
     name = str(name)
     if name == A.BASELINE_STRATEGY:
         return {"color": "black", "marker": "o"}
     reg = [s for s in _registry() if s != A.BASELINE_STRATEGY]
     if name in reg:
         i = reg.index(name)
-        return {"color": plt.get_cmap("tab10")(i % 10), "marker": MARKERS[i % len(MARKERS)]}
+        return {"color": _PALETTE[i % len(_PALETTE)], "marker": MARKERS[i % len(MARKERS)]}
     h = int(hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:8], 16)
     return {"color": plt.get_cmap("Dark2")(h % 8), "marker": MARKERS[(h // 8) % len(MARKERS)]}
 

@@ -4,7 +4,8 @@
 `fits_table`, `links_table`, the profile table; any may be empty or None) and returns `Finding`s:
 a kind, one plain sentence with its numbers and their intervals (worded by `ddpbench.report.text`),
 and the HTML anchor id of the table or figure behind it. One module per topic says its rules:
-`winner` (fastest strategy per setting), `scaling` (speedup over one process), `phases` (where a
+`winner` (fastest strategy per setting), `memory` (what a sharded strategy saves per rank
+against ddp and what it costs in time), `scaling` (speedup over one process), `phases` (where a
 step's time goes), `sizes` (batch and dataset size), `links`, `fits` (scaling laws), `problems`
 (warnings); `common` holds `Finding` and the table helpers, `order` what is kept and in what order.
 Modules here import only `ddpbench.analysis`, `ddpbench.report.text` and each other.
@@ -19,6 +20,7 @@ from ddpbench import analysis
 from ddpbench.report.findings.common import Finding, as_frame, shown_axes
 from ddpbench.report.findings.fits import fit_findings
 from ddpbench.report.findings.links import link_findings
+from ddpbench.report.findings.memory import memory_findings
 from ddpbench.report.findings.order import answers_first, trim
 from ddpbench.report.findings.phases import profile_findings, time_findings
 from ddpbench.report.findings.problems import warning_findings
@@ -37,7 +39,7 @@ def _needs(df: pd.DataFrame, required: list[str], optional: list[str]) -> pd.Dat
 
 
 def findings(runs, cells, speed, comparisons, fits, max_items: int = 12, links=None, profile=None) -> list[Finding]:
-    """The report's findings, most actionable first: winners, scaling, where the time goes,
+    """The report's findings, most actionable first: winners, memory held against ddp, scaling, where the time goes,
     batch and dataset size, links, fits, warnings (each topic module's docstring says its rules)."""
     runs, cells, speed, comparisons, fits, links = map(as_frame, (runs, cells, speed, comparisons, fits, links))
     # Tables without the columns a rule needs count as empty; optional columns are added as missing.
@@ -49,6 +51,7 @@ def findings(runs, cells, speed, comparisons, fits, max_items: int = 12, links=N
     shown = shown_axes(cells, runs, speed, comparisons)
     groups = {
         "winner": winner_findings(comparisons, shown),
+        "memory": memory_findings(runs, cells, shown),
         "scaling": scaling_findings(runs, speed, shown),
         "time": time_findings(runs, cells, speed, shown) + profile_findings(profile, runs, shown),
         "batch": axis_findings("batch_size", "batch", "fig-throughput_vs_batch", runs, cells, speed, shown),

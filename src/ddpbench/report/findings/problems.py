@@ -37,7 +37,8 @@ def _status_counts(runs: pd.DataFrame, cells: pd.DataFrame, column: str, status:
     """Cells with runs of `status` and their counts (column `_k`): from cells.csv, else from runs."""
     if not cells.empty and column in cells:
         k = pd.to_numeric(cells[column], errors="coerce").fillna(0)
-        return cells[k > 0].assign(_k=k[k > 0].astype(int))
+        # (copy: a cells table read from CSV is one block per column, too many for another insert)
+        return cells[k > 0].copy().assign(_k=k[k > 0].astype(int))
     if runs.empty or "status" not in runs:
         return pd.DataFrame()
     bad = runs[runs["status"].astype(str) == status]
