@@ -12,7 +12,7 @@ import matplotlib.collections
 import numpy as np
 import pandas as pd
 
-from ddpbench.report.figures.style import strategy_label, strategy_style
+from ddpbench.report.figures.style import strategy_label, strategy_style, text
 
 
 DODGE = 0.07  # log2 units between neighbouring strategies at one p
@@ -78,3 +78,16 @@ def strategy_series(ax, g: pd.DataFrame, chunk: list, strategies: pd.Series, x: 
         off = (i - (len(chunk) - 1) / 2) * DODGE
         yerr = interval_errors(r, m) if f"{m}_ci_low" in r else None
         draw_series(ax, r[x] * 2**off, r[m], yerr, marker=st["marker"], color=st["color"], label=strategy_label(s))
+
+
+def strategy_rows(ax, g: pd.DataFrame) -> np.ndarray:
+    """The y axis: one row per strategy and world size, labelled in the strategy's colour."""
+    pos = np.arange(len(g))
+    ax.autoscale_view()
+    ax.set_xlim(left=0)
+    ax.set_yticks(pos, [text(f"{s}, p={int(p)}", 18) for s, p in zip(g["_strategy"], g["_p"])])
+    for tick, s in zip(ax.get_yticklabels(), g["_strategy"]):
+        tick.set_color(strategy_style(s)["color"])
+    ax.set_ylim(len(g) - 0.5, -0.5)
+    ax.grid(False, axis="y")
+    return pos

@@ -18,8 +18,8 @@ import pandas as pd
 from ddpbench import analysis as A
 from ddpbench.report.figures.layout import (MAX_LEGEND, MAX_PANELS, MAX_SERIES, TITLES, balanced_chunks, by_panel,
                                             panel_label, small_multiples, thin_panels)  # fmt: skip
-from ddpbench.report.figures.marks import add_unscaled, hbars, level_note
-from ddpbench.report.figures.style import strategy_label, strategy_order, strategy_style, text
+from ddpbench.report.figures.marks import add_unscaled, hbars, level_note, strategy_rows
+from ddpbench.report.figures.style import strategy_label, strategy_order, strategy_style
 from ddpbench.report.figures.tables import Data
 
 PART_COLORS = ["#4c72b0", "#dd8452", "#55a868"]  # parameters, gradients, optimizer state (never a strategy's)
@@ -35,19 +35,6 @@ def _peak_label(kinds) -> str:
     return "peak [MiB] (CUDA allocated on GPU cells, else RSS; max over ranks)"
 
 
-def _rows(ax, g: pd.DataFrame) -> np.ndarray:
-    """The y axis: one row per strategy and world size, labelled in the strategy's colour."""
-    pos = np.arange(len(g))
-    ax.autoscale_view()
-    ax.set_xlim(left=0)
-    ax.set_yticks(pos, [text(f"{s}, p={int(p)}", 18) for s, p in zip(g["_strategy"], g["_p"])])
-    for tick, s in zip(ax.get_yticklabels(), g["_strategy"]):
-        tick.set_color(strategy_style(s)["color"])
-    ax.set_ylim(len(g) - 0.5, -0.5)
-    ax.grid(False, axis="y")
-    return pos
-
-
 def _draw_held(ax, g: pd.DataFrame) -> None:
     pos = np.arange(len(g))
     left = np.zeros(len(g))
@@ -55,7 +42,7 @@ def _draw_held(ax, g: pd.DataFrame) -> None:
         v = (pd.to_numeric(g[col], errors="coerce") / A.MIB).fillna(0).to_numpy(float) if col in g else np.zeros(len(g))
         hbars(ax, pos, v, left, facecolor=color, label=name)
         left += v
-    _rows(ax, g)
+    strategy_rows(ax, g)
 
 
 def _draw_peak(ax, g: pd.DataFrame) -> None:
@@ -69,7 +56,7 @@ def _draw_peak(ax, g: pd.DataFrame) -> None:
     if ok.any():
         ends = np.stack([np.column_stack([lo[ok], pos[ok]]), np.column_stack([hi[ok], pos[ok]])], axis=1)
         add_unscaled(ax, matplotlib.collections.LineCollection(ends, colors="black", linewidths=1.2), ends)
-    _rows(ax, g)
+    strategy_rows(ax, g)
 
 
 def _reading_order(names) -> list[str]:

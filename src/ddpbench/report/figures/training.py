@@ -15,7 +15,7 @@ import pandas as pd
 from ddpbench import analysis as A
 from ddpbench.report.figures.layout import (MAX_LEGEND, MAX_PANELS, MAX_SERIES, TITLES, balanced_chunks, by_panel,
                                             panel_label, small_multiples, thin_panels)  # fmt: skip
-from ddpbench.report.figures.marks import add_unscaled, draw_series, hbars
+from ddpbench.report.figures.marks import add_unscaled, draw_series, hbars, strategy_rows
 from ddpbench.report.figures.style import ordered_colors, strategy_label, strategy_order, strategy_style, text
 from ddpbench.report.figures.tables import Data
 
@@ -170,13 +170,7 @@ def fig_strategy_bars(d: Data):
         if ok.any():
             ends = np.stack([np.column_stack([lo[ok], pos[ok]]), np.column_stack([hi[ok], pos[ok]])], axis=1)
             add_unscaled(ax, matplotlib.collections.LineCollection(ends, colors="black", linewidths=1.2), ends)
-        ax.autoscale_view()
-        ax.set_xlim(left=0)
-        ax.set_yticks(pos, [text(f"{s}, p={int(p)}", 18) for s, p in zip(g["_strategy"], g["_p"])])
-        for tick, s in zip(ax.get_yticklabels(), g["_strategy"]):
-            tick.set_color(strategy_style(s)["color"])
-        ax.set_ylim(len(g) - 0.5, -0.5)
-        ax.grid(False, axis="y")
+        strategy_rows(ax, g)
 
     out = []
     for chunk in balanced_chunks(strategy_order(c["_strategy"].unique()), MAX_SERIES):
