@@ -571,7 +571,7 @@ def test_no_timed_steps_give_only_counts():
 
 SUMMARY_METRICS = (
     "global_batch", "per_rank_batch", "total_steps", "timed_steps",
-    "step_time_median_s", "step_time_mean_s", "step_time_p95_s", "samples_per_s", "epoch_time_s",
+    "step_time_median_s", "step_time_mean_s", "step_time_p95_s", "samples_per_s", "tokens_per_s", "epoch_time_s",
     "timed_wall_s", "wall_time_s",
     "phase_data_s", "phase_forward_s", "phase_backward_s", "phase_comm_s", "phase_exposed_comm_s",
     "phase_optimizer_s", "phase_other_s", "phase_total_s", "phase_imbalance_s",

@@ -2,11 +2,11 @@ import pytest
 import torch
 
 from ddpbench.run import models
-from ddpbench.core.params import MODELS
+from ddpbench.core.params import IMAGE_MODELS
 
 
 @pytest.mark.parametrize("shape", [(3, 32, 32), (1, 28, 28)])
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("name", IMAGE_MODELS)
 def test_small_image_output_shapes(name, shape):
     torch.manual_seed(0)
     model = models.build(name, shape, 7).eval()

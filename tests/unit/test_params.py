@@ -2,7 +2,7 @@ import argparse
 
 import pytest
 
-from ddpbench.core.params import MODELS, PIPELINE, SEQUENTIAL_LAYERS, CellConflict, CellParams, ParamError, check_cell, check_values
+from ddpbench.core.params import IMAGE_MODELS, MODELS, PIPELINE, SEQUENTIAL_LAYERS, CellConflict, CellParams, ParamError, check_cell, check_values
 from ddpbench.strategies import names as strategy_names
 from ddpbench.strategies import strategy_traits
 
@@ -183,7 +183,7 @@ def test_sequential_models_and_their_layers_match_the_models():
     from ddpbench.run import models
 
     for name in MODELS:
-        model = models.build(name, (3, 32, 32), 10)
+        model = models.build(name, (3, 32, 32), 10) if name in IMAGE_MODELS else models.build(name, (16,), 10, kind="tokens")
         if isinstance(model, nn.Sequential):
             assert SEQUENTIAL_LAYERS.get(name) == len(model), name
         else:

@@ -30,6 +30,7 @@ from ddpbench.core.run_output import TIMELINE_SPANS
 METRICS = {
     "step_time_median_s": "step time [s]",
     "samples_per_s": "throughput [samples/s]",
+    "tokens_per_s": "throughput [tokens/s]",  # token data only: samples/s x seq_len
     "epoch_time_s": "epoch time [s]",
     "frac_comm": "communication fraction",
     "frac_exposed_comm": "exposed communication fraction",

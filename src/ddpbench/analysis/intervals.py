@@ -31,7 +31,7 @@ class Interval:
     level: float = np.nan  # the interval's coverage level (NaN: no interval)
 
 
-TIMING_METRICS = ("step_time_median_s", "samples_per_s", "epoch_time_s")
+TIMING_METRICS = ("step_time_median_s", "samples_per_s", "tokens_per_s", "epoch_time_s")
 # Coverage measured by tests/unit/test_interval_coverage.py (which checks these figures): the
 # share of simulated cells whose nominal 95 % interval held the true median (log_t) or the true
 # ratio of two cells' medians (welch), by repeat count; log-normal noise, sigma 0.03 run to run

@@ -22,8 +22,13 @@ from ddpbench.strategies import strategy_traits, unread_settings
 
 DEVICES = ("cpu", "cuda")
 SCALINGS = ("strong", "weak")
-MODELS = ("mlp", "simple_cnn", "vgg11", "resnet18", "resnet50", "densenet121")
-DATASETS = ("synthetic", "cifar10", "mnist", "imagenette")
+IMAGE_MODELS = ("mlp", "simple_cnn", "vgg11", "resnet18", "resnet50", "densenet121")
+TOKEN_MODELS = ("gpt_tiny", "gpt2_small", "gpt2_medium")  # GPT-style decoders (run/gpt.py)
+MODELS = IMAGE_MODELS + TOKEN_MODELS
+# The user's own model: `package.module:function`, imported from the environment or model_path.
+USER_MODEL_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*"
+TOKEN_DATASETS = ("synthetic_tokens",)  # sequences of token ids: next-token prediction
+DATASETS = ("synthetic", "cifar10", "mnist", "imagenette") + TOKEN_DATASETS
 SYNTHETIC_SHAPES = ("cifar10", "mnist", "imagenette")
 BACKENDS = ("auto", "gloo", "nccl")
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
@@ -60,6 +65,10 @@ def effective_params(values: Mapping[str, Any], nodes: int | None = None) -> dic
         unread += ("link",)  # a link joins nodes: one node's cells are one measurement whatever it is
     if values.get("optimizer", "sgd") == "adamw":
         unread += ("momentum",)  # SGD's: AdamW's betas are fixed
+    if values.get("dataset", "synthetic") not in TOKEN_DATASETS:
+        unread += ("vocab_size", "seq_len")
+    if not is_user_model(values.get("model", "mlp")):
+        unread += ("model_path",)
     return {k: (defaults[k] if k in unread else v) for k, v in values.items()}
 
 
@@ -80,8 +89,18 @@ class CellParams:
         64, "global batch (scaling=strong) or per-rank batch (scaling=weak); 'auto' searches", minimum=1, maximum=2**20, auto=True
     )
     scaling: str = _p("strong", "strong: global batch fixed; weak: per-rank batch fixed", choices=SCALINGS)
-    model: str = _p("mlp", "network to train", choices=MODELS)
-    dataset: str = _p("synthetic", "training data", choices=DATASETS)
+    model: str = _p(
+        "mlp", "network to train: a built-in one, or your own as module.path:function (docs/models.md)",
+        pattern="|".join(MODELS) + "|" + USER_MODEL_PATTERN,
+        pattern_text=" | ".join(MODELS) + " | module.path:function (your own model)",
+    )
+    model_path: str = _p(".", "folder put first on the import path for a model given as module.path:function")
+    dataset: str = _p(
+        "synthetic", "training data (synthetic_tokens: token sequences from a fixed random Markov chain, for the GPT models)",
+        choices=DATASETS,
+    )
+    vocab_size: int = _p(256, "synthetic_tokens: tokens in the vocabulary", minimum=2, maximum=2**20)
+    seq_len: int = _p(128, "synthetic_tokens: tokens per sequence (the GPT models' context)", minimum=2, maximum=2**16)
     synthetic_shape: str = _p(
         "cifar10", "shape and classes of the synthetic data (imagenette: 3 x image_size px, 10 classes)", choices=SYNTHETIC_SHAPES
     )
@@ -345,6 +364,7 @@ def check_cell(values: Mapping[str, Any]) -> None:
                 f"strategy pipeline at world_size {world} needs {world} stages; {model} has "
                 f"{SEQUENTIAL_LAYERS[model]} layers",
             )
+    check_model_data(values)
     check_training_setup(values)
     batch = values["batch_size"]
     if batch == "auto":
@@ -376,6 +396,36 @@ def check_cell(values: Mapping[str, Any]) -> None:
             ("batch_size", "micro_batches"),
             f"the cell {cell}, strategy=pipeline, micro_batches={values['micro_batches']} has a global batch "
             f"({how}) that does not split into {values['micro_batches']} equal micro-batches",
+        )
+
+
+def is_user_model(model: str) -> bool:
+    return model not in MODELS and re.fullmatch(USER_MODEL_PATTERN, model) is not None
+
+
+def data_kind(dataset: str) -> str:
+    """What a dataset's samples are: "tokens" (sequences of ids) or "image" (C x H x W)."""
+    return "tokens" if dataset in TOKEN_DATASETS else "image"
+
+
+def check_model_data(values: Mapping[str, Any]) -> None:
+    """Refuse a built-in model on data of the other kind: an image classifier on token
+    sequences, a language model on images. A user's model is checked at plan time by
+    building it (plan.user_models)."""
+    model, dataset = values["model"], values["dataset"]
+    if is_user_model(model):
+        return
+    kind = data_kind(dataset)
+    if kind == "tokens" and model not in TOKEN_MODELS:
+        raise CellConflict(
+            ("model", "dataset"),
+            f"model {model} classifies images; dataset {dataset} is token sequences: use one of {', '.join(TOKEN_MODELS)}",
+        )
+    if kind == "image" and model in TOKEN_MODELS:
+        raise CellConflict(
+            ("model", "dataset"),
+            f"model {model} is a language model over token sequences; dataset {dataset} is images: "
+            f"use dataset {TOKEN_DATASETS[0]}",
         )
 
 

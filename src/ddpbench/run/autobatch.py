@@ -28,7 +28,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ddpbench.core import timers
-from ddpbench.strategies.base import SGD
+from ddpbench.strategies.base import SGD, task_loss
 
 MAX_BATCH = 2**16
 CLEAR_REFS = "/proc/self/clear_refs"
@@ -68,18 +68,23 @@ def cpu_budget_bytes(memory_budget_gb: float, local_ranks: int) -> int:
     return int(psutil.virtual_memory().available * 0.5 / max(1, local_ranks))
 
 
-def trial_step(model: nn.Module, shape: tuple[int, ...], batch: int, device: torch.device) -> None:
-    """One training step at `batch` on a copy of `model` (its memory freed afterwards)."""
+def trial_step(model: nn.Module, shape: tuple[int, ...], batch: int, device: torch.device, tokens: bool = False) -> None:
+    """One training step at `batch` on a copy of `model` (its memory freed afterwards);
+    `tokens`: shape is (seq_len,) and the inputs are token ids, a target per position."""
     net = copy.deepcopy(model).to(device)
     opt = SGD(net.parameters(), lr=0.0, momentum=0.9)  # the harness's optimizer: the same state, no torch._dynamo
-    x = torch.zeros(batch, *shape, device=device)
-    y = torch.zeros(batch, dtype=torch.long, device=device)
-    nn.functional.cross_entropy(net(x), y).backward()
+    if tokens:
+        x = torch.zeros(batch, *shape, dtype=torch.long, device=device)
+        y = torch.zeros(batch, *shape, dtype=torch.long, device=device)
+    else:
+        x = torch.zeros(batch, *shape, device=device)
+        y = torch.zeros(batch, dtype=torch.long, device=device)
+    task_loss(net(x), y).backward()
     opt.step()
     del net, opt, x, y
 
 
-def _trial_need(model: nn.Module, shape: tuple[int, ...], batch: int, device: torch.device) -> int | None:
+def _trial_need(model: nn.Module, shape: tuple[int, ...], batch: int, device: torch.device, tokens: bool) -> int | None:
     """Bytes one trial step at `batch` needs beyond what is held already; None when CUDA
     runs out of memory. The out-of-memory error's traceback holds the trial's tensors:
     memory is released only after the handler has let it go."""
@@ -90,7 +95,7 @@ def _trial_need(model: nn.Module, shape: tuple[int, ...], batch: int, device: to
         before = torch.cuda.memory_allocated(device)
         out_of_memory = False
         try:
-            trial_step(model, shape, batch, device)
+            trial_step(model, shape, batch, device, tokens)
             torch.cuda.synchronize(device)
         except torch.cuda.OutOfMemoryError:
             out_of_memory = True
@@ -101,12 +106,13 @@ def _trial_need(model: nn.Module, shape: tuple[int, ...], batch: int, device: to
         return torch.cuda.max_memory_allocated(device) - before
     before = _rss()
     _reset_peak()
-    trial_step(model, shape, batch, device)
+    trial_step(model, shape, batch, device, tokens)
     return max(0, _peak_since_reset() - before)
 
 
 def search(
-    model: nn.Module, shape: tuple[int, ...], device: torch.device, memory_budget_gb: float, limit: int, local_ranks: int
+    model: nn.Module, shape: tuple[int, ...], device: torch.device, memory_budget_gb: float, limit: int, local_ranks: int,
+    tokens: bool = False,
 ) -> dict[str, Any]:
     """This rank's largest fitting power-of-two batch <= limit: {chosen, tried, method, need_mb}."""
     limit = max(1, min(limit, MAX_BATCH))
@@ -123,7 +129,7 @@ def search(
             if needs[b1] + slope * (batch - b1) > budget:
                 break  # predicted not to fit: not tried
         tried.append(batch)
-        need = _trial_need(model, shape, batch, device)
+        need = _trial_need(model, shape, batch, device, tokens)
         if need is None:  # out of memory
             break
         if budget and need > budget:

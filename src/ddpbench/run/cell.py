@@ -55,12 +55,14 @@ def execute(
     precision.configure(params, device)
     torch.manual_seed(params.seed)  # identical data and initial weights on every rank
     data = datamod.load(params)
-    model = models.build(params.model, data.shape, data.classes).to(device)
+    model = models.build(params.model, data.shape, data.classes, kind=data.kind, model_path=params.model_path).to(device)
     torch.manual_seed(params.seed + 1 + ranks.rank)  # then a per-rank stream (dropout, augmentation)
     batch_size, auto = params.batch_size, None
     if batch_size == "auto":
         limit = len(data.train) // ranks.world
-        found = autobatch.search(model, data.shape, device, params.memory_budget_gb, limit, ranks.local_world)
+        found = autobatch.search(
+            model, data.shape, device, params.memory_budget_gb, limit, ranks.local_world, tokens=data.kind == "tokens"
+        )
         auto = autobatch.agree(found, device)
         batch_size = auto["chosen"] * (1 if params.scaling == "weak" else ranks.world)
     global_batch, per_rank_batch = datamod.batch_sizes(batch_size, params.scaling, ranks.world)
@@ -144,6 +146,8 @@ def execute(
         test_loss=t_loss / t_n if t_n else None,
         test_acc=t_correct / t_n if t_n else None,
         param_norm=float(flat.norm()),
+        # Token data: a sample is seq_len tokens, each a prediction (throughput in tokens/s too).
+        tokens_per_s=stats["samples_per_s"] * params.seq_len if data.kind == "tokens" and stats.get("samples_per_s") else None,
     )
     held_per_rank = [p["held"] for p in payloads]
     state_bytes = [h["optimizer_state_bytes"] for h in held_per_rank]
@@ -255,8 +259,8 @@ def evaluate(model: torch.nn.Module, data: datamod.Data, ranks: Ranks, device: t
     for x, y in datamod.test_batches(data, ranks.rank, ranks.world, max(batch, 64)):
         x, y = x.to(device), y.to(device)
         out = model(x)
-        loss_sum += float(torch.nn.functional.cross_entropy(out, y, reduction="sum"))
-        correct += int((out.argmax(1) == y).sum())
+        loss_sum += float(base.task_loss(out, y, reduction="sum"))
+        correct += float(base.task_correct(out, y))
         n += len(y)
     model.train(was_training)
     return loss_sum, correct, n

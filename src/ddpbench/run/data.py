@@ -7,7 +7,10 @@ most one). So the union of the ranks' batches at a step is exactly the batch a s
 process gets at that step, whatever the world size; only full global batches are used
 (an epoch has dataset_size // B steps), so every step has the same global batch.
 
-Datasets: `synthetic` is generated in memory from the seed (class prototypes, smooth in
+Datasets: `synthetic_tokens` is token sequences for next-token prediction (the GPT
+models), generated from the seed: a fixed random Markov chain in which each token has a
+few likely successors, so the loss falls from ln(vocab_size) towards the chain's entropy;
+a sample is (tokens[:-1], tokens[1:]). `synthetic` is generated in memory from the seed (class prototypes, smooth in
 space, plus noise: loss falls, accuracy rises above chance); cifar10, mnist and
 imagenette are read with torchvision's readers from `data_root` and are never
 downloaded by a training rank: fetch them beforehand with
@@ -34,10 +37,14 @@ _NORMALIZE = {
 
 @dataclass
 class Data:
+    """`shape` is a sample's: (C, H, W) for images, (seq_len,) for tokens; `classes` is
+    the number of labels, for tokens the vocabulary (a label per position)."""
+
     train: Dataset
     test: Dataset | None
-    shape: tuple[int, int, int]
+    shape: tuple[int, ...]
     classes: int
+    kind: str = "image"
 
 
 class TensorData(Dataset):
@@ -72,6 +79,27 @@ def synthetic(shape: tuple[int, int, int], classes: int, n: int, seed: int) -> T
     return TensorData(x, y)
 
 
+SUCCESSORS = 4  # likely next tokens of each token in synthetic_tokens' chain
+
+
+def synthetic_tokens(vocab_size: int, seq_len: int, n: int, seed: int) -> TensorData:
+    """n sequences of seq_len + 1 tokens from a fixed random Markov chain (drawn from the
+    seed): each token is followed by one of SUCCESSORS tokens with Dirichlet(1) weights.
+    Inputs are the first seq_len tokens, targets the last seq_len (shifted by one)."""
+    g = torch.Generator().manual_seed(seed)
+    successors = torch.randint(vocab_size, (vocab_size, min(SUCCESSORS, vocab_size)), generator=g)
+    weights = -torch.rand(vocab_size, successors.shape[1], generator=g).log()  # Dirichlet(1), unnormalised
+    cumulative = (weights / weights.sum(1, keepdim=True)).cumsum(1)
+    tokens = torch.empty(n, seq_len + 1, dtype=torch.long)
+    tokens[:, 0] = torch.randint(vocab_size, (n,), generator=g)
+    draws = torch.rand(seq_len, n, 1, generator=g)
+    for t in range(seq_len):
+        row = tokens[:, t]
+        pick = torch.searchsorted(cumulative[row], draws[t]).clamp_(max=successors.shape[1] - 1)
+        tokens[:, t + 1] = successors[row].gather(1, pick).squeeze(1)
+    return TensorData(tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous())
+
+
 def synthetic_shape(name: str, image_size: int) -> tuple[tuple[int, int, int], int]:
     """(C, H, W) and classes of a synthetic dataset; imagenette's side is image_size."""
     (c, h, w), classes = SYNTHETIC_SHAPES[name]
@@ -80,6 +108,11 @@ def synthetic_shape(name: str, image_size: int) -> tuple[tuple[int, int, int], i
 
 def load(params: Any) -> Data:
     """The cell's training subset (dataset_size samples) and test set (test_size samples)."""
+    if params.dataset == "synthetic_tokens":
+        both = synthetic_tokens(params.vocab_size, params.seq_len, params.dataset_size + params.test_size, params.seed)
+        n = params.dataset_size
+        test = TensorData(both.x[n:], both.y[n:]) if params.test_size else None
+        return Data(TensorData(both.x[:n], both.y[:n]), test, (params.seq_len,), params.vocab_size, "tokens")
     if params.dataset == "synthetic":
         shape, classes = synthetic_shape(params.synthetic_shape, params.image_size)
         both = synthetic(shape, classes, params.dataset_size + params.test_size, params.seed)

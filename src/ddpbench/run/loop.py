@@ -37,11 +37,11 @@ class LoopResult:
         self.grad_bytes: int | None = None  # gradient bytes this rank held after its first step's sync
         self.scaler: LossScaler | None = None
 
-    def tail(self) -> tuple[float, int, int]:
+    def tail(self) -> tuple[float, float, int]:
         """Sums over the last steps: (loss x samples, correct, samples)."""
         return (
             sum(float(loss) * n for loss, _, n in self.last),
-            sum(int(c) for _, c, _ in self.last),
+            sum(float(c) for _, c, _ in self.last),  # fractional for token data (token accuracy)
             sum(n for _, _, n in self.last),
         )
 

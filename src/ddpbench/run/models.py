@@ -5,6 +5,9 @@ MNIST) the usual way: a 3x3 stride-1 stem without the early max-pool (ResNet, De
 and for VGG no pooling below 1 px and a 512 -> classes head (the CIFAR VGG); larger
 images keep the original stems and heads. `mlp` and `simple_cnn` have no batch norm or
 dropout, so strategies can be checked for exact equality with `single` on them.
+
+Language models (token data) are the GPT-style decoders of run/gpt.py. A name of the form
+`module.path:function` is the user's own model (run/user_model.py, docs/models.md).
 """
 
 from __future__ import annotations
@@ -12,15 +15,31 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ddpbench.core.params import is_user_model
+from ddpbench.run import gpt
+
 SMALL = 64  # images below this side get the small-image stems
 
 
-def build(name: str, shape: tuple[int, int, int], classes: int) -> nn.Module:
-    """A freshly initialised model (seed torch beforehand for identical weights)."""
+def build(name: str, shape: tuple[int, ...], classes: int, *, kind: str = "image", model_path: str = ".") -> nn.Module:
+    """A freshly initialised model (seed torch beforehand for identical weights) for data of
+    `kind`: images of `shape` (C, H, W) in `classes` classes, or tokens: shape (seq_len,),
+    classes the vocabulary size."""
+    if is_user_model(name):
+        from ddpbench.run import user_model
+
+        inputs = {"vocab_size": classes, "seq_len": shape[0]} if kind == "tokens" else {"shape": tuple(shape), "classes": classes}
+        return user_model.build(name, model_path, **inputs)
+    if name in gpt.SIZES:
+        if kind != "tokens":
+            raise ValueError(f"model {name} is a language model: it needs token data (dataset synthetic_tokens)")
+        return gpt.build(name, vocab_size=classes, seq_len=shape[0])
+    if kind != "image":
+        raise ValueError(f"model {name} classifies images: it cannot train on {kind} data")
     try:
         return _BUILDERS[name](shape, classes)
     except KeyError:
-        raise ValueError(f"unknown model {name!r}; known: {', '.join(_BUILDERS)}") from None
+        raise ValueError(f"unknown model {name!r}; known: {', '.join([*_BUILDERS, *gpt.SIZES])}") from None
 
 
 def mlp(shape, classes):

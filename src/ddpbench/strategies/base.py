@@ -119,8 +119,8 @@ class Strategy:
         """
         with ctx.autocast():
             out = model(x)
-            loss = nn.functional.cross_entropy(out, y)
-        correct = (out.detach().argmax(1) == y).sum()
+            loss = task_loss(out, y)
+        correct = task_correct(out.detach(), y)
         timer.lap("forward")
         (loss * scale if scale != 1.0 else loss).backward()
         timer.lap("backward")
@@ -292,6 +292,23 @@ def optimizer_class(params: "CellParams") -> tuple[type, dict[str, Any]]:
         return torch.optim.AdamW, {"lr": params.lr, "weight_decay": params.weight_decay}
     return torch.optim.SGD, {"lr": params.lr, "momentum": params.momentum, "weight_decay": params.weight_decay}
 
+
+
+def task_loss(out: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+    """Cross-entropy of a classifier's logits (N, K) against labels (N,), or of a language
+    model's (N, T, V) against next tokens (N, T). A sample's loss is its mean over positions,
+    so "sum" sums samples (what test loss divides by samples)."""
+    if out.dim() == 3:
+        per_sample = nn.functional.cross_entropy(out.transpose(1, 2), y, reduction="none").mean(1)
+        return per_sample.sum() if reduction == "sum" else per_sample.mean()
+    return nn.functional.cross_entropy(out, y, reduction=reduction)
+
+
+def task_correct(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Correct predictions in samples: for token data a sample counts the fraction of its
+    positions whose most likely next token is the true one (so accuracy = token accuracy)."""
+    hits = out.argmax(-1) == y
+    return hits.float().mean(1).sum() if hits.dim() == 2 else hits.sum()
 
 def make_optimizer(parameters, params: "CellParams"):
     """The cell's optimizer over `parameters`: SGD (this module's, torch's step without the

@@ -41,9 +41,12 @@ LOW_PRECISION = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def blocks(model: nn.Module) -> list[nn.Module]:
-    """The units FSDP shards one by one: the model's children that hold parameters, with
-    containers (Sequential, ModuleList) opened, so a stack of layers or transformer blocks
-    becomes one unit per layer or block."""
+    """The units FSDP shards one by one: the model's own `fsdp_units()` where it has one (a
+    GPT's blocks: its tied embedding is used again by the head, so it must stay in the
+    root's unit), else its children that hold parameters, with containers (Sequential,
+    ModuleList) opened, so a stack of layers becomes one unit per layer."""
+    if hasattr(model, "fsdp_units"):
+        return list(model.fsdp_units())
     units = []
     for child in model.children():
         if isinstance(child, (nn.Sequential, nn.ModuleList)):
