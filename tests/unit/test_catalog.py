@@ -2,13 +2,28 @@
 
 import pytest
 
+from ddpbench.core.params import TOKEN_MODELS
 from ddpbench.plan import catalog
 from ddpbench.run import models
 
 
 def test_every_registered_model_is_listed_for_every_input():
     listed = {(r["model"], r["input"]) for r in catalog.load()["models"]}
-    assert listed == {(m, i) for m in models._BUILDERS for i in catalog.INPUTS}
+    assert listed == {(m, i) for m in models._BUILDERS for i in catalog.INPUTS} | {
+        (m, catalog.TOKEN_INPUT) for m in TOKEN_MODELS
+    }
+
+
+@pytest.mark.parametrize("model", TOKEN_MODELS)
+def test_token_rows_match_the_gpt_objects_and_scale_with_the_sequence(model):
+    import torch
+
+    row = next(r for r in catalog.load()["models"] if (r["model"], r["input"]) == (model, catalog.TOKEN_INPUT))
+    (seq_len,), vocab = catalog.input_shape(catalog.TOKEN_INPUT)
+    with torch.device("meta"):
+        built = models.build(model, (seq_len,), vocab, kind="tokens")
+    assert row["parameters"] == models.count_parameters(built) and row["gradient_bytes"] == 4 * row["parameters"]
+    assert catalog.forward_flops(model, catalog.TOKEN_INPUT, seq_len=4 * seq_len) == 4 * row["forward_flops_per_sample"]
 
 
 @pytest.mark.parametrize("model", list(models._BUILDERS))

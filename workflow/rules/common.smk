@@ -8,7 +8,8 @@ At include time `config` is validated twice, each failure one line naming the ke
 against workflow/schemas/config.schema.yaml (types, unknown keys, empty axes; schema
 defaults are filled in), then every axis value, exclusion and baseline value against
 the harness's own `CellParams`, so a value the launcher would reject fails before any
-job exists.
+job exists; a model given as module.path:function is built once in a subprocess
+(ddpbench.plan.user_models) and refused, named, if it cannot be imported or built.
 """
 
 import os
@@ -58,6 +59,7 @@ from ddpbench.plan.jobs import (  # noqa: E402
     summary_paths,
     topology_flags,
 )
+from ddpbench.plan.user_models import check_grid as check_user_models  # noqa: E402
 
 
 def job_shell_prefix():
@@ -111,6 +113,7 @@ try:
         expand_grid(AXES, config["exclude"], logger.warning), BASE_PARAMS
     )
     check_cell_combinations(CELLS, FIXED_PARAMS, AXES)
+    check_user_models(CELLS, FIXED_PARAMS, AXES, logger.warning)
     CELLS = synthetic_stand_ins(
         CELLS, config["dataset"], FIXED_PARAMS, BASE_PARAMS, logger.warning
     )

@@ -50,9 +50,12 @@ SUPERSEDED = "superseded"
 
 def run_version(runs: pd.DataFrame) -> pd.Series:
     """Per run, what must be equal for two runs to be pooled: the code fingerprint (package
-    source + lock) and the packages that differ from the lock. Runs from before provenance
+    source + lock), the user's model source (a module.path:function model) and the packages
+    that differ from the lock. Runs from before provenance
     was recorded share one (unknown) version."""
     code = text_column(runs, "env_code_fingerprint")
+    model = text_column(runs, "env_user_model_digest")  # the user's own model's source, where it is one
+    code = code.where(model == "", code + ", model: " + model)
     off = text_column(runs, "env_off_lock")
     return code.where(off == "", code + ", off-lock: " + off)
 

@@ -3,6 +3,8 @@
     python -m ddpbench.plan.catalog                  # the tables, as in docs/models.md
     python -m ddpbench.plan.catalog --world-size 4   # ... and what each rank holds at 4 ranks
     python -m ddpbench.plan.catalog --write          # regenerate plan/catalog.json and docs/models.md
+    python -m ddpbench.plan.catalog --model my_models:net --model-path DIR [--input mnist ...]
+                                                     # the same row for your own model (docs/models.md)
 
 Per model and input (the synthetic shapes at their defaults): parameters, gradient bytes
 (fp32, what every data-parallel step communicates), the optimizer's state (SGD's momentum,
@@ -24,11 +26,12 @@ import sys
 from typing import Any
 
 from ddpbench import REPO_ROOT
-from ddpbench.core.params import REAL_TRAIN_SAMPLES, SEQUENTIAL_LAYERS, CellParams
+from ddpbench.core.params import REAL_TRAIN_SAMPLES, SEQUENTIAL_LAYERS, TOKEN_MODELS, CellParams
 
 CATALOG_PATH = pathlib.Path(__file__).with_name("catalog.json")
 DOCS_PATH = REPO_ROOT / "docs" / "models.md"
 INPUTS = ("cifar10", "mnist", "imagenette")  # the synthetic shapes; imagenette at the default image_size
+TOKEN_INPUT = "synthetic_tokens"  # token sequences at the default vocab_size and seq_len
 REAL_TEST_SAMPLES = {"cifar10": 10_000, "mnist": 10_000, "imagenette": 3_925}
 EXACT_MODELS = ("mlp", "simple_cnn")  # no batch norm or dropout: exact strategies equal `single` bit for bit
 # Optimizer state per parameter, in parameter sizes (fp32): SGD's momentum buffer (none at
@@ -45,31 +48,37 @@ SHARDED = {"replicated": (), "zero1": ("optimizer",), "zero2": ("parameters", "g
            "zero3": ("parameters", "gradients", "optimizer")}  # fmt: skip
 
 
-def input_shape(name: str) -> tuple[tuple[int, int, int], int]:
+def input_shape(name: str) -> tuple[tuple[int, ...], int]:
+    """A sample's shape and the classes: (C, H, W) for images; (seq_len,) and the vocabulary
+    size for tokens (the defaults)."""
+    if name == TOKEN_INPUT:
+        return (CellParams().seq_len,), CellParams().vocab_size
     from ddpbench.run.data import synthetic_shape
 
     return synthetic_shape(name, CellParams().image_size)
 
 
-def measure(model_name: str, input_name: str) -> dict[str, Any]:
-    """One catalog row, measured from the model object."""
+def measure(model_name: str, input_name: str, model_path: str = CellParams().model_path) -> dict[str, Any]:
+    """One catalog row, measured from the model object (a built-in one, or the user's own
+    `module.path:function`, imported from `model_path` first)."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
     from ddpbench.run import models
 
     shape, classes = input_shape(input_name)
+    tokens = input_name == TOKEN_INPUT
     torch.manual_seed(0)
-    model = models.build(model_name, shape, classes).eval()
+    model = models.build(model_name, shape, classes, kind="tokens" if tokens else "image", model_path=model_path).eval()
     params = models.count_parameters(model)
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        model(torch.zeros(1, *shape))
+        model(torch.zeros(1, *shape, dtype=torch.long if tokens else torch.float32))
     return {
         "model": model_name,
         "input": input_name,
         "shape": list(shape),
         "parameters": params,
-        "gradient_bytes": 4 * params,
+        "gradient_bytes": 4 * sum(p.numel() for p in model.parameters() if p.requires_grad),  # fp32
         "forward_flops_per_sample": int(counter.get_total_flops()),
     }
 
@@ -87,6 +96,7 @@ def build_catalog() -> dict[str, Any]:
     from ddpbench.run import models
 
     rows = [measure(m, i) for m in models._BUILDERS for i in INPUTS]
+    rows += [measure(m, TOKEN_INPUT) for m in TOKEN_MODELS]  # at the default vocab_size and seq_len
     datasets = []
     for name in INPUTS:
         shape, classes = input_shape(name)
@@ -97,7 +107,7 @@ def build_catalog() -> dict[str, Any]:
     return {
         "image_size": CellParams().image_size,
         "models": rows,
-        "strategies": {m: strategies_for(m) for m in models._BUILDERS},
+        "strategies": {m: strategies_for(m) for m in (*models._BUILDERS, *TOKEN_MODELS)},
         "datasets": datasets,
     }
 
@@ -117,13 +127,18 @@ def gradient_bytes(model: str, synthetic_shape: str) -> int | None:
     return row["gradient_bytes"] if row else None
 
 
-def forward_flops(model: str, synthetic_shape: str, image_size: int | None = None) -> float | None:
+def forward_flops(
+    model: str, synthetic_shape: str, image_size: int | None = None, seq_len: int | None = None
+) -> float | None:
     """A model's forward FLOPs a sample (None: not listed); imagenette's scale with the image's area
-    from the catalog's image_size (convolutions dominate them)."""
+    from the catalog's image_size (convolutions dominate them), a token sequence's with its length
+    from the default seq_len (linear: the weights' matmuls dominate a small context)."""
     row = _row(model, synthetic_shape)
     if row is None:
         return None
     scale = (image_size / load()["image_size"]) ** 2 if synthetic_shape == "imagenette" and image_size else 1.0
+    if synthetic_shape == TOKEN_INPUT and seq_len:
+        scale = seq_len / row["shape"][0]
     return row["forward_flops_per_sample"] * scale
 
 
@@ -146,7 +161,10 @@ def held_bytes(
     state in fp32, a sharded one at 1/p (a run's extra.held_bytes is the largest rank's, measured:
     FSDP pads each parameter's rows to a multiple of p, ZeRO-1 shards whole parameters). None:
     the model is not listed, or the pipeline (each rank holds its stage's layers)."""
-    grad = gradient_bytes(model, synthetic_shape)
+    return _held(gradient_bytes(model, synthetic_shape), strategy, world, optimizer, momentum)
+
+
+def _held(grad: int | None, strategy: str, world: int, optimizer: str = "sgd", momentum: float = 0.9) -> dict[str, int] | None:
     kind = sharding(strategy)
     if grad is None or kind not in SHARDED:
         return None
@@ -169,6 +187,28 @@ def markdown(catalog: dict[str, Any]) -> str:
         f"image_size {catalog['image_size']} px. Exact strategies equal `single` bit for bit on "
         f"{', '.join(EXACT_MODELS)} (no batch norm or dropout).",
         "",
+        f"The GPT models (run/gpt.py: pre-norm decoder blocks, causal attention, tied head, no dropout, "
+        f"so exact strategies end where `single` ends on them as well) are measured on synthetic_tokens "
+        f"at the default vocab_size {CellParams().vocab_size} and seq_len {CellParams().seq_len}: a "
+        f"sample is one sequence, its FLOPs those of all its tokens. The embedding grows with the "
+        f"vocabulary and the context, so at GPT-2's 50,257 tokens and context 1,024 gpt2_small has "
+        f"124,439,808 parameters and gpt2_medium 354,823,168 (tests/unit/test_gpt.py).",
+        "",
+        model_table(catalog).rstrip("\n"),
+    ]
+    lines += ["", HELD_HEAD.rstrip("\n")]
+    lines += ["", "| dataset | shape | classes | train samples | test samples |", "|---|---|---|---|---|"]
+    for d in catalog["datasets"]:
+        lines.append(f"| {d['dataset']} | {'×'.join(map(str, d['shape']))} | {d['classes']} | {d['train_samples']:,} "
+                     f"| {d['test_samples']:,} |")  # fmt: skip
+    lines.append(f"| synthetic_tokens | seq_len (default {CellParams().seq_len}) token ids | vocab_size (default "
+                 f"{CellParams().vocab_size}) per position | dataset_size (generated) | test_size (generated) |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def model_table(catalog: dict[str, Any]) -> str:
+    """The catalog's model rows as a Markdown table."""
+    lines = [
         "| model | input | shape | parameters | gradient (fp32) | optimizer state sgd / adamw | forward FLOPs / sample "
         "| strategies |",
         "|---|---|---|---|---|---|---|---|",
@@ -180,11 +220,6 @@ def markdown(catalog: dict[str, Any]) -> str:
             f"| `{r['model']}` | {r['input']} | {shape} | {r['parameters']:,} | {r['gradient_bytes'] / 2**20:.2f} MiB "
             f"| {state} MiB | {_size(r['forward_flops_per_sample'])} | {catalog['strategies'][r['model']]} |"
         )
-    lines += ["", HELD_HEAD.rstrip("\n")]
-    lines += ["", "| dataset | shape | classes | train samples | test samples |", "|---|---|---|---|---|"]
-    for d in catalog["datasets"]:
-        lines.append(f"| {d['dataset']} | {'×'.join(map(str, d['shape']))} | {d['classes']} | {d['train_samples']:,} "
-                     f"| {d['test_samples']:,} |")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
@@ -217,7 +252,7 @@ def held_table(catalog: dict[str, Any], world: int, optimizer: str = "sgd") -> s
     ]
     strategy = {v: k for k, v in SHARDING.items()}
     for r in catalog["models"]:
-        held = [held_bytes(r["model"], r["input"], strategy.get(k, "ddp"), world, optimizer) for k in kinds]
+        held = [_held(r["gradient_bytes"], strategy.get(k, "ddp"), world, optimizer) for k in kinds]
         lines.append(f"| `{r['model']}` | {r['input']} | " + " | ".join(f"{h['total'] / 2**20:.2f}" for h in held) + " |")
     return "\n".join(lines) + "\n"
 
@@ -230,9 +265,28 @@ with `bucket_mb`: a bucket larger than the gradient means one all-reduce per ste
 overlap), the optimizer's state, what a rank holds under DDP, ZeRO and FSDP, and the compute
 per sample. `ddpbench models` (or `python -m ddpbench.plan.catalog`)
 prints these tables; they are generated (`python -m ddpbench.plan.catalog --write`) and a unit
-test checks them against the model objects.
+test checks them against the model objects. [Your own model](#your-own-model) gets the same row
+from `ddpbench models --model module.path:function`.
 
 """
+# The hand-written part of docs/models.md from this heading on: --write keeps it as it is.
+HAND_WRITTEN = "## Your own model"
+
+
+def hand_written(doc: str) -> str:
+    """The part of `doc` (docs/models.md's text) that --write keeps: from HAND_WRITTEN on."""
+    at = doc.find("\n" + HAND_WRITTEN)
+    return doc[at:] if at >= 0 else ""
+
+
+def user_model_catalog(spec: str, model_path: str, inputs: list[str]) -> dict[str, Any]:
+    """A catalog of one user model, measured for each of `inputs` (no datasets)."""
+    return {
+        "image_size": CellParams().image_size,
+        "models": [measure(spec, name, model_path) for name in inputs],
+        "strategies": {spec: strategies_for(spec)},
+        "datasets": [],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -241,13 +295,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the catalog as JSON")
     parser.add_argument("--world-size", type=int, metavar="P", help="also print what each rank holds at P ranks")
     parser.add_argument("--optimizer", choices=tuple(OPTIMIZER_STATE), default="sgd", help="for --world-size (default sgd)")
+    parser.add_argument("--model", metavar="SPEC", help="measure your own model, package.module:function (runs its code)")
+    parser.add_argument("--model-path", default=CellParams().model_path, metavar="DIR",
+                        help="with --model: folder searched first for the module (default: the working directory)")  # fmt: skip
+    parser.add_argument("--input", action="append", choices=(*INPUTS, TOKEN_INPUT),
+                        help="with --model: the data it is measured on, repeatable (default cifar10)")  # fmt: skip
     args = parser.parse_args(argv)
     if args.world_size is not None and args.world_size < 1:
         parser.error("--world-size must be at least 1")
+    if args.model is not None:
+        if args.write:
+            parser.error("--model measures your model only: it is not written into the catalog")
+        try:
+            catalog = user_model_catalog(args.model, args.model_path, args.input or ["cifar10"])
+        except ValueError as err:  # the import or the call failed, or no module: the message names it
+            parser.exit(1, f"error: {err}\n")
+        except Exception as err:  # the model's own forward pass on the input
+            parser.exit(1, f"error: model {args.model!r}: {type(err).__name__}: {err}\n")
+        print(json.dumps(catalog, indent=1) if args.json else model_table(catalog), end="")
+        if args.world_size and not args.json:
+            print("\n" + held_table(catalog, args.world_size, args.optimizer), end="")
+        return 0
+    if args.input:
+        parser.error("--input goes with --model")
     catalog = build_catalog() if args.write else load()
     if args.write:
         CATALOG_PATH.write_text(json.dumps(catalog, indent=1) + "\n")
-        DOCS_PATH.write_text(DOC_HEAD + markdown(catalog))
+        kept = hand_written(DOCS_PATH.read_text()) if DOCS_PATH.exists() else ""
+        DOCS_PATH.write_text(DOC_HEAD + markdown(catalog) + kept)
     print(json.dumps(catalog, indent=1) if args.json else markdown(catalog), end="")
     if args.world_size and not args.json:
         print("\n" + held_table(catalog, args.world_size, args.optimizer), end="")

@@ -74,7 +74,7 @@ def compute_s(p: dict[str, Any], cores: int) -> float:
     (0 on a GPU, for batch auto, or for a model the catalog lacks)."""
     timed = timed_steps(p)
     shape = p["dataset"] if p["dataset"] != "synthetic" else p.get("synthetic_shape", "cifar10")
-    flops = catalog.forward_flops(p["model"], shape, p.get("image_size"))
+    flops = catalog.forward_flops(p["model"], shape, p.get("image_size"), p.get("seq_len"))
     if p.get("device", "cpu") != "cpu" or timed is None or not flops:
         return 0.0
     world = int(p["world_size"])

@@ -17,9 +17,9 @@ import torch.distributed as dist
 
 from ddpbench import strategies
 from ddpbench.core import run_output, safe_io, sysinfo
-from ddpbench.core.params import CellParams
+from ddpbench.core.params import CellParams, is_user_model
 from ddpbench.core import timers
-from ddpbench.run import autobatch, diagnose, models, precision, profiling
+from ddpbench.run import autobatch, diagnose, models, precision, profiling, user_model
 from ddpbench.run import data as datamod
 from ddpbench.run.loop import planned_steps, train_loop
 from ddpbench.run.rank import Ranks, gather_to_rank0, oversubscribed, rank_spread
@@ -183,6 +183,8 @@ def execute(
     backend = dist.get_backend() if dist.is_initialized() else None
     env = sysinfo.environment(backend, threads, started=wall_clock(t_start))
     env.update(loadavg_start=load_start, loadavg_end=sysinfo.loadavg())
+    if is_user_model(params.model):  # the user's code is outside the package's code fingerprint
+        env["user_model_digest"] = user_model.source_digest(params.model, params.model_path)
     env.update(sysinfo.other_cpu([p["cpu"] for p in payloads], timed_wall))
     return run_output.make_summary("ok", reason, params.as_dict(), ranks.world, ranks.nodes, env, stats, extra)
 
