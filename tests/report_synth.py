@@ -94,6 +94,7 @@ def make_runs(
                                      teardown=2.0 + 0.5 * (p > 1), launcher_finish=0.1)  # fmt: skip
                         row.update({f"timeline_{k}_s": v for k, v in spans.items()})
                         row.update(held_bytes(strategy, p))
+                        row.update(mfu_columns(n / epoch, p))
                         row["fixed_cost_s"] = sum(spans.values()) - step * (steps - 3)
                         rows.append(row)
     runs = pd.DataFrame(rows)
@@ -127,6 +128,20 @@ def held_bytes(strategy: str, p: int, param_bytes: int = PARAM_BYTES, state_per_
         params, grads, state = params / p, grads / p, state / p
     return dict(extra_param_bytes=params, extra_grad_bytes=grads, extra_optimizer_state_bytes=state,
                 extra_held_bytes=params + grads + state)  # fmt: skip
+
+
+FLOPS_PER_SAMPLE = 7_093_248  # the cifar10 mlp's counted training FLOPs per sample (tests/unit/test_flops.py)
+PEAK_PER_RANK = 60e9  # a CPU core's measured fp32 matmul peak, roughly this machine's
+
+
+def mfu_columns(samples_per_s: float, p: int, flops_per_sample: float = FLOPS_PER_SAMPLE,
+                peak: float = PEAK_PER_RANK) -> dict:  # fmt: skip
+    """runs.csv's MFU columns as the harness writes them on CPU (core.peaks.mfu_fields): no datasheet."""
+    achieved = samples_per_s * flops_per_sample
+    return dict(extra_train_flops_per_sample=flops_per_sample, extra_achieved_flops_per_s=achieved,
+                extra_peak_flops_measured=peak, extra_peak_flops_datasheet=None,
+                extra_peak_flops_datasheet_source=None, extra_mfu_measured=achieved / (peak * p),
+                extra_mfu_datasheet=None)  # fmt: skip
 
 
 def make_steps(runs: pd.DataFrame, n_steps=12) -> pd.DataFrame:
@@ -273,5 +288,44 @@ def make_sharding_runs(slowdown=None, precisions=("fp32", "bf16"), grad_accums=(
         held = pd.DataFrame([held_bytes(s, p, param_bytes, state_per_param) for s, p in zip(r["strategy"], r["world_size"])],
                             index=r.index)  # fmt: skip
         r[held.columns] = held
+        frames.append(r)
+    return pd.concat(frames, ignore_index=True)
+
+
+TOKEN_STRATEGIES = ("single", "ddp", "fsdp", "bucketed_allreduce")
+TOKEN_CELLS = ((128, 64), (512, 16))  # (seq_len, batch_size): 8,192 tokens per step each
+GPT_TINY_FLOPS_PER_TOKEN = 6 * 460_000  # ~6 x parameters (gpt_tiny: 0.46 M)
+
+
+def make_token_runs(slowdown=None, longer=0.8, comm_longer=0.5, repeats=3, noise=0.03, vocab_size=256,
+                    final_loss=1.2, peak=5e12, seed=0) -> pd.DataFrame:  # fmt: skip
+    """The language-model study's grid (configs/studies/language-model.yaml): gpt_tiny on synthetic_tokens,
+    `single` at p = 1 and ddp, fsdp, bucketed_allreduce at p = 2, at seq_len 128 x batch 64 and 512 x 16.
+    Each strategy's epoch takes `slowdown[strategy]` times its own (default: fsdp 1.4x, the others 1x); at
+    seq_len 512 the tokens/s are `longer` times those at 128 and the communication shares `comm_longer`
+    times; tokens_per_s = samples_per_s x seq_len, MFU columns as the harness writes them on CPU."""
+    slowdown = {"fsdp": 1.4} if slowdown is None else slowdown
+    frames = []
+    for i, (seq, batch) in enumerate(TOKEN_CELLS):
+        r = make_runs(strategies=TOKEN_STRATEGIES, world_sizes=(1, 2), repeats=repeats, batch_sizes=(batch,),
+                      dataset_sizes=(1024,), noise=noise, failures=False, others_at_1=False, seed=seed + i)  # fmt: skip
+        r["model"], r["dataset"], r["seq_len"], r["vocab_size"] = "gpt_tiny", "synthetic_tokens", seq, vocab_size
+        r["optimizer"], r["lr"] = "adamw", 0.003
+        r["run_dir"] = r["run_dir"].str.replace("/r", f"-s{seq}/r", regex=False)
+        # make_runs' epoch of 1024 samples; a sample here is `seq` tokens (and batch 16 is 1.1x slower there)
+        f = r["strategy"].map(lambda s: slowdown.get(s, 1.0)) * ((seq / 128) / longer / 1.1 if seq != 128 else 1.0)
+        r["samples_per_s"] /= f
+        for col in ("epoch_time_s", "step_time_median_s", "step_time_mean_s", "step_time_p95_s", "timed_wall_s"):
+            r[col] *= f
+        if seq != 128:
+            for col in ("frac_comm", "frac_exposed_comm"):
+                r[col] *= comm_longer
+        r["tokens_per_s"] = r["samples_per_s"] * seq
+        flops = GPT_TINY_FLOPS_PER_TOKEN * seq
+        r["extra_train_flops_per_sample"], r["extra_peak_flops_measured"] = flops, peak
+        r["extra_achieved_flops_per_s"] = r["samples_per_s"] * flops
+        r["extra_mfu_measured"] = r["extra_achieved_flops_per_s"] / (peak * r["world_size"])
+        r["extra_mfu_datasheet"] = r["extra_peak_flops_datasheet"] = None
+        r["train_loss_final"], r["test_loss"], r["test_acc"] = final_loss, final_loss + 0.1, 0.6
         frames.append(r)
     return pd.concat(frames, ignore_index=True)

@@ -347,3 +347,37 @@ def test_memory_held_stacks_each_cells_counted_bytes_beside_its_peak():
         plt.close(fig)
     counted = [c for c in runs if c.startswith("extra_") and c.endswith("_bytes")]
     assert fig_memory_held(_data(runs.drop(columns=counted))) == []  # runs from before the count: no figure
+
+
+def test_throughput_is_quoted_in_tokens_per_s_where_every_cell_is_a_token_cell():
+    """Token cells (the GPT models) record tokens_per_s = samples/s x seq_len: where every cell with a
+    throughput is one, the figures and the cells table quote tokens/s, labelled; any other grid, a mixed
+    one included, keeps samples/s."""
+    from report_synth import make_token_runs
+
+    from ddpbench.report.figures.scaling import fig_throughput
+    from ddpbench.report.tables import cells_table
+
+    tokens = A.load_runs_frame(make_token_runs(repeats=2))
+    images = make_runs(strategies=("single", "ddp"), world_sizes=(1, 2), repeats=2, failures=False, others_at_1=False)
+    mixed = pd.concat([tokens, images.assign(dataset="synthetic", run_dir=images["run_dir"] + "-img")], ignore_index=True)
+    assert A.throughput_metric(A.cell_stats(tokens)) == ("tokens_per_s", "tokens/s")
+    assert A.throughput_metric(tokens) == ("tokens_per_s", "tokens/s")  # runs too
+    assert A.throughput_metric(A.cell_stats(images)) == ("samples_per_s", "samples/s")  # no tokens_per_s column
+    assert A.throughput_metric(A.cell_stats(images.assign(tokens_per_s=np.nan))) == ("samples_per_s", "samples/s")
+    assert A.throughput_metric(A.cell_stats(A.load_runs_frame(mixed))) == ("samples_per_s", "samples/s")
+    assert A.throughput_metric(pd.DataFrame()) == ("samples_per_s", "samples/s")
+    for runs, unit, col in ((tokens, "tokens/s", "tokens_per_s"), (images, "samples/s", "samples_per_s")):
+        d = _data(runs)
+        (fig,) = fig_throughput(d)
+        try:
+            labels = [t.get_text() for t in _texts(fig) if t.get_text().startswith("throughput [")]
+            assert labels and set(labels) == {f"throughput [{unit}]"}
+            drawn = sorted(round(float(y)) for ax in fig.axes for ln in ax.get_lines() for y in ln.get_ydata()
+                           if np.isfinite(y) and y > 0)  # fmt: skip
+            assert round(float(d.cells[col].max())) in drawn  # the plotted values are the unit's
+        finally:
+            plt.close(fig)
+        table = cells_table(d.cells, ["strategy", "world_size"])
+        assert ("throughput [tokens/s]" in table.columns) == (unit == "tokens/s")
+        assert "throughput [samples/s]" in table.columns  # both, each labelled

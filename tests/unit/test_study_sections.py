@@ -423,3 +423,96 @@ def test_sharding_says_what_it_cannot_answer():
     one = _section("sharding", make_sharding_runs(repeats=1, precisions=("fp32",), grad_accums=(1,)))
     (cost,) = [f for f in one.findings if f.startswith("What it costs")]
     assert "(no interval)" in cost and "slower" not in cost and "faster" not in cost
+
+
+# -- language-model ------------------------------------------------------------------------------
+
+
+def _judged_as_the_interval_says(text):
+    """Every 'R× [lo, hi] (word)' in `text` says what its interval says; returns the words."""
+    found = re.findall(r"([\d.]+)× \[([\d.]+), ([\d.]+)\] \((faster|slower|higher|lower|no detectable difference)\)", text)
+    for _, lo, hi, word in found:
+        lo, hi = float(lo), float(hi)
+        expected = ("faster", "higher") if lo > 1 else ("slower", "lower") if hi < 1 else ("no detectable difference",)
+        assert word in expected, (word, lo, hi, text)
+    return [w for *_, w in found]
+
+
+def test_language_model_table_and_answer_in_tokens_per_s():
+    from report_synth import make_token_runs
+
+    runs = A.load_runs_frame(make_token_runs(seed=1))
+    cells = A.cell_stats(runs)
+    sec = _section("language-model", runs)
+    assert sec.figures[0] == "throughput" and sec.title.startswith("Language model")
+    assert sec.columns == ["strategy", "cell", "throughput [tokens/s]", "speedup", "efficiency [%]", "MFU [%]",
+                           "comm [% of step]", "exposed comm [% of step]", "final train loss", "test loss"]  # fmt: skip
+    assert len(sec.rows) == 8 and [r[0] for r in sec.rows[:4]] == ["single", "bucketed_allreduce", "ddp", "fsdp"]
+    rows = {(r[0], r[1]): dict(zip(sec.columns, r)) for r in sec.rows}
+    ddp = cells[(cells["strategy"] == "ddp") & (cells["seq_len"] == 128)].iloc[0]
+    row = rows["ddp", "p=2, batch_size=64, seq_len=128"]
+    assert row["throughput [tokens/s]"] == f"{num(ddp['tokens_per_s'])} [{num(ddp['tokens_per_s_ci_low'])}, " \
+                                           f"{num(ddp['tokens_per_s_ci_high'])}]"  # fmt: skip
+    assert row["MFU [%]"].startswith(num(100 * ddp["extra_mfu_measured"]) + " [")
+    assert row["comm [% of step]"].startswith("15 [") and row["exposed comm [% of step]"].startswith("7.5 [")
+    assert row["final train loss"].startswith("1.2") and row["test loss"] == "1.3"
+    speed = A.speedup_table(runs).set_index(["strategy", "seq_len"])
+    assert row["speedup"].startswith(num(speed.loc[("ddp", 128), "speedup"]) + " [")
+    assert row["efficiency [%]"].startswith(num(100 * speed.loc[("ddp", 128), "efficiency"]) + " [")
+    found = sec.findings
+    # every sentence that quotes a throughput names its unit
+    for f in found:
+        if re.search(r"\d{4,}", f.replace("8,192", "")):
+            assert "tokens/s" in f or "MFU" in f, f
+    # the highest throughput at each seq_len, against ddp's as the interval allows
+    for seq, batch in ((128, 64), (512, 16)):
+        mine = cells[cells["seq_len"] == seq].sort_values("tokens_per_s", ascending=False).iloc[0]
+        (fastest,) = [f for f in found if f.startswith(f"At seq_len={seq}, batch_size={batch} (8,192 tokens per step)")]
+        assert f"the highest throughput is {mine['strategy']}'s at p = {mine['world_size']}: " \
+               f"{num(mine['tokens_per_s'])} [" in fastest  # fmt: skip
+        words = _judged_as_the_interval_says(fastest)
+        assert re.search(r"fsdp \(p = 2\) [\d.]+× \[[\d.]+, [\d.]+\] \(slower\)", fastest), fastest  # 1.4x slower
+        assert re.search(r"single \(p = 1\) [\d.]+× \[[\d.]+, [\d.]+\] \(slower\)", fastest), fastest
+        assert len(words) == 3
+    # longer sequences at the same tokens per step: 0.8x the tokens/s (lower), half the communication share
+    (longer,) = [f for f in found if f.startswith("From seq_len=128 to 512")]
+    assert longer.startswith("From seq_len=128 to 512 at the same 8,192 tokens per step (64 → 16 sequences)")
+    assert _judged_as_the_interval_says(longer) == ["lower"] * 4
+    assert re.search(r"ddp \(p = 2\): \d+ → \d+ tokens/s, 0\.[78]\d+× .*communication 15\.0 % \[[^]]*\]( \(\d+ % interval\))? → "
+                     r"7\.50 %", longer), longer  # fmt: skip
+    assert "where the time goes" in " ".join(found).lower()
+    # MFU: the highest and the lowest cell, from cells.csv
+    (mfu,) = [f for f in found if f.startswith("Model FLOP utilisation")]
+    top = cells.sort_values("extra_mfu_measured").iloc[-1]
+    assert f"highest for {top['strategy']} (p = {top['world_size']}), seq_len={top['seq_len']}: " \
+           f"{sig3(100 * top['extra_mfu_measured'])} %" in mfu  # fmt: skip
+    assert found[-1].startswith("The loss fell in every cell: final train loss 1.20 (medians over repeats), test loss "
+                                "1.30, from ln 256 = 5.55")  # fmt: skip
+
+
+def test_language_model_says_what_it_cannot_answer():
+    from report_synth import make_token_runs
+
+    runs = make_token_runs(noise=0.2, longer=1.0, seed=2)
+    # runs from before MFU was measured: no column, no claim
+    old = runs.drop(columns=[c for c in runs if "mfu" in c or "flops" in c])
+    sec = _section("language-model", old)
+    assert "MFU [%]" not in sec.columns and all(len(r) == len(sec.columns) for r in sec.rows)
+    assert any(f.startswith("MFU was not measured in these runs") for f in sec.findings)
+    assert "MFU: not measured" in sec.note
+    (longer,) = [f for f in sec.findings if f.startswith("From seq_len=128 to 512")]
+    assert _judged_as_the_interval_says(longer)  # wide noise, the same tokens/s: each word as its interval says
+    # a model that did not learn is named, with ln(vocab_size)
+    stuck = runs.assign(train_loss_final=np.where(runs["strategy"] == "fsdp", 5.7, 1.2))
+    (loss,) = [f for f in _section("language-model", stuck).findings if "uniform guess" in f]
+    assert loss.startswith("The loss did not fall below ln 256 = 5.55, a uniform guess over the vocabulary, in 2 of 8 "
+                           "cells: fsdp (p=2, batch_size=16, seq_len=512): 5.70")  # fmt: skip
+    # no ddp to compare with; one repeat: no interval, so no verdict
+    no_ddp = _section("language-model", runs[runs["strategy"] != "ddp"])
+    assert all("no ddp cell at this setting" in f for f in no_ddp.findings if f.startswith("At seq_len="))
+    one = _section("language-model", make_token_runs(repeats=1))
+    text = " ".join(one.findings)
+    assert "(no interval)" in text and not re.search(r"\((faster|slower|higher|lower)\)", text)
+    # nothing measured (every run failed): no answer, and no crash
+    (nothing,) = _section("language-model", A.load_runs_frame(runs.assign(status="failed"))).findings
+    assert nothing.startswith("No cell of this study measured a throughput here")

@@ -85,6 +85,24 @@ def test_sharding_plans_its_grid_offline_as_written(tmp_path):
     assert "--study sharding" in report
 
 
+def test_language_model_plans_its_grid_as_written(tmp_path):
+    """language-model trains on synthetic token sequences already (nothing to fetch): gpt_tiny, single at
+    p = 1 and ddp, fsdp, bucketed_allreduce at p = 2, at seq_len 128 x 64 sequences and 512 x 16 (8,192
+    tokens per step each); its report answers in its section."""
+    commands, out = plan(tmp_path, "language-model")
+    assert len(commands) == 24, out[-3000:]  # 8 cells x 3 repeats
+    assert "prepare_data" not in out and "ddpbench.run.data" not in out
+    assert all("--dataset synthetic_tokens " in c and "--model gpt_tiny " in c and "--vocab-size 256 " in c
+               for c in commands)  # fmt: skip
+    cells = {tuple(re.search(rf"--{k} (\S+)", c).group(1) for k in ("strategy", "nproc-per-node", "seq-len", "batch-size"))
+             for c in commands}  # fmt: skip
+    assert len(cells) == 8 and {c[0] for c in cells} == {"single", "ddp", "fsdp", "bucketed_allreduce"}
+    assert all((c[1] == "1") == (c[0] == "single") for c in cells)
+    assert {(c[2], c[3]) for c in cells} == {("128", "64"), ("512", "16")}  # the same tokens per step
+    (report,) = [line for line in out.splitlines() if "ddpbench.report" in line]
+    assert "--study language-model" in report
+
+
 def test_bad_dataset_override_fails_naming_the_key(tmp_path):
     proc = snakemake(tmp_path, "-n", "--config", "dataset=foo", configfile=STUDIES / "sync-dp.yaml", check=False)
     assert proc.returncode != 0
@@ -130,6 +148,9 @@ MINIATURE = [
     ("sharding", ["memory_held.svg", "strategy_bars.svg"], "fsdp shards its parameters, gradients and optimizer state",
      ['grid={"world_size": [1, 2], "dataset_size": [256], "precision": ["fp32"], "grad_accum": [1]}']),
     # the simple CNN: batch 32, 128 and auto x 0 and 2 DataLoader workers, the strategies at 2; two epochs
+    # gpt_tiny: single and ddp, both sequence lengths at 8,192 tokens per step (4 runs)
+    ("language-model", ["throughput.svg", "speedup.svg"], "at the same 8,192 tokens per step",
+     ['grid={"world_size": [1, 2], "dataset_size": [256], "strategy": ["single", "ddp"]}']),
     ("accelerators", ["epoch_throughput.svg", "strategy_bars.svg", "memory_vs_batch.svg"],
      "the batch × DataLoader-workers sweep peaks at",
      ['grid={"world_size": [1, 2], "dataset_size": [256], "model": ["simple_cnn"], "batch_size": [32, 128, "auto"]}',

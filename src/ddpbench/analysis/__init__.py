@@ -4,15 +4,15 @@ ddpbench.comm.commfit, the torch-free registry of ddpbench.strategies and each o
 path). Definitions follow docs/metrics.md: over repeats (separate launches), timing metrics are geometric
 means with Student-t intervals on the log scale, other metrics medians with order-statistic
 intervals of their exact level, ratios Welch t-intervals on log differences (`intervals`); `tables`
-loads runs.csv and names a cell's axes, `health` judges runs and the stability of cells, `cells`
-makes cells.csv and comparisons.csv, `scaling` speedup.csv (S(p) = T_baseline / T_p for one epoch,
-E = S/p) and fits.csv from the laws of `fits` (Amdahl, Gustafson, Karp–Flatt) and `cost_model`
-(each strategy's volume law, bootstrap intervals), `links` links.csv (the latency-bandwidth fit per
-measured network link and the bandwidth below which a strategy loses to one process) and
-`breakdowns` the profiler's, per-epoch, per-round and auto-batch tables, `memory` the memory held
-per rank by the sharded strategies against ddp and what one setting changes; `compare` (with
-`compare_cells` and `provenance`) compares two result sets. This package re-exports the names the
-report uses as `analysis.<name>`.
+loads runs.csv, names a cell's axes and the throughput to quote (tokens/s for token data), `health`
+judges runs and the stability of cells, `cells` makes cells.csv and comparisons.csv, `scaling`
+speedup.csv (S(p) = T_baseline / T_p for one epoch, E = S/p) and fits.csv from the laws of `fits`
+(Amdahl, Gustafson, Karp–Flatt) and `cost_model` (each strategy's volume law, bootstrap intervals),
+`links` links.csv (the latency-bandwidth fit per measured network link and the bandwidth below
+which a strategy loses to one process) and `breakdowns` the profiler's, per-epoch, per-round and
+auto-batch tables, `memory` the memory held per rank by the sharded strategies against ddp and what
+one setting changes; `compare` (with `compare_cells` and `provenance`) compares two result sets.
+This package re-exports the names the report uses as `analysis.<name>`.
 """
 
 from __future__ import annotations
@@ -86,13 +86,14 @@ from ddpbench.analysis.tables import (
     matching,
     run_version,
     text_column,
+    throughput_metric,
     varying,
 )
 
 __all__ = [
     # tables
     "BASELINE_STRATEGY", "IRRELEVANT_AT_BASELINE", "LAUNCH_AXES", "SUPERSEDED", "TIME", "axes", "group_axes", "label",
-    "load_runs", "load_runs_frame", "matching", "run_version", "text_column", "varying",
+    "load_runs", "load_runs_frame", "matching", "run_version", "text_column", "throughput_metric", "varying",
     # intervals
     "LEVEL", "TESTED_COVERAGE", "TIMING_METRICS", "Interval", "log_t_interval", "numeric_values", "order_stat_rank",
     "rel_halfwidth", "welch_log_ratio",

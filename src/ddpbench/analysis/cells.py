@@ -45,6 +45,14 @@ METRICS = {
     "extra_grad_bytes": "gradients held per rank [bytes]",
     "extra_optimizer_state_bytes": "optimizer state held per rank [bytes]",
     "extra_held_bytes": "memory held per rank (parameters + gradients + optimizer state) [bytes]",
+    # Model FLOP utilisation (core.peaks): the counted FLOPs per sample, the achieved rate (throughput x
+    # FLOPs) and its share of world x the peak per rank, measured (matmul benchmark) and from the datasheet.
+    "extra_train_flops_per_sample": "model FLOPs per sample (forward + backward, counted) [FLOP]",
+    "extra_achieved_flops_per_s": "achieved model FLOP/s, all ranks [FLOP/s]",
+    "extra_peak_flops_measured": "measured peak per rank (matmul) [FLOP/s]",
+    "extra_peak_flops_datasheet": "datasheet peak per device [FLOP/s]",
+    "extra_mfu_measured": "MFU (measured peak)",
+    "extra_mfu_datasheet": "MFU (datasheet peak)",
     "rank_skew": "rank skew",
     "train_loss_final": "final train loss",
     "test_acc": "test accuracy",

@@ -156,3 +156,19 @@ def text_key(values) -> tuple[str, ...]:
 def numeric_column(runs: pd.DataFrame, name: str) -> pd.Series:
     """A column as numbers (NaN where not a number, and for a missing column)."""
     return pd.to_numeric(runs[name], errors="coerce") if name in runs else pd.Series(np.nan, index=runs.index)
+
+
+# A throughput as the report quotes it: (column, unit). Token data (the GPT models) record both.
+SAMPLES_PER_S = ("samples_per_s", "samples/s")
+TOKENS_PER_S = ("tokens_per_s", "tokens/s")
+
+
+def throughput_metric(frame: pd.DataFrame | None) -> tuple[str, str]:
+    """The throughput to show for these cells (or runs), as (column, unit): tokens/s where every row
+    with a throughput is a token cell (tokens_per_s recorded: samples/s x seq_len), else samples/s
+    (a grid that mixes token cells with others keeps one unit, samples/s, for all)."""
+    if frame is None or frame.empty or "tokens_per_s" not in frame:
+        return SAMPLES_PER_S
+    tokens = numeric_column(frame, "tokens_per_s").notna()
+    measured = tokens | numeric_column(frame, "samples_per_s").notna()
+    return TOKENS_PER_S if tokens.any() and tokens[measured].all() else SAMPLES_PER_S

@@ -230,7 +230,7 @@ TIMELINE_SPANS = {
     "warmup": ("model_data_ready", "warmup_done"),  # untimed steps: the first and warmup_steps
     "timed_steps": ("warmup_done", "timed_steps_done"),  # the timed steps (and the timing agreement pauses)
     "evaluation": ("timed_steps_done", "evaluation_done"),  # the test set
-    "results": ("evaluation_done", "summary_written"),  # step files, gather, replay of single, provenance
+    "results": ("evaluation_done", "summary_written"),  # MFU count and peak, step files, gather, replay of single, provenance
     "teardown": ("summary_written", "torchrun_exited"),  # destroy_process_group, exits, torchrun noticing
     "launcher_finish": ("torchrun_exited", "launcher_exit"),  # the launcher reads, diagnoses, rewrites the summary
 }

@@ -88,7 +88,7 @@ DEFAULT_MAX_RUNS = 20000
 OFFLINE_DATASET = "synthetic"
 # Studies with a report section (ddpbench.report.studies.STUDIES, which a test keeps equal to this;
 # not imported here: validating a config must not load pandas)
-STUDIES = ("accelerators", "cores-and-gpus", "dataset-size", "sharding", "sync-dp", "sync-strategies")
+STUDIES = ("accelerators", "cores-and-gpus", "dataset-size", "language-model", "sharding", "sync-dp", "sync-strategies")
 DEFAULT_IMAGES = {
     "cpu": "containers/ddpbench-cpu.sif",
     "cuda": "containers/ddpbench-cuda.sif",

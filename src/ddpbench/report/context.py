@@ -187,7 +187,8 @@ def trust(runs: pd.DataFrame, cells: pd.DataFrame) -> dict:
 DEFINITIONS = [
     ("step time", "maximum over ranks of one step's time (the slowest rank sets the pace); the first step and the "
                   "warm-up steps are excluded from every timed figure"),
-    ("throughput", "global samples processed in timed steps / timed wall time"),
+    ("throughput", "global samples processed in timed steps / timed wall time, in samples/s; for token data (the "
+                   "language models) also in tokens/s = samples/s × seq_len (a sample is one sequence)"),
     ("epoch time", "dataset size / throughput: the time of a fixed amount of work"),
     ("phases", "data wait, forward, backward, exposed communication, optimizer and other partition each step, "
                "attributed from one rank's timeline (the pacing rank), never a per-phase maximum over ranks; "

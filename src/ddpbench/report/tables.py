@@ -15,7 +15,11 @@ from ddpbench import analysis as A
 from ddpbench.report.text import bandwidth_text, num, with_ci
 
 # Metrics shown in the cells table (the CSV has all of them).
-CELL_TABLE = ["step_time_median_s", "samples_per_s", "epoch_time_s", "frac_comm", "peak_rss_mb"]
+CELL_TABLE = ["step_time_median_s", "samples_per_s", "tokens_per_s", "epoch_time_s", "frac_comm", "peak_rss_mb",
+              "extra_mfu_measured"]  # fmt: skip
+# Of those, the ones shown only where some cell has a value (runs from before MFU was measured have none;
+# tokens/s: token data only).
+WHERE_MEASURED = ("tokens_per_s", "extra_mfu_measured")
 
 
 @dataclass
@@ -62,7 +66,7 @@ def _median_level(cells: pd.DataFrame, metrics: list[str]) -> pd.Series:
 
 
 def cells_table(cells: pd.DataFrame, shown: list[str]) -> Table:
-    metrics = [m for m in CELL_TABLE if m in cells]
+    metrics = [m for m in CELL_TABLE if m in cells and (m not in WHERE_MEASURED or cells[m].notna().any())]
     medians = [m for m in metrics if m not in A.TIMING_METRICS]
     levels = _median_level(cells, metrics)
     rows, classes = [], []

@@ -19,7 +19,7 @@ from ddpbench import strategies
 from ddpbench.core import run_output, safe_io, sysinfo
 from ddpbench.core.params import CellParams, is_user_model
 from ddpbench.core import timers
-from ddpbench.run import autobatch, diagnose, models, precision, profiling, user_model
+from ddpbench.run import autobatch, diagnose, flops, models, precision, profiling, user_model
 from ddpbench.run import data as datamod
 from ddpbench.run.loop import planned_steps, train_loop
 from ddpbench.run.rank import Ranks, gather_to_rank0, oversubscribed, rank_spread
@@ -111,6 +111,7 @@ def execute(
     extra = strategy.extra(model, ctx)
     if params.profile_steps:  # after everything above has read the trained model
         payload["profile"] = profile_steps(model, optimizer, strategy, ctx, loader, sampler, run.steps, global_batch, bare)
+    counted = flops.measure(bare, data, ctx, per_rank_batch, out)  # MFU: rank 0, untimed, between barriers
     write_steps(out / f"steps_rank{ranks.rank}.csv", run.records)
     payloads = gather_to_rank0(payload)
     if ranks.rank != 0:
@@ -173,6 +174,7 @@ def execute(
         "held_bytes_per_rank": [sum(h.values()) for h in held_per_rank],
         "loss_scale_final": run.scaler.scale if run.scaler and run.scaler.enabled else None,
         "skipped_steps": run.scaler.skipped if run.scaler and run.scaler.enabled else 0,
+        **flops.fields(counted, stats.get("samples_per_s"), ranks.world),
         **extra,
         **(autobatch.extra(auto) if auto else {}),
     }
@@ -185,7 +187,7 @@ def execute(
     env.update(loadavg_start=load_start, loadavg_end=sysinfo.loadavg())
     if is_user_model(params.model):  # the user's code is outside the package's code fingerprint
         env["user_model_digest"] = user_model.source_digest(params.model, params.model_path)
-    env.update(sysinfo.other_cpu([p["cpu"] for p in payloads], timed_wall))
+    env.update(sysinfo.other_cpu([p["cpu"] for p in payloads], timed_wall), **flops.provenance(counted))
     return run_output.make_summary("ok", reason, params.as_dict(), ranks.world, ranks.nodes, env, stats, extra)
 
 

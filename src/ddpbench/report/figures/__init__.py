@@ -3,7 +3,7 @@ as small multiples from analysis's tables (`Data`). `style` sets matplotlib up (
 that imports pyplot, after choosing Agg) and gives each strategy its colour; `layout` makes the
 panels, titles and legend and sizes each figure once; `marks` draws series and bars; `tables`
 holds the data and splits it into figure groups; `scaling`, `breakdown`, `sizes`, `memory`,
-`training` and `links` draw the figure kinds; `kinds` is their registry; `pool` draws and writes them, in worker
+`mfu`, `training` and `links` draw the figure kinds; `kinds` is their registry; `pool` draws and writes them, in worker
 processes where there are cores. The package reads analysis, core and the strategy registry
 (strategies.names), imports no torch and never run/; the submodules import each other by submodule
 path, and this file only re-exports the names the rest of the report uses.

@@ -18,6 +18,7 @@ from ddpbench.report.figures.breakdown import fig_fixed_cost, fig_phases, fig_pr
 from ddpbench.report.figures.layout import TITLES
 from ddpbench.report.figures.links import fig_comm_sweep, fig_link
 from ddpbench.report.figures.memory import fig_memory_held
+from ddpbench.report.figures.mfu import fig_mfu
 from ddpbench.report.figures.scaling import (fig_efficiency, fig_epoch_time, fig_karp_flatt, fig_rank_skew,
                                              fig_speedup, fig_throughput)  # fmt: skip
 from ddpbench.report.figures.sizes import fig_dataset_size, fig_memory_vs_batch, fig_throughput_vs_batch
@@ -38,6 +39,7 @@ KINDS = {
     "throughput_vs_batch": _one(fig_throughput_vs_batch),
     "memory_vs_batch": _one(fig_memory_vs_batch),
     "memory_held": _one(fig_memory_held),
+    "mfu": _one(fig_mfu),
     "dataset_size": _one(fig_dataset_size),
     "rank_skew": _one(fig_rank_skew),
     "loss": fig_loss,

@@ -48,6 +48,7 @@ TITLES = {
     "step_time": "Step time vs step",
     "memory_vs_batch": "Peak memory vs batch size",
     "memory_held": "Memory held per rank vs workers",
+    "mfu": "Model FLOP utilisation (MFU) against the measured peak",
     "karp_flatt": "Karp–Flatt serial fraction vs workers",
     "rank_skew": "Rank skew vs workers",
     "comm_sweep": "All-reduce bus bandwidth vs message size",

@@ -47,7 +47,8 @@ def fig_link(d: Data):
     cells = c[on].assign(_x=x[on])
     base = d.cells[(d.cells["strategy"].astype(str) == A.BASELINE_STRATEGY) & (numeric(d.cells["world_size"]) == 1)]
     pcols = A.link_group_axes(on_link)
-    metrics = [("samples_per_s", "throughput [samples/s]"), ("_comm", "communication per step [s]"),
+    thr, unit = A.throughput_metric(cells)  # tokens/s for token data
+    metrics = [(thr, f"throughput [{unit}]"), ("_comm", "communication per step [s]"),
                ("_exposed", "exposed communication per step [s]")]  # fmt: skip
     strategies = strategy_order(runs_med["strategy"].astype(str).unique())
     out = []
@@ -60,15 +61,15 @@ def fig_link(d: Data):
             # The single process at these settings: world size and what cannot matter to it aside.
             ref = A.matching(base, {k: v for k, v in info.items() if k not in (*A.LAUNCH_AXES, *A.IRRELEVANT_AT_BASELINE)})
             for m, ylabel in metrics:
-                frame = sel if m == "samples_per_s" else g
+                frame = sel if m == thr else g
                 if len(frame) and m in frame and frame[m].notna().any():
                     panels.append((f"{ylabel}\n{where}" if pcols else ylabel, (frame, m, ylabel, ref)))
 
         def draw(ax, payload, chunk=chunk):
             g, m, ylabel, ref = payload
             strategy_series(ax, g, chunk, g["strategy"].astype(str), "_x", m)
-            if m == "samples_per_s" and len(ref) and ref["samples_per_s"].notna().any():
-                ax.axhline(float(ref["samples_per_s"].median()), ls="--", color="gray", lw=1, label=LINK_REF)
+            if m == thr and len(ref) and m in ref and ref[m].notna().any():
+                ax.axhline(float(ref[m].median()), ls="--", color="gray", lw=1, label=LINK_REF)
             ax.set_xscale("log")
             # few labelled decades: a panel is ~2.7 inches wide and "100 Mbit/s" is long
             ax.xaxis.set_major_locator(matplotlib.ticker.LogLocator(base=10, numticks=4))
@@ -83,7 +84,7 @@ def fig_link(d: Data):
                 ax.set_ylim(bottom=0)
             ax.set_ylabel(ylabel)
 
-        notes = level_note(cells, "samples_per_s")
+        notes = level_note(cells, thr)
         out += small_multiples(f"{TITLES['link']} (throughput {notes}; communication: medians)", panels, draw,
                                xlabel="link bandwidth achieved (TCP probe at the cell's start; log scale)",
                                ylabel=None, ncols=len(metrics),

@@ -218,7 +218,8 @@ def _cells_vs_workers(d: Data, kind: str, col: str, ylabel: str, **style):
 
 
 def fig_throughput(d: Data):
-    return _cells_vs_workers(d, "throughput", "samples_per_s", "throughput [samples/s]", ymin0=True)
+    col, unit = A.throughput_metric(d.cells)  # tokens/s for token data
+    return _cells_vs_workers(d, "throughput", col, f"throughput [{unit}]", ymin0=True)
 
 
 def fig_epoch_time(d: Data):

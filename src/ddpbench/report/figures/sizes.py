@@ -88,7 +88,8 @@ def _auto_batch_cells(d: Data, cells: pd.DataFrame) -> pd.DataFrame:
 
 
 def fig_throughput_vs_batch(d: Data):
-    return _vs_axis(d, "throughput_vs_batch", "batch_size", [("samples_per_s", "throughput [samples/s]")])
+    col, unit = A.throughput_metric(d.cells)  # tokens/s for token data
+    return _vs_axis(d, "throughput_vs_batch", "batch_size", [(col, f"throughput [{unit}]")])
 
 
 def fig_memory_vs_batch(d: Data):

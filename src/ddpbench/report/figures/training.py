@@ -89,15 +89,20 @@ P_STYLES = ("-", "--", ":", "-.")  # line style by world size where strategies s
 
 
 def fig_epoch_throughput(d: Data):
-    """Throughput of each epoch (global samples over the steps' pacing time, steps.csv), one line per
-    strategy and world size, one panel per combination of the panel axes: how throughput settles after
-    the first epoch (its warm-up steps, hollow) and what each device reaches."""
+    """Throughput of each epoch (global samples, tokens for token data, over the steps' pacing time,
+    steps.csv), one line per strategy and world size, one panel per combination of the panel axes: how
+    throughput settles after the first epoch (its warm-up steps, hollow) and what each device reaches."""
     if d.steps is None or d.steps.empty:
         return []
     pcols = list(d.panel_axes)
-    t = A.epoch_throughput(d.runs, d.steps, ["strategy", "world_size", *pcols])
+    tokens = A.throughput_metric(d.cells)[0] == "tokens_per_s" and "seq_len" in d.runs  # samples/s x seq_len
+    unit = "tokens/s" if tokens else "samples/s"
+    per_token = ["seq_len"] if tokens and "seq_len" not in pcols else []
+    t = A.epoch_throughput(d.runs, d.steps, ["strategy", "world_size", *pcols, *per_token])
     if t.empty or t["epoch"].nunique() < 2:
         return []
+    if tokens:
+        t["samples_per_s"] = t["samples_per_s"] * pd.to_numeric(t["seq_len"], errors="coerce")
     t = t.assign(_strategy=t["strategy"].astype(str), _p=pd.to_numeric(t["world_size"], errors="coerce"))
     ps = sorted(t["_p"].dropna().unique())
     series = [(s, p) for s in strategy_order(t["_strategy"].unique()) for p in ps
@@ -128,13 +133,15 @@ def fig_epoch_throughput(d: Data):
 
         panels = [(panel_label(pcols, key), g) for key, g in by_panel(sub, pcols)]
         out += small_multiples("Throughput per epoch (median over repeats; pacing rank's steps, warm-up included)",
-                               panels, draw, xlabel="epoch", ylabel="throughput [samples/s]", sharey=True,
+                               panels, draw, xlabel="epoch", ylabel=f"throughput [{unit}]", sharey=True,
                                legend_order=[name(*c) for c in chunk] + [warm], omitted=omitted)  # fmt: skip
     return out
 
 
-STRATEGY_METRICS = [("round_ms", "time per round [ms]"), ("samples_per_s", "throughput [samples/s]"),
-                    ("test_acc_pct", "test accuracy [%]")]  # fmt: skip
+def strategy_metrics(cells: pd.DataFrame) -> list[tuple[str, str]]:
+    """The strategy bars' panels: time per round, throughput (tokens/s for token data), test accuracy."""
+    col, unit = A.throughput_metric(cells)
+    return [("round_ms", "time per round [ms]"), (col, f"throughput [{unit}]"), ("test_acc_pct", "test accuracy [%]")]
 
 
 def fig_strategy_bars(d: Data):
@@ -156,11 +163,11 @@ def fig_strategy_bars(d: Data):
     c = c[several] if pcols else (c if several else c.iloc[0:0])
     if c.empty:
         return []
-    metrics = [(m, y) for m, y in STRATEGY_METRICS if c[m].notna().any()]
+    metrics = [(m, y) for m, y in strategy_metrics(c) if m in c and c[m].notna().any()]
 
     def draw(ax, payload):
         g, m = payload
-        ax.set_xlabel(dict(STRATEGY_METRICS)[m])
+        ax.set_xlabel(dict(metrics)[m])
         pos = np.arange(len(g))
         for i, (s, val) in enumerate(zip(g["_strategy"], g[m].to_numpy(float))):
             if np.isfinite(val):

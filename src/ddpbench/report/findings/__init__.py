@@ -6,8 +6,9 @@ a kind, one plain sentence with its numbers and their intervals (worded by `ddpb
 and the HTML anchor id of the table or figure behind it. One module per topic says its rules:
 `winner` (fastest strategy per setting), `memory` (what a sharded strategy saves per rank
 against ddp and what it costs in time), `scaling` (speedup over one process), `phases` (where a
-step's time goes), `sizes` (batch and dataset size), `links`, `fits` (scaling laws), `problems`
-(warnings); `common` holds `Finding` and the table helpers, `order` what is kept and in what order.
+step's time goes), `mfu` (the best and worst cell's share of the peak FLOP/s), `sizes` (batch and
+dataset size), `links`, `fits` (scaling laws), `problems` (warnings); `common` holds `Finding` and
+the table helpers, `order` what is kept and in what order.
 Modules here import only `ddpbench.analysis`, `ddpbench.report.text` and each other.
 """
 
@@ -21,6 +22,7 @@ from ddpbench.report.findings.common import Finding, as_frame, shown_axes
 from ddpbench.report.findings.fits import fit_findings
 from ddpbench.report.findings.links import link_findings
 from ddpbench.report.findings.memory import memory_findings
+from ddpbench.report.findings.mfu import mfu_findings
 from ddpbench.report.findings.order import answers_first, trim
 from ddpbench.report.findings.phases import profile_findings, time_findings
 from ddpbench.report.findings.problems import warning_findings
@@ -40,7 +42,7 @@ def _needs(df: pd.DataFrame, required: list[str], optional: list[str]) -> pd.Dat
 
 def findings(runs, cells, speed, comparisons, fits, max_items: int = 12, links=None, profile=None) -> list[Finding]:
     """The report's findings, most actionable first: winners, memory held against ddp, scaling, where the time goes,
-    batch and dataset size, links, fits, warnings (each topic module's docstring says its rules)."""
+    MFU, batch and dataset size, links, fits, warnings (each topic module's docstring says its rules)."""
     runs, cells, speed, comparisons, fits, links = map(as_frame, (runs, cells, speed, comparisons, fits, links))
     # Tables without the columns a rule needs count as empty; optional columns are added as missing.
     speed = _needs(speed, ["world_size", "speedup"], analysis.SPEEDUP_COLUMNS)
@@ -54,6 +56,7 @@ def findings(runs, cells, speed, comparisons, fits, max_items: int = 12, links=N
         "memory": memory_findings(runs, cells, shown),
         "scaling": scaling_findings(runs, speed, shown),
         "time": time_findings(runs, cells, speed, shown) + profile_findings(profile, runs, shown),
+        "mfu": mfu_findings(cells, shown),
         "batch": axis_findings("batch_size", "batch", "fig-throughput_vs_batch", runs, cells, speed, shown),
         "dataset": axis_findings("dataset_size", "dataset", "fig-dataset_size", runs, cells, speed, shown),
         "link": link_findings(links),

@@ -16,9 +16,9 @@ import pandas as pd
 from ddpbench import analysis
 from ddpbench.report.text import value_text
 
-KINDS = ("winner", "memory", "scaling", "time", "batch", "dataset", "link", "fit", "warning")
+KINDS = ("winner", "memory", "scaling", "time", "mfu", "batch", "dataset", "link", "fit", "warning")
 ANCHORS = ("comparisons", "speedup-table", "cells", "fits", "problems", "links", "fig-phases", "fig-throughput_vs_batch",
-           "fig-dataset_size", "fig-link", "fig-profile", "fig-memory_held")  # fmt: skip
+           "fig-dataset_size", "fig-link", "fig-profile", "fig-memory_held", "fig-mfu")  # fmt: skip
 AXIS_TEXT = {"world_size": "world size", "batch_size": "batch", "dataset_size": "dataset size", "nodes": "nodes"}
 
 

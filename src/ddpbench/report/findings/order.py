@@ -11,12 +11,12 @@ from __future__ import annotations
 from ddpbench.report.findings.common import KINDS, Finding
 
 # At most this many findings per kind before the overall limit is applied.
-PER_KIND = {"winner": 3, "memory": 3, "scaling": 3, "time": 3, "batch": 1, "dataset": 1, "link": 2, "fit": 3,
+PER_KIND = {"winner": 3, "memory": 3, "scaling": 3, "time": 3, "mfu": 1, "batch": 1, "dataset": 1, "link": 2, "fit": 3,
             "warning": 6}  # fmt: skip
 # Who gives up extras first; memory last: where a sharded strategy ran beside ddp, it is the answer.
-TRIM_FIRST = ("scaling", "fit", "winner", "time", "batch", "dataset", "link", "warning", "memory")
+TRIM_FIRST = ("scaling", "fit", "winner", "time", "mfu", "batch", "dataset", "link", "warning", "memory")
 # With every kind down to one, whole kinds go in this order (warnings last).
-DROP_WHOLE = ("fit", "dataset", "batch", "link", "time", "memory", "scaling", "winner", "warning")
+DROP_WHOLE = ("fit", "mfu", "dataset", "batch", "link", "time", "memory", "scaling", "winner", "warning")
 
 
 def trim(groups: dict[str, list[Finding]], max_items: int) -> list[Finding]:

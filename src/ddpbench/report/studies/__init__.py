@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ddpbench.report.studies import accelerators, cores_and_gpus, dataset_size, sharding, sync_dp, sync_strategies
+from ddpbench.report.studies import (accelerators, cores_and_gpus, dataset_size, language_model, sharding, sync_dp,
+                                     sync_strategies)  # fmt: skip
 from ddpbench.report.studies.common import Section, Study, StudyData
 
-_MODULES = (sync_dp, dataset_size, cores_and_gpus, accelerators, sync_strategies, sharding)
+_MODULES = (sync_dp, dataset_size, cores_and_gpus, accelerators, sync_strategies, sharding, language_model)
 STUDIES: dict[str, Study] = {m.STUDY.name: m.STUDY for m in _MODULES}
 
 

@@ -186,8 +186,9 @@ def build(d: StudyData):
     savings = A.memory_savings(d.runs, d.cells)
     setting = [c for c in cols if c != "strategy"]
     by_cell = {tuple(str(r[c]) for c in cols): r for _, r in savings.iterrows()}
+    thr, unit = A.throughput_metric(t)  # tokens/s for token data (the ratio to ddp's is the same in either unit)
     columns = ["strategy", "cell", "parameters [MiB]", "gradients [MiB]", "optimizer state [MiB]", "held [MiB]",
-               f"held vs {REFERENCE}", "peak [MiB]", "throughput [samples/s]", f"throughput vs {REFERENCE}",
+               f"held vs {REFERENCE}", "peak [MiB]", f"throughput [{unit}]", f"throughput vs {REFERENCE}",
                "speedup"]  # fmt: skip
     rows = []
     for _, r in t.sort_values(cols, kind="stable").iterrows():
@@ -198,7 +199,7 @@ def build(d: StudyData):
             f"{num(r['peak_mib'])} [{num(r['peak_ci_low'])}, {num(r['peak_ci_high'])}]"
             if finite(r.get("peak_ci_low")) else num(r["peak_mib"]))  # fmt: skip
         rows.append([str(r["strategy"]), axes_text(r, cols), *(mib(r.get(c, np.nan)) for c, _ in A.HELD_PARTS),
-                     mib(r.get(A.HELD, np.nan)), vs_held, peak, cell_ci(r, "samples_per_s"), vs_time,
+                     mib(r.get(A.HELD, np.nan)), vs_held, peak, cell_ci(r, thr), vs_time,
                      cell_ci(r, "speedup")])  # fmt: skip
     found = []
     if not A.has_held(d.cells):

@@ -135,8 +135,9 @@ def build(d: StudyData):
         shares = {tuple(str(r[c]) for c in pcols): r["comm_share"]
                   for _, r in A.profile_comm_shares(d.profile, pcols).iterrows()}  # fmt: skip
         t["profile_comm"] = [shares.get(tuple(str(r[c]) for c in pcols), np.nan) for _, r in t.iterrows()]
+    thr, unit = A.throughput_metric(t)  # tokens/s for token data
     columns = ["strategy", "cell", "iteration [ms]", "rank 0 [ms]", "slowest other rank [ms]", "rank skew",
-               *(f"loss at {i}" for i in LOSS_AT), "test accuracy", "profiled comm [% of step]", "throughput [samples/s]",
+               *(f"loss at {i}" for i in LOSS_AT), "test accuracy", "profiled comm [% of step]", f"throughput [{unit}]",
                "speedup"]  # fmt: skip
     rows, found = [], []
     for _, r in t.sort_values(cols, kind="stable").iterrows():
@@ -144,12 +145,12 @@ def build(d: StudyData):
                      ms_text(r.get("others_s")), cell_ci(r, "rank_skew"),
                      *(num(to_float(r.get(f"loss_{i}"))) for i in LOSS_AT), cell_ci(r, "test_acc", 100),
                      num(100 * to_float(r.get("profile_comm"))),
-                     cell_ci(r, "samples_per_s"), cell_ci(r, "speedup")])  # fmt: skip
+                     cell_ci(r, thr), cell_ci(r, "speedup")])  # fmt: skip
     multi = t[pd.to_numeric(t["world_size"], errors="coerce") > 1]
-    if not multi.empty and "samples_per_s" in multi:
-        best = multi.sort_values("samples_per_s", ascending=False).iloc[0]
+    if not multi.empty and thr in multi:
+        best = multi.sort_values(thr, ascending=False).iloc[0]
         found.append(f"The fastest strategy here is {best['strategy']} ({axes_text(best, cols)}): "
-                     f"{cell_ci(best, 'samples_per_s')} samples/s, speedup {cell_ci(best, 'speedup')} over one process.")  # fmt: skip
+                     f"{cell_ci(best, thr)} {unit}, speedup {cell_ci(best, 'speedup')} over one process.")  # fmt: skip
     gs = multi[multi["strategy"].astype(str) == "gather_scatter"]
     for _, r in gs.iterrows():
         if np.isfinite(to_float(r.get("rank0_s"))) and np.isfinite(to_float(r.get("others_s"))):

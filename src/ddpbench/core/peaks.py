@@ -1,0 +1,146 @@
+"""Model FLOP utilisation (MFU): the datasheet peaks of known GPUs, the arithmetic of a run's MFU
+fields and where the measured peaks are kept. No torch: the matrix-multiply benchmark that measures
+a peak and the FLOP count of a training step are run.flops'; docs/metrics.md defines the fields.
+
+    achieved_flops_per_s = samples_per_s x train_flops_per_sample          (global, every rank)
+    mfu_measured  = achieved_flops_per_s / (peak_flops_measured  x world_size)
+    mfu_datasheet = achieved_flops_per_s / (peak_flops_datasheet x world_size)
+
+`peak_flops_measured` is per rank: the best square matmul one rank does in the cell's precision
+with its threads (on CPU) or its GPU, measured once per host, device, precision and results folder
+(the file `peak_file` names). `peak_flops_datasheet` is per device from `DATASHEET`; none on CPU,
+where the measured peak is the only honest reference.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Datasheet:
+    """A GPU's dense peak FLOP/s per cell precision (None: the precision has no tensor-core or vector
+    figure on the sheet), and the document the figures are from."""
+
+    device: str
+    fp32: float | None
+    tf32: float | None
+    bf16: float | None
+    fp16: float | None
+    source: str
+
+
+T = 1e12
+# From vendor datasheets, dense (no structured sparsity): where a sheet quotes only the with-sparsity
+# figure (marked there with an asterisk) the dense one is half of it. fp32 is the non-tensor FP32 rate
+# (the cells' fp32 turns TF32 off); tf32, bf16 and fp16 are the tensor-core rates with FP32 accumulation
+# (what torch's matmuls use). Matched against torch.cuda.get_device_name in this order, first match wins:
+# the more specific names come first ("H100 PCIe" before "H100"); names are whole words ("A10" is not A100's
+# prefix, "H200" not GH200's: a Grace Hopper superchip is not in the table).
+H100, H200, HALVED = "NVIDIA H100 Tensor Core GPU datasheet", "NVIDIA H200 Tensor Core GPU datasheet", "sparsity halved"
+DATASHEET: tuple[tuple[str, Datasheet], ...] = (
+    (r"\bH100\b.*\bNVL\b", Datasheet("H100 NVL", 60 * T, 835 / 2 * T, 1671 / 2 * T, 1671 / 2 * T, f"{H100}, H100 NVL, {HALVED}")),
+    (r"\bH100\b.*\bPCIe\b", Datasheet("H100 PCIe", 51 * T, 756 / 2 * T, 1513 / 2 * T, 1513 / 2 * T, f"{H100}, H100 PCIe, {HALVED}")),
+    (r"\bH100\b", Datasheet("H100 SXM", 67 * T, 989 / 2 * T, 1979 / 2 * T, 1979 / 2 * T, f"{H100}, H100 SXM, {HALVED}")),
+    (r"\bH200\b.*\bNVL\b", Datasheet("H200 NVL", 60 * T, 835 / 2 * T, 1671 / 2 * T, 1671 / 2 * T, f"{H200}, H200 NVL, {HALVED}")),
+    (r"\bH200\b", Datasheet("H200 SXM", 67 * T, 989 / 2 * T, 1979 / 2 * T, 1979 / 2 * T, f"{H200}, H200 SXM, {HALVED}")),
+    (r"\bA100\b", Datasheet("A100", 19.5 * T, 156 * T, 312 * T, 312 * T,
+                            "NVIDIA A100 Tensor Core GPU datasheet, dense figures (SXM and PCIe alike)")),
+    (r"\bV100S\b", Datasheet("V100S PCIe", 16.4 * T, None, None, 130 * T, "NVIDIA V100 Tensor Core GPU datasheet, V100S PCIe")),
+    (r"\bV100\b.*PCI", Datasheet("V100 PCIe", 14 * T, None, None, 112 * T, "NVIDIA V100 Tensor Core GPU datasheet, V100 PCIe")),
+    (r"\bV100\b", Datasheet("V100 SXM2", 15.7 * T, None, None, 125 * T, "NVIDIA V100 Tensor Core GPU datasheet, V100 SXM2")),
+    (r"\bA10\b", Datasheet("A10", 31.2 * T, 62.5 * T, 125 * T, 125 * T, "NVIDIA A10 Tensor Core GPU datasheet, dense figures")),
+    (r"\bL4\b", Datasheet("L4", 30.3 * T, 120 / 2 * T, 242 / 2 * T, 242 / 2 * T, f"NVIDIA L4 Tensor Core GPU datasheet, {HALVED}")),
+    (r"\bT4\b", Datasheet("T4", 8.1 * T, None, None, 65 * T, "NVIDIA T4 Tensor Core GPU datasheet, FP16 mixed precision")),
+    (r"\bRTX 4090\b", Datasheet("GeForce RTX 4090", 82.6 * T, 82.6 * T, 165.2 * T, 165.2 * T,
+                                 "NVIDIA Ada GPU architecture whitepaper, GeForce RTX 4090, dense, FP32 accumulate")),
+)  # fmt: skip
+
+
+def datasheet(device_name: str | None) -> Datasheet | None:
+    """The datasheet entry of a GPU by its name (torch.cuda.get_device_name), None for a CPU or a GPU
+    not in the table."""
+    if not device_name:
+        return None
+    for pattern, sheet in DATASHEET:
+        if re.search(pattern, device_name, re.IGNORECASE):
+            return sheet
+    return None
+
+
+def datasheet_peak(device_name: str | None, precision: str) -> tuple[float | None, str | None]:
+    """(dense peak FLOP/s of one device in `precision`, its source), or (None, None)."""
+    sheet = datasheet(device_name)
+    value = getattr(sheet, precision, None) if sheet is not None and precision in ("fp32", "tf32", "bf16", "fp16") else None
+    return (value, sheet.source) if value else (None, None)
+
+
+def _positive(x: Any) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) and v > 0 else None
+
+
+MFU_FIELDS = ("train_flops_per_sample", "achieved_flops_per_s", "peak_flops_measured", "peak_flops_datasheet",
+              "peak_flops_datasheet_source", "mfu_measured", "mfu_datasheet")  # fmt: skip
+
+
+def mfu_fields(
+    flops_per_sample: float | None,
+    samples_per_s: float | None,
+    world: int,
+    peak_measured: float | None,
+    peak_datasheet: float | None,
+    datasheet_source: str | None = None,
+) -> dict[str, Any]:
+    """summary.json's MFU fields (MFU_FIELDS): each null where a factor is unknown. Peaks are per
+    rank (one device each): the whole run's reference is world x peak."""
+    per_sample, rate = _positive(flops_per_sample), _positive(samples_per_s)
+    achieved = per_sample * rate if per_sample and rate else None
+    measured, sheet = _positive(peak_measured), _positive(peak_datasheet)
+
+    def mfu(peak):
+        return achieved / (peak * world) if achieved and peak and world > 0 else None
+
+    return {
+        "train_flops_per_sample": per_sample,
+        "achieved_flops_per_s": achieved,
+        "peak_flops_measured": measured,
+        "peak_flops_datasheet": sheet,
+        "peak_flops_datasheet_source": datasheet_source if sheet else None,
+        "mfu_measured": mfu(measured),
+        "mfu_datasheet": mfu(sheet),
+    }
+
+
+# -- where a measured peak is kept -------------------------------------------------------------------
+
+PEAKS_FOLDER = "peaks"
+
+
+def results_folder(run_dir: str | Path) -> Path:
+    """The results folder of a run: the folder above the nearest `runs` folder of its path (the workflow's
+    <results>/runs/<cell>/repeat~N), else the folder the run folder is in (runs side by side)."""
+    run_dir = Path(run_dir)
+    for parent in run_dir.parents:
+        if parent.name == "runs":
+            return parent.parent
+    return run_dir.parent
+
+
+def _slug(text: str) -> str:
+    """A file-name part: letters, digits, '_' and single dots; any other run of characters one '-'."""
+    return re.sub(r"(?:[^A-Za-z0-9._]|\.{2,})+", "-", text).strip("-.")[:80] or "unknown"
+
+
+def peak_file(results: str | Path, host: str, device: str, precision: str, threads: int | None) -> Path:
+    """<results>/peaks/<host>-<device>-<precision>[-<threads>t].json: one measured peak per host,
+    device (cpu or the GPU's name), precision and, on CPU, threads per rank."""
+    name = "-".join([_slug(host), _slug(device), _slug(precision)]) + (f"-{int(threads)}t" if threads else "")
+    return Path(results) / PEAKS_FOLDER / f"{name}.json"

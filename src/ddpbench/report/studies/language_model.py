@@ -1,0 +1,280 @@
+"""language-model: what data-parallel training of a small GPT costs, and where the time goes
+(configs/studies/language-model.yaml).
+
+Per cell (strategy, p, seq_len): the throughput in tokens/s (samples/s × seq_len), the speedup over
+one process at the same seq_len and batch, the efficiency, the model FLOP utilisation against the
+peak measured per rank (where the runs measured it), the share of a step spent communicating (all
+of it, and the exposed part), the final train loss and the test loss. The answer: per setting the
+strategy with the highest throughput and every other cell against ddp (faster or slower only where
+the interval of the throughput ratio excludes 1) and where the step's time goes; what longer
+sequences at the same tokens per step change, per strategy, in tokens/s and in the communication
+share; the highest and lowest MFU; and whether the loss fell below ln(vocab_size), the loss of a
+uniform guess over the vocabulary, where an untrained model starts.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from ddpbench import analysis as A
+from ddpbench.report.studies.common import Study, StudyData, axes_text, cell_ci, comm_share, study_cells, to_float
+from ddpbench.report.text import finite, listing, num, pct_text, ratio_text, sig3, value_text
+
+REFERENCE = "ddp"
+MFU = "extra_mfu_measured"  # cells.csv: model FLOPs achieved / (p x the matmul peak measured per rank)
+MFU_DATASHEET = "extra_mfu_datasheet"
+# What a throughput ratio's interval says (analysis.verdict), between strategies and between settings.
+STRATEGY_WORDS = {"A faster": "faster", "B faster": "slower", A.NO_DIFFERENCE: "no detectable difference"}
+SETTING_WORDS = {"A faster": "higher", "B faster": "lower", A.NO_DIFFERENCE: "no detectable difference"}
+
+
+def _per_run(runs: pd.DataFrame, cols: list[str], col: str) -> dict[tuple, np.ndarray]:
+    """Per cell (its `cols` as text): `col` of its ok runs, what the throughput ratios compare."""
+    if col not in runs or "status" not in runs:
+        return {}
+    ok = runs[(runs["status"].astype(str) == "ok") & pd.to_numeric(runs[col], errors="coerce").notna()]
+    return {tuple(str(v) for v in (key if isinstance(key, tuple) else (key,))): pd.to_numeric(g[col]).to_numpy(float)
+            for key, g in ok.groupby(cols, dropna=False, sort=False)}  # fmt: skip
+
+
+def _judged(values: dict, a, b, cols: list[str], words: dict) -> str:
+    """Cell a's throughput over cell b's: '0.712× [0.69, 0.74] (slower)'; without an interval, no verdict."""
+    key = lambda r: tuple(str(r[c]) for c in cols)  # noqa: E731
+    xa, xb = values.get(key(a), np.array([])), values.get(key(b), np.array([]))
+    iv = A.welch_log_ratio(xa, xb) if len(xa) and len(xb) else A.Interval(np.nan)
+    text = ratio_text(iv.estimate, iv.low, iv.high, iv.level)
+    word = words.get(A.verdict(iv))
+    return text + (f" ({word})" if word else "")
+
+
+def _median_of_runs(runs: pd.DataFrame, cols: list[str], col: str) -> pd.DataFrame:
+    """Per cell: the median of `col` over its ok runs, as `<col>_median` (test_loss is not in cells.csv)."""
+    out = f"{col}_median"
+    if col not in runs:
+        return pd.DataFrame(columns=[*cols, out])
+    ok = runs[runs["status"].astype(str) == "ok"]
+    values = ok.assign(**{out: pd.to_numeric(ok[col], errors="coerce")})
+    return values.groupby(cols, dropna=False, sort=False)[out].median().reset_index()
+
+
+def _setting_text(r, setting: list[str]) -> str:
+    """'seq_len=128, batch_size=64' (the cell's axes but strategy and p)."""
+    return ", ".join(f"{c}={value_text(r[c])}" for c in setting) or "the one setting measured"
+
+
+def _tokens_per_step(r) -> float:
+    """Global batch × seq_len: the tokens one step trains on (NaN where either is unknown)."""
+    return to_float(r.get("global_batch")) * to_float(r.get("seq_len"))
+
+
+def _span(values: pd.Series) -> str:
+    """'1.20' for one value (3 significant digits), '1.05–1.20' for several."""
+    lo, hi = sig3(values.min()), sig3(values.max())
+    return lo if lo == hi else f"{lo}–{hi}"
+
+
+def _tokens_text(x: float) -> str:
+    """8192 -> '8,192'."""
+    return f"{int(round(x)):,}" if finite(x) else "–"
+
+
+def _where(r) -> str:
+    """'ddp (p = 2)'."""
+    return f"{r['strategy']} (p = {value_text(r['world_size'])})"
+
+
+def _fastest(t: pd.DataFrame, setting: list[str], thr: str, unit: str, values: dict, cols: list[str]) -> list[str]:
+    """Per setting: the cell with the highest throughput, and every other cell against ddp's."""
+    found = []
+    groups = t.groupby(setting, dropna=False, sort=True) if setting else [((), t)]
+    for _, g in groups:
+        g = g.dropna(subset=[thr]).sort_values(thr, ascending=False, kind="stable")
+        if g.empty:
+            continue
+        top = g.iloc[0]
+        tps = _tokens_per_step(top)
+        head = f"At {_setting_text(top, setting)}" + (f" ({_tokens_text(tps)} tokens per step)" if finite(tps) else "")
+        text = (f"{head}, the highest throughput is {top['strategy']}'s at p = {value_text(top['world_size'])}: "
+                f"{cell_ci(top, thr)} {unit}")  # fmt: skip
+        mine = g["strategy"].astype(str) == REFERENCE
+        ref = g[mine & (g["_p"] == g.loc[mine, "_p"].max())]
+        if ref.empty:
+            text += f" (no {REFERENCE} cell at this setting to compare with)."
+        else:
+            ref = ref.iloc[0]
+            others = [f"{_where(r)} {_judged(values, r, ref, cols, STRATEGY_WORDS)}"
+                      for _, r in g.iterrows() if r.name not in (ref.name, top.name)]  # fmt: skip
+            if top.name == ref.name:
+                text += "; the others against it (throughput ratio): " if others else ""
+            else:
+                text += (f", against {REFERENCE}'s {cell_ci(ref, thr)} {unit} at p = {value_text(ref['world_size'])}: "
+                         f"{_judged(values, top, ref, cols, STRATEGY_WORDS)}"
+                         + (f"; the others against {REFERENCE}'s: " if others else ""))  # fmt: skip
+            text += "; ".join(others) + "."
+        unstable = g.loc[g["unstable"].map(A.truthy), "strategy"].astype(str).tolist() if "unstable" in g else []
+        if unstable:
+            text += f" Unstable cells among them: {listing(unstable)}."
+        found.append(text)
+    return found
+
+
+def _comm(t: pd.DataFrame, setting: list[str]) -> list[str]:
+    """Per setting: the share of a step each multi-process cell spends communicating, and its exposed part."""
+    found = []
+    multi = t[(t["_p"] > 1) & pd.to_numeric(t.get("frac_comm", pd.Series(np.nan, index=t.index)), errors="coerce").notna()]
+    groups = multi.groupby(setting, dropna=False, sort=True) if setting else [((), multi)]
+    for _, g in groups:
+        if g.empty:
+            continue
+        g = g.sort_values("frac_comm", ascending=False, kind="stable")
+        parts = []
+        for _, r in g.iterrows():
+            exposed = to_float(r.get("frac_exposed_comm"))
+            parts.append(f"{_where(r)} {comm_share(r)}" + (
+                f", {pct_text(exposed, r.get('frac_exposed_comm_ci_low'), r.get('frac_exposed_comm_ci_high'))} exposed"
+                if finite(exposed) else ""))  # fmt: skip
+        found.append(f"Where the time goes at {_setting_text(g.iloc[0], setting)}: the share of a step spent "
+                     "communicating (and its exposed part, not hidden behind computation) is " + "; ".join(parts)
+                     + ". The phases figure splits the rest of the step.")  # fmt: skip
+    return found
+
+
+def _pairs(g: pd.DataFrame):
+    """In one strategy's cells at one p: (shorter, longer, same tokens per step?) for each longer seq_len,
+    against the shortest seq_len at the same tokens per step, else at the same batch."""
+    shortest = g[g["_s"] == g["_s"].min()]
+    none = shortest.iloc[0:0]
+    for _, hi in g[g["_s"] > g["_s"].min()].sort_values("_s").iterrows():
+        tps = _tokens_per_step(hi)
+        same = shortest[np.isclose(shortest["_tps"], tps)] if finite(tps) else none
+        if not same.empty:
+            yield same.iloc[0], hi, True
+            continue
+        batch = shortest[shortest["batch_size"].astype(str) == str(hi["batch_size"])] if "batch_size" in g else none
+        if not batch.empty:
+            yield batch.iloc[0], hi, False
+
+
+def _longer(t: pd.DataFrame, cols: list[str], thr: str, unit: str, values: dict) -> list[str]:
+    """What longer sequences change, per strategy: tokens/s (the interval of the ratio decides the word)
+    and the communication share."""
+    if "seq_len" not in cols or thr != "tokens_per_s" or t["_s"].nunique() < 2:
+        return []
+    keys = [c for c in cols if c not in ("seq_len", "batch_size")]
+    by: dict[tuple, list[str]] = {}
+    for _, g in t.dropna(subset=[thr]).groupby(keys, dropna=False, sort=False):
+        for lo, hi, same in _pairs(g):
+            how = (f"at the same {_tokens_text(_tokens_per_step(hi))} tokens per step" if same
+                   else f"at the same batch of {value_text(hi['batch_size'])} sequences")  # fmt: skip
+            if same and "batch_size" in cols:
+                how += f" ({value_text(lo['batch_size'])} → {value_text(hi['batch_size'])} sequences)"
+            comm = ""
+            if to_float(lo["_p"]) > 1 and finite(lo.get("frac_comm")) and finite(hi.get("frac_comm")):
+                comm = f", communication {comm_share(lo)} → {comm_share(hi)} of a step"
+            item = (f"{_where(hi)}: {num(to_float(lo[thr]))} → {num(to_float(hi[thr]))} {unit}, "
+                    f"{_judged(values, hi, lo, cols, SETTING_WORDS)}{comm}")  # fmt: skip
+            by.setdefault((value_text(lo["seq_len"]), value_text(hi["seq_len"]), how), []).append(item)
+    return [f"From seq_len={a} to {b} {how}, the throughput per strategy: " + "; ".join(items) + "."
+            for (a, b, how), items in by.items()]
+
+
+def _mfu(t: pd.DataFrame) -> list[str]:
+    """The highest and lowest MFU against the measured peak (and the datasheet's range where recorded)."""
+    m = pd.to_numeric(t[MFU], errors="coerce") if MFU in t else pd.Series(np.nan, index=t.index)
+    if m.notna().sum() == 0:
+        return [f"MFU was not measured in these runs (no {MFU} in runs.csv: a harness from before the FLOP count, "
+                "or no peak measured); the table leaves it out."]  # fmt: skip
+    ranked = t.assign(_m=m).dropna(subset=["_m"]).sort_values("_m", ascending=False, kind="stable")
+    hi, lo = ranked.iloc[0], ranked.iloc[-1]
+    mfu = lambda r: pct_text(r[MFU], r.get(f"{MFU}_ci_low"), r.get(f"{MFU}_ci_high"), r.get(f"{MFU}_ci_level"))  # noqa: E731
+    where = lambda r: f"{_where(r)}, seq_len={value_text(r['seq_len'])}" if "seq_len" in r else _where(r)  # noqa: E731
+    text = ("Model FLOP utilisation (MFU: the model's training FLOPs achieved over p × the matmul peak measured per "
+            f"rank) is highest for {where(hi)}: {mfu(hi)}")  # fmt: skip
+    text += f", lowest for {where(lo)}: {mfu(lo)}." if len(ranked) > 1 else "."
+    sheet = pd.to_numeric(t[MFU_DATASHEET], errors="coerce").dropna() if MFU_DATASHEET in t else pd.Series(dtype=float)
+    if not sheet.empty:
+        text += f" Against the datasheet peak: {sig3(100 * sheet.min())}–{sig3(100 * sheet.max())} %."
+    return [text]
+
+
+def _loss(t: pd.DataFrame, cols: list[str]) -> list[str]:
+    """Whether the loss fell: each cell's final train loss against ln(vocab_size), a uniform guess's."""
+    final = pd.to_numeric(t.get("train_loss_final", pd.Series(np.nan, index=t.index)), errors="coerce")
+    if final.notna().sum() == 0:
+        return ["No final train loss was recorded in these runs: whether the model learned is not known."]
+    vocab = pd.to_numeric(t.get("vocab_size", pd.Series(np.nan, index=t.index)), errors="coerce")
+    start = np.log(vocab.where(vocab > 1))
+    test = pd.to_numeric(t.get("test_loss_median", pd.Series(np.nan, index=t.index)), errors="coerce").dropna()
+    tests = f", test loss {_span(test)}" if not test.empty else ""
+    ran = f"final train loss {_span(final.dropna())} (medians over repeats){tests}"
+    if start.notna().sum() == 0:
+        return [f"Over the cells: {ran} (no vocab_size recorded, so no uniform guess to compare with)."]
+    v = vocab.dropna()
+    guess = (f"ln {value_text(v.iloc[0])} = {sig3(start.dropna().iloc[0])}" if v.nunique() == 1
+             else "ln(vocab_size)")  # fmt: skip
+    stuck = t[final.notna() & start.notna() & ~(final < start)]
+    if stuck.empty:
+        return [f"The loss fell in every cell: {ran}, from {guess}, the loss of a uniform guess over the vocabulary "
+                "(where an untrained model starts)."]  # fmt: skip
+    named = listing([f"{r['strategy']} ({axes_text(r, cols)}): {sig3(to_float(r['train_loss_final']))}"
+                     for _, r in stuck.iterrows()], sep="; ")  # fmt: skip
+    return [f"The loss did not fall below {guess}, a uniform guess over the vocabulary, in {len(stuck)} of "
+            f"{int(final.notna().sum())} cells: {named} (a model that does not learn answers nothing about training; "
+            f"a lower lr may help). Over all cells: {ran}."]  # fmt: skip
+
+
+def build(d: StudyData):
+    cols = [c for c in dict.fromkeys(("strategy", "world_size", *A.varying(d.runs, A.axes(d.runs)))) if c in d.cells]
+    t = study_cells(d, cols)
+    eff = [c for c in ("efficiency", "efficiency_ci_low", "efficiency_ci_high") if c in d.speed]
+    if eff and not d.speed.empty:
+        t = t.merge(d.speed[[*cols, *eff]].drop_duplicates(cols), on=cols, how="left")
+    t = t.merge(_median_of_runs(d.runs, cols, "test_loss"), on=cols, how="left")
+    if "vocab_size" not in t and "vocab_size" in d.runs:  # (not an axis of the cells where it never varies)
+        t["vocab_size"] = pd.to_numeric(d.runs["vocab_size"], errors="coerce").median()
+    t = t.assign(_p=pd.to_numeric(t["world_size"], errors="coerce"),
+                 _s=pd.to_numeric(t["seq_len"], errors="coerce") if "seq_len" in t else np.nan)  # fmt: skip
+    t["_tps"] = [_tokens_per_step(r) for _, r in t.iterrows()]
+    thr, unit = A.throughput_metric(t)
+    values = _per_run(d.runs, cols, thr)
+    mfu = MFU in t and pd.to_numeric(t[MFU], errors="coerce").notna().any()
+    columns = ["strategy", "cell", f"throughput [{unit}]", "speedup", "efficiency [%]", *(["MFU [%]"] if mfu else []),
+               "comm [% of step]", "exposed comm [% of step]", "final train loss", "test loss"]  # fmt: skip
+    rows = []
+    for _, r in t.sort_values(["_s", "_p", "strategy"] if "seq_len" in t else ["_p", "strategy"], kind="stable").iterrows():
+        rows.append([str(r["strategy"]), axes_text(r, cols), cell_ci(r, thr), cell_ci(r, "speedup"),
+                     cell_ci(r, "efficiency", 100), *([cell_ci(r, MFU, 100)] if mfu else []),
+                     cell_ci(r, "frac_comm", 100), cell_ci(r, "frac_exposed_comm", 100), cell_ci(r, "train_loss_final"),
+                     num(to_float(r.get("test_loss_median")))])  # fmt: skip
+    setting = sorted((c for c in cols if c not in ("strategy", "world_size")), key=lambda c: c != "seq_len")
+    if thr not in t or pd.to_numeric(t[thr], errors="coerce").notna().sum() == 0:
+        found = ["No cell of this study measured a throughput here (the problems table says why), so it answers "
+                 "nothing yet."]  # fmt: skip
+    else:
+        found = _fastest(t, setting, thr, unit, values, cols) + _comm(t, setting) + _longer(t, cols, thr, unit, values)
+        found += _mfu(t) + _loss(t, cols)
+    per = "samples/s × seq_len" if thr == "tokens_per_s" else "global samples per second"
+    note = (f"Throughput ({unit}: {per}), speedup (over single at p = 1 with the same seq_len and batch) and "
+            "efficiency (speedup / p): geometric means over repeats [95 % intervals]; throughput ratios: ratios of "
+            "geometric means [95 % Welch intervals], faster or slower (higher or lower) only where the interval "
+            "excludes 1; "
+            + ("MFU: the model's training FLOPs achieved over p × the matmul peak measured per rank; " if mfu
+               else "MFU: not measured in these runs; ")
+            + "comm: the share of a step spent communicating, exposed comm its part not hidden behind computation; "
+            + ("MFU, " if mfu else "") + "comm and final train loss: medians [order-statistic intervals]; test loss: "
+            "median over repeats (the held-out sequences).")  # fmt: skip
+    return columns, rows, note, found
+
+
+STUDY = Study(
+    "language-model",
+    "Language model: what data-parallel training of a small GPT costs, and where the time goes",
+    "How many tokens per second does each strategy train a small GPT at, against one process and against DDP, "
+    "where does a step's time go, what do longer sequences at the same tokens per step change, and does the "
+    "model learn?",
+    ("throughput", "phases", "mfu", "speedup", "loss"),
+    build,
+)
