@@ -76,3 +76,13 @@ def test_token_settings_are_one_measurement_for_image_cells():
     tokens = {**CellParams(model="gpt_tiny", dataset="synthetic_tokens").as_dict()}
     assert effective_params({**tokens, "seq_len": 512}) != effective_params(tokens)
     assert effective_params({**CellParams().as_dict(), "model_path": "elsewhere"}) == effective_params(CellParams().as_dict())
+
+
+def test_the_progress_line_of_a_token_cell_gives_tokens_per_s_too():
+    from pathlib import Path
+
+    from ddpbench.run.launch import progress_line
+
+    line = progress_line(Path("r"), {"status": "ok", "samples_per_s": 29.1, "tokens_per_s": 29.1 * 512})
+    assert line == "[ddpbench] r: ok 29.1 samples/s, 14,899 tokens/s"
+    assert progress_line(Path("r"), {"status": "ok", "samples_per_s": 29.1}) == "[ddpbench] r: ok 29.1 samples/s"

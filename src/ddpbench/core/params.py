@@ -94,18 +94,18 @@ class CellParams:
         pattern="|".join(MODELS) + "|" + USER_MODEL_PATTERN,
         pattern_text=" | ".join(MODELS) + " | module.path:function (your own model)",
     )
-    model_path: str = _p(".", "folder put first on the import path for a model given as module.path:function")
     dataset: str = _p(
         "synthetic", "training data (synthetic_tokens: token sequences from a fixed random Markov chain, for the GPT models)",
         choices=DATASETS,
     )
-    vocab_size: int = _p(256, "synthetic_tokens: tokens in the vocabulary", minimum=2, maximum=2**20)
-    seq_len: int = _p(128, "synthetic_tokens: tokens per sequence (the GPT models' context)", minimum=2, maximum=2**16)
     synthetic_shape: str = _p(
         "cifar10", "shape and classes of the synthetic data (imagenette: 3 x image_size px, 10 classes)", choices=SYNTHETIC_SHAPES
     )
     data_root: str = _p("data", "folder holding real datasets (prepared beforehand, never downloaded by a rank)")
     image_size: int = _p(160, "side of the square images for imagenette", minimum=8, maximum=4096)
+    vocab_size: int = _p(256, "synthetic_tokens: tokens in the vocabulary", minimum=2, maximum=2**20)
+    seq_len: int = _p(128, "synthetic_tokens: tokens per sequence (the GPT models' context)", minimum=2, maximum=2**16)
+    model_path: str = _p(".", "folder put first on the import path for a model given as module.path:function")
     dataset_size: int = _p(4096, "training samples used (a subset of the dataset)", minimum=1, maximum=10**9)
     test_size: int = _p(512, "held-out samples for test loss/accuracy (0: none)", minimum=0, maximum=10**8)
     epochs: int = _p(1, "passes over the training subset at least (the run goes on until the timing minimums are met)", minimum=1, maximum=10**6)

@@ -226,6 +226,8 @@ def with_progress(line: str) -> str:
 def progress_line(out: Path, summary: dict) -> str:
     rate = summary.get("samples_per_s")
     line = f"[ddpbench] {out}: {summary['status']} {rate:.1f} samples/s" if rate else f"[ddpbench] {out}: {summary['status']} - samples/s"
+    if summary.get("tokens_per_s"):  # token data: a sample is a sequence
+        line += f", {summary['tokens_per_s']:,.0f} tokens/s"
     if summary["status"] != "ok":
         failure = summary.get("failure")
         text = failure["reason"] if failure else (summary["reason"].strip().splitlines() or [""])[-1]
