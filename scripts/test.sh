@@ -2,15 +2,15 @@
 # The test command: lint and format checks, a dry run of the default grid, then pytest
 # (unit, integration, workflow). Extra arguments go to pytest, e.g. `-m unit`.
 source "$(dirname "$0")/bootstrap.sh"
-# The report tests open the HTML in headless Chromium and compile the PDF with latexmk.
-# Install them where we can (root with apt, about a minute once); elsewhere those tests
-# skip and say why.
+# The report tests open the HTML in headless Chromium, compile the PDF with latexmk and
+# render its pages with pdftoppm (poppler-utils) to find blank ones. Install them where we
+# can (root with apt, about a minute once); elsewhere those tests skip and say why.
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null \
-    && ! { command -v chromium && command -v latexmk; } >/dev/null 2>&1; then
-    echo "== apt-get install chromium texlive-latex-recommended latexmk"
+    && ! { command -v chromium && command -v latexmk && command -v pdftoppm; } >/dev/null 2>&1; then
+    echo "== apt-get install chromium texlive-latex-recommended latexmk poppler-utils"
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-        chromium texlive-latex-recommended latexmk >/dev/null
+        chromium texlive-latex-recommended latexmk poppler-utils >/dev/null
 fi
 echo "== snakemake --lint"
 snakemake --lint

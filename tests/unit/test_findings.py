@@ -419,3 +419,23 @@ def test_no_memory_finding_without_a_sharded_strategy_beside_ddp():
         assert not of(check(findings(r, c, speed, comparisons, fits)), "memory"), keep
     held = [c for c in cells if c.startswith("extra_") and "bytes" in c]
     assert not of(findings(runs, cells.drop(columns=held), speed, comparisons, fits), "memory")
+
+
+def test_no_winner_while_a_third_strategy_is_undecided_against_the_fastest():
+    """Issue 46, point 1: ddp ~100 samples/s (14 runs), zero ~90 (14 runs), local_sgd 3 runs of 40, 200
+    and 70: ddp beats the runner-up zero, but ddp/local_sgd is undecided, so ddp is not 'the fastest'."""
+    rng = np.random.default_rng(0)
+    runs = {"ddp": 100 * np.exp(rng.normal(0, 0.03, 14)), "zero": 90 * np.exp(rng.normal(0, 0.03, 14)),
+            "local_sgd": np.array([40.0, 200.0, 70.0])}  # fmt: skip
+    rows = []
+    for p in (2, 4):
+        for a, b in (("ddp", "zero"), ("ddp", "local_sgd"), ("zero", "local_sgd")):
+            iv = analysis.welch_log_ratio(runs[a], runs[b])
+            rows.append(cmp_row(a, b, iv.estimate, iv.low, iv.high, p=p))
+    comparisons = pd.DataFrame(rows)
+    assert comparisons.loc[comparisons["strategy_b"] == "local_sgd", "verdict"].eq(analysis.NO_DIFFERENCE).all()
+    out = of(check(findings(EMPTY, EMPTY, EMPTY, comparisons, EMPTY)), "winner")
+    assert not any("is the fastest" in w.text or "the runner-up" in w.text for w in out)
+    ddp = [w for w in out if w.text.startswith("ddp has the highest throughput")]
+    assert len(ddp) == 2 and all("faster than zero" in w.text and "no winner" in w.text for w in ddp)
+    assert all("local_sgd" in w.text and "holds 1" in w.text and not w.decided for w in ddp)

@@ -44,6 +44,26 @@ def _oriented(r, top: str) -> tuple[float, float, float, str]:
     return 1 / est, 1 / hi, 1 / lo, flip.get(verdict, verdict)
 
 
+def _undecided(g: pd.DataFrame, top: str, others: list[str]) -> list[tuple[str, tuple]]:
+    """The strategies `top` is not decidedly faster than (an interval holding 1, or none), each with
+    `top`'s throughput ratio over it (estimate, low, high, level): a winner must beat every one."""
+    out = []
+    for other in others:
+        pair = g[((g["strategy_a"] == top) & (g["strategy_b"] == other)) | ((g["strategy_a"] == other) & (g["strategy_b"] == top))]
+        if pair.empty:
+            out.append((other, (np.nan, np.nan, np.nan)))
+            continue
+        r = pair.iloc[0]
+        est, lo, hi, verdict = _oriented(r, top)
+        if verdict != "A faster":
+            out.append((other, (est, lo, hi, r.get("ratio_ci_level", np.nan))))
+    return out
+
+
+def _undecided_why(iv: tuple) -> str:
+    return "an interval that holds 1" if finite(iv[1]) and finite(iv[2]) else "no interval"
+
+
 def _where(settings: list[str], setting_cols: list[str], total: int) -> str:
     """' at every world size measured', ' at world sizes 2, 4 and 8', ' at world size 2, batch 64; ...',
     or '' when the table has no setting columns."""
@@ -76,7 +96,11 @@ def winner_findings(comparisons: pd.DataFrame, shown: list[str]) -> list[Finding
         where = setting_text(r, shown_setting)
         flags = (" (unstable)" if analysis.truthy(r.get("unstable", False)) else "") + (
             " (different code versions)" if analysis.truthy(r.get("versions_differ", False)) else "")
-        if verdict == "A faster":
+        undecided = _undecided(g, top, order[2:]) if verdict == "A faster" else []
+        if undecided:  # faster than the runner-up, not (decidedly) than every other strategy: no winner
+            outcomes.append(("partial", (top, second, tuple(u[0] for u in undecided)), where,
+                             (top, second, est, lo, hi, r.get("ratio_ci_level", np.nan), flags, undecided)))  # fmt: skip
+        elif verdict == "A faster":
             outcomes.append(("win", top, where, (top, second, est, lo, hi, r.get("ratio_ci_level", np.nan), flags)))
         elif verdict == "B faster":  # cannot happen with consistent estimates; stated as measured
             outcomes.append(("win", second, where, (second, top, 1 / est, 1 / hi, 1 / lo, r.get("ratio_ci_level", np.nan), flags)))
@@ -89,7 +113,8 @@ def winner_findings(comparisons: pd.DataFrame, shown: list[str]) -> list[Finding
     for kind, key, where, detail in outcomes:
         grouped.setdefault((kind, key), []).append((where, detail))
     out = []
-    for (kind, key), items in sorted(grouped.items(), key=lambda kv: ({"win": 0, "tie": 1, "none": 2}[kv[0][0]], -len(kv[1]))):
+    order_of = {"win": 0, "partial": 1, "tie": 2, "none": 3}
+    for (kind, key), items in sorted(grouped.items(), key=lambda kv: (order_of[kv[0][0]], -len(kv[1]))):
         wheres = [w for w, _ in items]
         place = _where(wheres, shown_setting, total)
         if kind == "win":
@@ -110,6 +135,14 @@ def winner_findings(comparisons: pd.DataFrame, shown: list[str]) -> list[Finding
                 flags = f" ({n_flag} of these comparisons flagged)" if n_flag else ""
                 text = f"{key} is the fastest{place}, {by} over {runner}{flags}."
             out.append(Finding("winner", text, "comparisons"))
+        elif kind == "partial":
+            for where, (top, second, est, lo, hi, level, flags, undecided) in items:
+                against = "; ".join(f"{o}: {ratio_text(*iv)}" for o, iv in undecided)
+                text = (f"{top} has the highest throughput{_where([where], shown_setting, total)}, "
+                        f"{ratio_text(est, lo, hi, level)} faster than {second}{flags}, but no winner: its throughput "
+                        f"over {listing([o for o, _ in undecided])}'s is undecided ({against}: "
+                        f"{'an interval that holds 1 or none' if len(undecided) > 1 else _undecided_why(undecided[0][1])}).")
+                out.append(Finding("winner", text, "comparisons", decided=False))
         elif kind == "tie":
             top, second, est, lo, hi, flags = items[0][1]
             if len(items) == 1:
