@@ -51,6 +51,33 @@ def test_crossover_is_where_the_run_time_lines_meet(f1, s1, fp, sp, epochs, expe
         assert f1 + epochs * got * s1 == pytest.approx(fp + epochs * got * sp)
 
 
+@pytest.mark.parametrize("f1, s1, fp, sp, shape, n", [
+    (2.0, 1e-3, 4.0, 0.5e-3, "above", 4000.0),  # faster steps, dearer start
+    (4.0, 1e-3, 2.0, 2e-3, "below", 2000.0),    # issue 46, point 3: a cheaper start, slower steps
+    (4.0, 1e-3, 2.0, 0.5e-3, "always", 0.0),
+    (2.0, 1e-3, 4.0, 2e-3, "never", np.nan),
+])  # fmt: skip
+def test_payoff_says_on_which_side_of_the_crossing_p_wins(f1, s1, fp, sp, shape, n):
+    got, got_shape = dataset_size.payoff(f1, s1, fp, sp, 1)
+    assert got_shape == shape and ((np.isnan(n) and np.isnan(got)) or got == pytest.approx(n))
+    if shape == "below":  # before N* p finishes first, after it one process does
+        assert fp + 0.5 * n * sp < f1 + 0.5 * n * s1 and fp + 2 * n * sp > f1 + 2 * n * s1
+        assert dataset_size.payoff_text(got, got_shape) == "below 2000"
+
+
+def test_a_cheaper_start_with_slower_steps_pays_off_below_not_never():
+    runs = make_runs(strategies=("single", "ddp"), world_sizes=(1, 2), dataset_sizes=(1024, 4096), repeats=3,
+                     failures=False, others_at_1=False)  # fmt: skip
+    slow = runs["world_size"] == 2
+    runs.loc[slow, "step_time_median_s"] *= 3.0  # ddp 3x slower per step than one process ...
+    runs["fixed_cost_s"] = np.where(slow, 1.0, 30.0)  # ... but 29 s cheaper to start
+    sec = _section("dataset-size", runs)
+    assert not any("never pays off" in f for f in sec.findings)
+    (below,) = [f for f in sec.findings if "pays off only below about" in f]
+    assert below.startswith("ddp at p = 2 pays off only below about")
+    assert all(dict(zip(sec.columns, r))["pays off [samples]"].startswith("below ") for r in sec.rows if r[0] == "ddp")
+
+
 def test_dataset_size_finds_the_size_above_which_more_workers_pay_off():
     runs = make_runs(strategies=("single", "ddp"), world_sizes=(1, 2), dataset_sizes=(1024, 4096), repeats=3,
                      failures=False, others_at_1=False)  # fmt: skip
@@ -65,7 +92,7 @@ def test_dataset_size_finds_the_size_above_which_more_workers_pay_off():
         mine = cells[(cells["strategy"] == "ddp") & (cells["dataset_size"].astype(str) == n)]["step_time_median_s"]
         expected = dataset_size.crossover_samples(3.0, base, 5.0, float(mine.iloc[0]) / batch, 1)
         assert np.isfinite(expected) and expected > 0
-        assert ddp[n]["pays off above [samples]"] == num(expected)
+        assert ddp[n]["pays off [samples]"] == f"above {num(expected)}"
     assert any("ddp at p = 2 pays off above about" in f for f in sec.findings)
     # how the epoch time and the speedup change with the size, from the cells' own numbers
     (trend,) = [f for f in sec.findings if f.startswith("ddp at p = 2: epoch time")]
@@ -103,7 +130,7 @@ def test_a_study_on_runs_without_phase_timings_shows_its_cells_and_claims_nothin
     runs = runs.drop(columns=[c for c in runs.columns if c.startswith(("phase_", "frac_", "comm_"))] + ["global_batch"])
     sec = _section(name, runs)
     assert len(sec.rows) == 2 and all(len(r) == len(sec.columns) for r in sec.rows)
-    assert not any("communicating" in f or "pays off above" in f for f in sec.findings)
+    assert not any("communicating" in f or "pays off" in f for f in sec.findings)
 
 
 def test_sync_strategies_reads_each_ranks_step_the_loss_at_20_and_40_and_the_profile():

@@ -18,14 +18,31 @@ from ddpbench.report.text import num, sig3
 def crossover_samples(fixed_1: float, per_sample_1: float, fixed_p: float, per_sample_p: float, epochs: float) -> float:
     """Samples N above which a run at p workers finishes first: a run takes fixed + epochs·N·(seconds
     per sample), so N* = (F_p − F_1) / (epochs · (s_1 − s_p)); 0 when p is never slower, inf when p
-    is never faster, NaN when a number is missing."""
+    is never faster at large N, NaN when a number is missing (`payoff` gives the shape too)."""
+    n, shape = payoff(fixed_1, per_sample_1, fixed_p, per_sample_p, epochs)
+    return {"above": n, "always": 0.0, "never": np.inf, "below": np.inf}.get(shape, np.nan)
+
+
+def payoff(fixed_1: float, per_sample_1: float, fixed_p: float, per_sample_p: float, epochs: float) -> tuple[float, str]:
+    """(N*, shape): where the run-time lines of p workers and of one process cross, and on which side
+    p finishes first: "above" N* (faster steps, a larger fixed cost), "below" N* (slower steps, a
+    smaller fixed cost: cheaper to start, so it wins small runs only), "always", "never"; (NaN, "")
+    when a number is missing."""
     vals = np.array([fixed_1, per_sample_1, fixed_p, per_sample_p, epochs], float)
     if not np.isfinite(vals).all():
-        return np.nan
-    gain = epochs * (per_sample_1 - per_sample_p)
-    if gain <= 0:
-        return np.inf if fixed_p >= fixed_1 or gain < 0 else 0.0
-    return max(0.0, (fixed_p - fixed_1) / gain)
+        return np.nan, ""
+    gain = epochs * (per_sample_1 - per_sample_p)  # seconds p saves per sample of the dataset
+    extra = fixed_p - fixed_1  # seconds p costs more per run
+    if gain > 0:
+        return (0.0, "always") if extra <= 0 else (extra / gain, "above")
+    if gain < 0 and extra < 0:
+        return extra / gain, "below"
+    return (np.nan, "always") if gain == 0 and extra < 0 else (np.nan, "never")
+
+
+def payoff_text(n: float, shape: str) -> str:
+    """The table's cell: 'above 4,000', 'below 800', 'always', 'never' ('–' without numbers)."""
+    return {"above": f"above {num(n)}", "below": f"below {num(n)}"}.get(shape, shape or "–")
 
 
 def _size_trends(t: pd.DataFrame) -> list[str]:
@@ -57,33 +74,44 @@ def build(d: StudyData):
     base = t[(t["strategy"].astype(str) == A.BASELINE_STRATEGY) & (t["_p"] == 1)]
     epochs = to_float(d.runs["epochs"].median()) if "epochs" in d.runs else 1.0
     columns = ["strategy", "p", "dataset size", "epoch time [s]", "speedup", "ms per sample", "fixed cost per run [s]",
-               "pays off above [samples]"]  # fmt: skip
+               "pays off [samples]"]  # fmt: skip
     rows, found, crossings = [], [], {}
     b1 = (float(base["fixed_s"].median()), float(base["per_sample"].median())) if not base.empty else (np.nan, np.nan)
     for _, r in t.sort_values(["strategy", "_p", "_n"], kind="stable").iterrows():
-        n_star = crossover_samples(*b1, to_float(r["fixed_s"]), to_float(r["per_sample"]), epochs) if r["_p"] > 1 else np.nan
-        if r["_p"] > 1:
-            crossings.setdefault((str(r["strategy"]), int(r["_p"])), []).append(n_star)
+        n_star, shape = payoff(*b1, to_float(r["fixed_s"]), to_float(r["per_sample"]), epochs) if r["_p"] > 1 else (np.nan, "")
+        if r["_p"] > 1 and shape:
+            crossings.setdefault((str(r["strategy"]), int(r["_p"])), []).append((n_star, shape))
         rows.append([str(r["strategy"]), str(r["world_size"]), str(r["dataset_size"]), cell_ci(r, "epoch_time_s"),
                      cell_ci(r, "speedup"), ms_text(r["per_sample"]), num(to_float(r["fixed_s"])),
-                     "never" if np.isinf(n_star) else num(n_star)])  # fmt: skip
+                     payoff_text(n_star, shape) if r["_p"] > 1 else "–"])  # fmt: skip
     found += _size_trends(t)
+    sizes = sorted(t["_n"].dropna().unique())
     for (strategy, p), values in sorted(crossings.items(), key=lambda kv: kv[0][1]):
-        known = np.array(values, float)[~np.isnan(np.array(values, float))]
-        if not len(known):
+        shapes = [shape for _, shape in values]
+        shape = max(set(shapes), key=shapes.count)  # the shape most dataset sizes' cells give
+        if len(set(shapes)) > 1:
+            found.append(f"{strategy} at p = {p}: the dataset sizes disagree on when it pays off "
+                         f"({', '.join(f'{shapes.count(x)} {x}' for x in sorted(set(shapes)))}): no single answer.")
             continue
-        v = float(np.median(known))  # over the dataset sizes: each gives the crossing of its own cells
-        if np.isinf(v):
-            found.append(f"{strategy} at p = {p} never pays off here: its time per sample is no lower than one process's.")
-        elif np.isfinite(v):
-            sizes = sorted(t["_n"].dropna().unique())
-            inside = "within" if sizes and sizes[0] <= v <= sizes[-1] else "outside"
-            found.append(f"{strategy} at p = {p} pays off above about {sig3(v)} samples per run ({inside} the measured "
-                         f"sizes {sig3(sizes[0])}–{sig3(sizes[-1])}): below it, its larger fixed cost per run "
-                         f"outweighs its faster steps.")  # fmt: skip
+        v = float(np.median([n for n, _ in values]))  # over the dataset sizes: each gives the crossing of its own cells
+        within = "within" if sizes and sizes[0] <= v <= sizes[-1] else "outside"
+        measured = f"({within} the measured sizes {sig3(sizes[0])}–{sig3(sizes[-1])})" if sizes else ""
+        if shape == "never":
+            found.append(f"{strategy} at p = {p} never pays off here: its time per sample is no lower than one "
+                         f"process's, and its fixed cost per run no smaller.")  # fmt: skip
+        elif shape == "always":
+            found.append(f"{strategy} at p = {p} pays off at every dataset size: its time per sample and its fixed "
+                         f"cost per run are no larger than one process's.")  # fmt: skip
+        elif shape == "above":
+            found.append(f"{strategy} at p = {p} pays off above about {sig3(v)} samples per run {measured}: below it, "
+                         f"its larger fixed cost per run outweighs its faster steps.")  # fmt: skip
+        else:
+            found.append(f"{strategy} at p = {p} pays off only below about {sig3(v)} samples per run {measured}: it "
+                         f"starts faster (a smaller fixed cost per run) but takes longer per sample, so above it one "
+                         f"process finishes first.")  # fmt: skip
     note = ("Epoch time and speedup: geometric means [95 % intervals]. A run's time = fixed cost + epochs × samples × "
-            "seconds per sample (its timed steps' time per sample of the global batch); 'pays off above' is where "
-            "that line crosses one process's (the single baseline's, medians over its dataset sizes): "
+            "seconds per sample (its timed steps' time per sample of the global batch); 'pays off above' (or 'below', for a "
+            "cheaper start but slower steps) is where that line crosses one process's (the single baseline's, medians over its dataset sizes): "
             "N* = (F_p − F_1) / (epochs · (s_1 − s_p)). The fitted T_p = T_comp/p + T_comm + T_sync per dataset size "
             "is the cost model in the fits table.")  # fmt: skip
     return columns, rows, note, found
