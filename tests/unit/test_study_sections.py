@@ -543,3 +543,30 @@ def test_language_model_says_what_it_cannot_answer():
     # nothing measured (every run failed): no answer, and no crash
     (nothing,) = _section("language-model", A.load_runs_frame(runs.assign(status="failed"))).findings
     assert nothing.startswith("No cell of this study measured a throughput here")
+
+
+def test_dataset_size_crossings_are_per_model_with_an_interval():
+    """Issue 46, point 2: two models at 1 and 10 ms per sample, ddp at p = 2 halving the time per sample
+    for 4 s more fixed cost per run: the crossings are 8,000 and 800 samples, not one pooled answer."""
+    rows = []
+    rng = np.random.default_rng(1)
+    for model, per_sample in (("slow_net", 10e-3), ("fast_net", 1e-3)):
+        for n in (500, 1000, 4000, 16000):
+            for p, fixed, ps in ((1, 2.0, per_sample), (2, 6.0, per_sample / 2)):
+                for rep in range(4):
+                    step = 64 * ps * np.exp(rng.normal(0, 0.02))
+                    rows.append(dict(strategy="single" if p == 1 else "ddp", world_size=p, nodes=1, dataset_size=n,
+                                     model=model, repeat=rep, status="ok", reason="", global_batch=64, timed_steps=20,
+                                     step_time_median_s=step, samples_per_s=64 / step, epoch_time_s=n * step / 64,
+                                     fixed_cost_s=fixed * np.exp(rng.normal(0, 0.02)), epochs=1))  # fmt: skip
+    sec = _section("dataset-size", pd.DataFrame(rows))
+    answers = [f for f in sec.findings if "pays off above about" in f]
+    assert len(answers) == 2, sec.findings
+    fast = next(f for f in answers if "model=fast_net" in f)
+    slow = next(f for f in answers if "model=slow_net" in f)
+    n_fast = float(re.search(r"above about ([\d.,]+)", fast).group(1).replace(",", ""))
+    n_slow = float(re.search(r"above about ([\d.,]+)", slow).group(1).replace(",", ""))
+    assert n_fast == pytest.approx(8000, rel=0.1) and n_slow == pytest.approx(800, rel=0.1)
+    for text, truth in ((fast, 8000), (slow, 800)):
+        lo, hi = (float(x.replace(",", "")) for x in re.search(r"\[([\d.,]+), ([\d.,]+)\] \(95 % bootstrap over runs; within", text).groups())
+        assert lo <= truth <= hi and hi / lo < 1.5  # covers it, and narrow at 2 % noise
