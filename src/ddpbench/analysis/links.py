@@ -41,8 +41,10 @@ LOSES_BELOW, NEVER_LOSES, ALWAYS_LOSES, NOT_FITTED = "loses below", "never loses
 LINK_TABLE_COLUMNS = [
     "kind", "link", "strategy", "setting", "nominal_gbps", "achieved_gbps", "achieved_gbps_ci_low", "achieved_gbps_ci_high",
     "achieved_gbps_ci_level", "n_runs", "alpha_s", "bandwidth_gbps", "r2", "single_s", "a_s", "b_s_gbps",
-    "crossing_gbps", "verdict", "extrapolated", "measured_min_gbps", "measured_max_gbps", "note",
+    "crossing_gbps", "crossing_gbps_ci_low", "crossing_gbps_ci_high", "crossing_other_share", "verdict", "extrapolated",
+    "measured_min_gbps", "measured_max_gbps", "note",
 ]  # fmt: skip
+CROSSING_BOOTSTRAP = 1000  # resamples of the runs behind a crossing bandwidth
 
 
 def link_rate_bps(name) -> float:
@@ -114,12 +116,40 @@ def _alpha_beta(g: pd.DataFrame) -> dict:
                 note="" if np.isfinite(bps) else "bandwidth term not resolved")  # fmt: skip
 
 
-def _baseline_per_sample(runs: pd.DataFrame, g: pd.DataFrame, baseline_strategy: str) -> float:
+def _baseline_per_sample(runs: pd.DataFrame, g: pd.DataFrame, baseline_strategy: str) -> tuple[float, np.ndarray]:
     """Seconds per sample of the baseline strategy's p = 1 runs with the settings of the link runs `g`
-    (every axis but strategy, launch, link and the settings that cannot matter to it): geometric mean."""
+    (every axis but strategy, launch, link and the settings that cannot matter to it): geometric mean,
+    and the runs' own values."""
     info = {c: g[c].astype(str).iloc[0] for c in axes(g) if g[c].astype(str).nunique() == 1}
     base = timed_runs(baseline_runs(runs, info, baseline_strategy, ignore=LAUNCH_AXES))
-    return log_t_interval(1 / numeric_column(base, "samples_per_s")).estimate if len(base) else np.nan
+    values = (1 / numeric_column(base, "samples_per_s")).dropna().to_numpy(float)
+    return (log_t_interval(values).estimate if len(values) else np.nan), values
+
+
+def crossing_interval(sg: pd.DataFrame, single: np.ndarray, verdict: str, seed: int = 0) -> tuple[float, float, float]:
+    """A percentile bootstrap of the crossing bandwidth: the strategy's runs resampled within each link,
+    the baseline's runs resampled, t(B) refitted and B* recomputed. (low, high, share of resamples with
+    another verdict than `verdict`, e.g. "always loses"); NaN with fewer than 2 runs on a side or link."""
+    links = [(lg["_gbps"].to_numpy(float), lg["_per_sample"].to_numpy(float))
+             for _, lg in sg.groupby(sg["link"].astype(str), sort=False)]  # fmt: skip
+    if len(single) < 2 or any(len(t) < 2 for _, t in links):
+        return np.nan, np.nan, np.nan
+    rng = np.random.default_rng(seed)
+    crossings, other = [], 0
+    for _ in range(CROSSING_BOOTSTRAP):
+        picks = [rng.integers(0, len(t), len(t)) for _, t in links]
+        fit = fit_time_per_sample(np.concatenate([b[i] for (b, _), i in zip(links, picks)]),
+                                  np.concatenate([t[i] for (_, t), i in zip(links, picks)]))  # fmt: skip
+        t_single = float(np.exp(np.mean(np.log(single[rng.integers(0, len(single), len(single))]))))
+        cross, v, _ = crossing_bandwidth(*fit, t_single) if fit is not None else (np.nan, NOT_FITTED, False)
+        if v == verdict and np.isfinite(cross):
+            crossings.append(cross)
+        else:
+            other += 1
+    if len(crossings) < 2:
+        return np.nan, np.nan, other / CROSSING_BOOTSTRAP
+    lo, hi = np.percentile(crossings, [2.5, 97.5])
+    return float(lo), float(hi), other / CROSSING_BOOTSTRAP
 
 
 def _busy_note(g: pd.DataFrame) -> str:
@@ -160,7 +190,7 @@ def links_table(runs: pd.DataFrame, baseline_strategy: str = BASELINE_STRATEGY) 
                               achieved_gbps_ci_low=iv.low, achieved_gbps_ci_high=iv.high,
                               achieved_gbps_ci_level=iv.level, n_runs=len(lg), **fit, note=note))  # fmt: skip
         rows += sorted(links, key=lambda r: -r["achieved_gbps"])  # fastest link first
-        t_single = _baseline_per_sample(runs, g, baseline_strategy)
+        t_single, single_runs = _baseline_per_sample(runs, g, baseline_strategy)
         by_strategy = g["strategy"].astype(str)
         for key, sg in g.groupby([by_strategy, *(g[c].astype(str) for c in variants)], sort=True):
             strategy, *values = key if isinstance(key, tuple) else (key,)
@@ -177,6 +207,9 @@ def links_table(runs: pd.DataFrame, baseline_strategy: str = BASELINE_STRATEGY) 
                            note=f"no {baseline_strategy} run at p = 1 with these settings to compare with")  # fmt: skip
             else:
                 cross, verdict, outside = crossing_bandwidth(*fit, t_single, lo, hi)
+                if verdict == LOSES_BELOW:
+                    c_lo, c_hi, flip = crossing_interval(sg, single_runs, verdict)
+                    row.update(crossing_gbps_ci_low=c_lo, crossing_gbps_ci_high=c_hi, crossing_other_share=flip)
                 pred = fit[0] + fit[1] / sg["_gbps"]
                 row.update(a_s=fit[0], b_s_gbps=fit[1], crossing_gbps=cross, verdict=verdict, extrapolated=outside,
                            r2=r_squared(sg["_per_sample"], pred),
