@@ -326,3 +326,22 @@ def test_the_mfu_figure_is_drawn_against_p_else_the_batch_and_left_out_without_m
     runs = make_runs(strategies=("single", "ddp"), world_sizes=(1, 2), failures=False)
     assert fig_mfu(data(runs.drop(columns=[c for c in runs if "mfu" in c]))) == []  # runs from before MFU
     plt.close("all")
+
+
+def test_the_count_is_kept_per_results_folder_and_key(tmp_path):
+    """The FLOP count imports torch._dynamo (a dispatch mode): counted once per results folder and
+    model, read back by later runs; another key (precision, shape, model code) is counted again."""
+    from ddpbench.run.flops import cached_count
+
+    calls = []
+
+    def count():
+        calls.append(1)
+        return 1234.0
+
+    key = {"model": "mlp", "shape": [3, 32, 32], "precision": "fp32"}
+    first = cached_count(tmp_path, key, count)
+    again = cached_count(tmp_path, key, count)
+    assert first["cached"] is False and again["cached"] is True and again["flops_per_sample"] == 1234.0
+    assert len(calls) == 1 and (tmp_path / first["file"]).is_file()
+    assert cached_count(tmp_path, {**key, "precision": "bf16"}, count)["cached"] is False and len(calls) == 2

@@ -178,6 +178,47 @@ def cached_peak(results: Path, device: torch.device, precision: str) -> dict[str
     return {**found, "cached": False}
 
 
+def count_key(params, data, batch: int) -> dict[str, Any]:
+    """What a training step's FLOPs per sample depend on: the model (its code: the package's fingerprint,
+    a user model's file digest), the sample's shape and labels, the precision, the counted batch, torch."""
+    from ddpbench.core.params import is_user_model
+    from ddpbench.run import user_model
+
+    return {
+        "model": params.model,
+        "model_digest": user_model.source_digest(params.model, params.model_path) if is_user_model(params.model) else None,
+        "code": sysinfo.code_fingerprint(), "kind": data.kind, "shape": list(data.shape), "classes": data.classes,
+        "precision": params.precision, "batch": batch, "torch": torch.__version__,
+    }  # fmt: skip
+
+
+def cached_count(results: Path, key: dict[str, Any], count) -> dict[str, Any]:
+    """FLOPs per sample for `key`, read from <results>/peaks/flops-<hash>.json where counted before, else
+    `count()`ed now and kept there. Counting runs the model under a Python dispatch mode, which imports
+    torch._dynamo (about a second, and a slower exit): once per results folder and model, not per run."""
+    import hashlib
+
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    path = Path(results) / peaks.PEAKS_FOLDER / f"flops-{digest}.json"
+    where = str(path.relative_to(results))
+    if path.exists() and safe_io.inside(path, path.parent):
+        try:
+            kept = json.loads(path.read_text())
+            value = kept.get("flops_per_sample") if isinstance(kept, dict) and kept.get("key") == key else None
+            if isinstance(value, (int, float)) and math.isfinite(value) and value > 0:
+                return {"flops_per_sample": value, "file": where, "cached": True}
+        except (OSError, ValueError):
+            pass
+    value = float(count())
+    found = {"flops_per_sample": value, "file": where, "cached": False}
+    try:
+        safe_io.real_dir(path.parent)
+        safe_io.atomic_write_text(path, json.dumps({"key": key, "flops_per_sample": value}, indent=1) + "\n")
+    except OSError as err:
+        found.update(file=None, not_kept=f"{type(err).__name__}: {err}")
+    return found
+
+
 def _barrier() -> None:
     if dist.is_initialized() and dist.get_world_size() > 1:
         dist.barrier()
@@ -194,8 +235,8 @@ def measure(model: nn.Module, data, ctx: Context, batch: int, out: Path) -> dict
         try:
             x, y = real_batch(data.train, min(batch, COUNT_BATCH))
             result["count"]["batch"] = len(x)
-            per_sample = training_flops_per_sample(model, x.to(ctx.device), y.to(ctx.device), ctx)
-            result["count"]["flops_per_sample"] = per_sample
+            result["count"].update(cached_count(peaks.results_folder(out), count_key(ctx.params, data, len(x)),
+                                                lambda: training_flops_per_sample(model, x.to(ctx.device), y.to(ctx.device), ctx)))  # fmt: skip
         except Exception as err:  # noqa: BLE001 - provenance-like: never fails the run
             result["count"]["error"] = f"{type(err).__name__}: {err}"
         try:
