@@ -185,9 +185,11 @@ def comparisons_table(runs: pd.DataFrame, max_rel_ci: float = MAX_REL_CI) -> pd.
                 se = np.sqrt(a["var"] + b["var"])
                 interval = len(a["logs"]) > 1 and len(b["logs"]) > 1
                 dof = 1.0
-                if interval and se > 0:  # Welch–Satterthwaite, as welch_halfwidth
+                if interval and se > 0:  # Welch–Satterthwaite, Hsu's at unequal counts: as welch_halfwidth
                     va, vb = np.float64(a["var"]), np.float64(b["var"])
-                    dof = (va + vb) ** 2 / (va**2 / (len(a["logs"]) - 1) + vb**2 / (len(b["logs"]) - 1))
+                    na, nb = len(a["logs"]), len(b["logs"])
+                    dof = (va + vb) ** 2 / (va**2 / (na - 1) + vb**2 / (nb - 1))
+                    dof = dof if na == nb or va == 0 or vb == 0 else min(dof, min(na, nb) - 1)
                 dofs.append(dof)
                 causes = [f"{s['name']}: {s['cause']}" for s in (a, b) if s["unstable"]]
                 rows.append(dict(zip(setting, key), strategy_a=a["name"], strategy_b=b["name"], n_a=a["n"], n_b=b["n"],

@@ -182,8 +182,8 @@ def baselines(runs: pd.DataFrame, used: np.ndarray, cols: list[str], baseline_st
 
 
 def _welch_parts(logs: list[np.ndarray], signs: list[int]) -> tuple[float, float, float]:
-    """(Σ sign·mean, standard error, Welch–Satterthwaite degrees of freedom) of a linear combination of
-    independent group means; se and dof NaN when a group has fewer than 2 values."""
+    """(Σ sign·mean, standard error, Welch–Satterthwaite degrees of freedom, Hsu's min(n) − 1 where the
+    groups' counts differ) of a linear combination of independent group means; se and dof NaN when a group has fewer than 2 values."""
     d = float(sum(s * y.mean() for s, y in zip(signs, logs)))
     if any(len(y) < 2 for y in logs):
         return d, np.nan, np.nan
@@ -191,7 +191,10 @@ def _welch_parts(logs: list[np.ndarray], signs: list[int]) -> tuple[float, float
     total = sum(v)
     if total == 0:
         return d, 0.0, np.inf
-    return d, float(np.sqrt(total)), float(total**2 / sum(vi**2 / (len(y) - 1) for vi, y in zip(v, logs)))
+    dof = float(total**2 / sum(vi**2 / (len(y) - 1) for vi, y in zip(v, logs)))
+    varying = [len(y) for vi, y in zip(v, logs) if vi > 0]
+    # Unequal counts among the groups that vary: Hsu's min(n) - 1 (analysis.intervals.welch_halfwidth says why).
+    return d, float(np.sqrt(total)), dof if len(set(varying)) <= 1 else min(dof, min(varying) - 1.0)
 
 
 def welch_log_sum(groups: list, signs: list[int], level: float = LEVEL) -> Interval:

@@ -62,12 +62,18 @@ def _t_ppf(q: float, dof: int) -> float:
 
 def welch_halfwidth(ya: np.ndarray, yb: np.ndarray, level: float = LEVEL) -> np.ndarray:
     """Half-width of the Welch t-interval of mean(ya) − mean(yb) along the last axis, with
-    Welch–Satterthwaite degrees of freedom; 0 where both sides have no spread."""
+    Welch–Satterthwaite degrees of freedom at equal counts and Hsu's min(na, nb) − 1 at unequal
+    ones where both sides vary; 0 where both sides have no spread. Satterthwaite's degrees of freedom come from the
+    sample variances: with a small noisy side against a large one (3 runs against 14) a small
+    variance on the small side inflates them, and the 95 % interval covered 0.93 (simulated,
+    tests/unit/test_interval_coverage.py); Hsu's covers at least 0.95 there (conservatively)."""
     na, nb = ya.shape[-1], yb.shape[-1]
     va, vb = ya.var(axis=-1, ddof=1) / na, yb.var(axis=-1, ddof=1) / nb
     se = np.sqrt(va + vb)
     with np.errstate(invalid="ignore", divide="ignore"):
         dof = (va + vb) ** 2 / (va**2 / (na - 1) + vb**2 / (nb - 1))
+        if na != nb:  # where both sides vary (one alone: Satterthwaite's is already its n − 1)
+            dof = np.where((va > 0) & (vb > 0), np.minimum(dof, min(na, nb) - 1), dof)
         return np.where(se > 0, stats.t.ppf(0.5 + level / 2, np.where(se > 0, dof, 1.0)) * se, 0.0)
 
 
