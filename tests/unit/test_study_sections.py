@@ -184,6 +184,11 @@ def test_sync_strategies_reads_each_ranks_step_the_loss_at_20_and_40_and_the_pro
     # a loss near 0 magnifies rounding: 0.1 % of the first loss is the least gap that counts
     ref = pd.Series([2.3, 1.0, 0.02]).rename_axis("step")
     assert np.isnan(sync_strategies.parting_step(ref * [1, 1, 1.04], ref)) and sync_strategies.parting_step(ref * [1, 1, 1.2], ref) == 2
+    # curves that share no iteration with the reference never "agree" (issue 46, point 5)
+    curves = {("single", 1): pd.Series([2.3, 1.0], index=[0, 1]), ("ddp", 2): pd.Series([0.9, 0.8], index=[5, 6])}
+    table = pd.DataFrame({"strategy": ["single", "ddp"], "world_size": [1, 2]})
+    said = sync_strategies._curves_text(curves, table, ["strategy", "world_size"])
+    assert "same model cannot be told" in said and "train the same model (" not in said
     # without steps or a profile: the cells, no per-rank or loss claims
     bare = studies.section("sync-strategies", runs, A.cell_stats(runs), A.speedup_table(runs))
     assert len(bare.rows) == 4 and not any("rank 0" in f or "iteration 40" in f for f in bare.findings)

@@ -14,7 +14,7 @@ import pandas as pd
 
 from ddpbench import analysis as A
 from ddpbench.report.studies.common import Study, StudyData, axes_text, cell_ci, ms_text, study_cells, to_float
-from ddpbench.report.text import num, sig3
+from ddpbench.report.text import listing, num, sig3
 
 
 LOSS_AT = (20, 40)  # iterations whose loss the study compares (steps.csv's step numbers)
@@ -99,6 +99,11 @@ def _curves_text(curves: dict[tuple, pd.Series], t: pd.DataFrame, cols: list[str
     ref_key = tuple(ref_row[c] for c in cols)
     ref = curves.get(ref_key, next(iter(curves.values())))
     ref_name = f"{ref_row['strategy']} ({axes_text(ref_row, cols)})"
+    apart = sorted({str(k[cols.index("strategy")]) for k, c in curves.items()
+                    if k != ref_key and not c.index.intersection(ref.index).size})  # fmt: skip
+    if apart:  # no step in common: nothing says whether they agree (issue 46, point 5)
+        return (f"; {listing(apart)} share no iteration with {ref_name}'s loss curve, so whether the strategies "
+                "train the same model cannot be told from the curves.")  # fmt: skip
     parts = {k: parting_step(c, ref) for k, c in curves.items() if k != ref_key}
     parted = {k: s for k, s in parts.items() if np.isfinite(s)}
     if not parted:
