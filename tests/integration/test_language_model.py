@@ -92,6 +92,12 @@ def test_exact_strategies_end_where_single_ends(strategy, gpt_runs):
     ours = torch.load(gpt_runs / f"{strategy}-gpt_tiny" / "params.pt")
     single = torch.load(gpt_runs / "single-gpt_tiny" / "params.pt")
     assert max_relative_difference(ours, single) <= RTOL
+    # the sampled final weights the reports compare say the same (extra.param_sample)
+    import numpy as np
+
+    sample = {name: np.array(json.loads((gpt_runs / f"{name}-gpt_tiny" / "summary.json").read_text())["extra"]["param_sample"]
+                             .split(), float) for name in (strategy, "single")}  # fmt: skip
+    assert np.linalg.norm(sample[strategy] - sample["single"]) <= RTOL * np.linalg.norm(sample["single"])
 
 
 def test_the_loss_falls_over_a_few_hundred_steps(tmp_path):

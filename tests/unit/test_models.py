@@ -34,3 +34,18 @@ def test_exactness_models_have_no_batch_norm_or_dropout():
     for name in ("mlp", "simple_cnn"):
         kinds = {type(m) for m in models.build(name, (3, 32, 32), 10).modules()}
         assert not kinds & {torch.nn.BatchNorm2d, torch.nn.Dropout}
+
+
+def test_the_parameter_sample_is_the_same_coordinates_for_every_run_of_a_model():
+    import torch
+
+    from ddpbench.run.models import SAMPLED, parameter_sample
+
+    flat = torch.arange(1000, dtype=torch.float32)
+    a, b = parameter_sample(flat), parameter_sample(flat.clone())
+    assert a == b and len(a.split()) == SAMPLED
+    values = [float(v) for v in a.split()]
+    assert all(v == int(v) and 0 <= v < 1000 for v in values)  # coordinates of the vector itself
+    moved = flat.clone()
+    moved[int(values[0])] += 1.0
+    assert parameter_sample(moved) != a  # a change at a sampled coordinate shows

@@ -181,6 +181,17 @@ def test_sync_strategies_reads_each_ranks_step_the_loss_at_20_and_40_and_the_pro
     gap = (0.01 * 2.3 * np.exp(-0.9)) / 2.3  # ddp's 1 % at iteration 9, the largest, over the first loss
     assert f"part from iteration 9 (ddp first), by at most {sig3(100 * gap)} % of the first loss (iteration 9)" in text
     assert "final weights' norms agree to a relative 2e-06 (10–10.00002): one model" in text
+    # the final weights themselves (issue 46, point 5): equal norms, different vectors -> not one model ...
+    base = np.linspace(-1.0, 1.0, 32)
+    sample = lambda strategy: " ".join(f"{v:.9g}" for v in (base[::-1] if strategy == "ddp" else base))  # noqa: E731
+    swapped = close.assign(extra_param_sample=close["strategy"].map(sample))  # same norms (10 vs 10.00002), other weights
+    text = " ".join(studies.section("sync-strategies", swapped, A.cell_stats(swapped), A.speedup_table(swapped), late, profile).findings)
+    assert "their final weights differ by a relative" in text and "do not all train the same model" in text
+    # ... and vectors 1e-6 apart: one model, whatever the norms say
+    near = apart.assign(extra_param_sample=apart["strategy"].map(
+        lambda st: " ".join(f"{v:.9g}" for v in base * (1 + 1e-6 * (st == "ddp")))))  # fmt: skip
+    text = " ".join(studies.section("sync-strategies", near, A.cell_stats(near), A.speedup_table(near), late, profile).findings)
+    assert "final weights agree to a relative 1e-06 (the parameter vectors at 32 sampled coordinates): one model" in text
     # a loss near 0 magnifies rounding: 0.1 % of the first loss is the least gap that counts
     ref = pd.Series([2.3, 1.0, 0.02]).rename_axis("step")
     assert np.isnan(sync_strategies.parting_step(ref * [1, 1, 1.04], ref)) and sync_strategies.parting_step(ref * [1, 1, 1.2], ref) == 2

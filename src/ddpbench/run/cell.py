@@ -162,6 +162,7 @@ def execute(
         "oversubscribed": device.type == "cpu" and oversubscribed(threads or 1, ranks.local_world),
         "forked_from_threads": forked_from_threads,
         "model_parameters": flat.numel(),
+        "param_sample": models.parameter_sample(flat),
         **dict(zip(("training_health", "training_health_reason"),
                    run_output.training_health([r["loss"] for r in sorted(run.records, key=lambda r: r["step"])]))),  # fmt: skip
         "param_rank_max_abs_diff": spread,

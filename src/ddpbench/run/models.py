@@ -123,3 +123,14 @@ def count_parameters(model: nn.Module) -> int:
 
 def flat_parameters(model: nn.Module) -> torch.Tensor:
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+SAMPLED = 32  # coordinates of the final parameter vector a run records (extra.param_sample)
+
+
+def parameter_sample(flat: torch.Tensor, k: int = SAMPLED) -> str:
+    """The flat parameter vector at k coordinates drawn from a fixed generator (the same ones for every
+    run of a model), as text: runs of different cells compare their final weights by the relative
+    distance of these samples, a vector where the norm is one number (two models can share a norm)."""
+    idx = torch.randint(flat.numel(), (k,), generator=torch.Generator().manual_seed(0))
+    return " ".join(f"{float(v):.9g}" for v in flat.detach().cpu()[idx])

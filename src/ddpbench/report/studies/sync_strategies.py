@@ -88,7 +88,33 @@ def _norms(runs: pd.DataFrame, cols: list[str]) -> pd.Series:
     return pd.to_numeric(ok["param_norm"], errors="coerce").groupby([ok[c] for c in cols], dropna=False).median().dropna()
 
 
-def _curves_text(curves: dict[tuple, pd.Series], t: pd.DataFrame, cols: list[str], norms: pd.Series | None = None) -> str:
+def _samples(runs: pd.DataFrame, cols: list[str]) -> dict[tuple, np.ndarray]:
+    """Each cell's final parameter vector at the sampled coordinates (extra.param_sample), from its
+    first ok run that recorded one (runs of a cell start from the same seed)."""
+    if "extra_param_sample" not in runs:
+        return {}
+    ok = runs[(runs["status"] == "ok") & runs["extra_param_sample"].notna()]
+    out = {}
+    for key, g in ok.groupby(cols, dropna=False, sort=False):
+        try:
+            out[key if isinstance(key, tuple) else (key,)] = np.array(str(g["extra_param_sample"].iloc[0]).split(), float)
+        except ValueError:
+            continue
+    return out
+
+
+def _weights_distance(samples: dict[tuple, np.ndarray], ref_key: tuple) -> float:
+    """The largest relative distance of a cell's sampled final weights from the reference cell's (NaN:
+    fewer than two cells, or no reference, have a sample of the same size)."""
+    ref = samples.get(tuple(str(v) for v in ref_key), samples.get(ref_key))
+    if ref is None or len(samples) < 2 or not np.linalg.norm(ref):
+        return np.nan
+    others = [s for k, s in samples.items() if s is not ref and s.shape == ref.shape]
+    return max((float(np.linalg.norm(s - ref) / np.linalg.norm(ref)) for s in others), default=np.nan)
+
+
+def _curves_text(curves: dict[tuple, pd.Series], t: pd.DataFrame, cols: list[str], norms: pd.Series | None = None,
+                 samples: dict[tuple, np.ndarray] | None = None) -> str:  # fmt: skip
     """Whether the cells' loss curves are one model's, and if they part, where and why: an
     unstable run (a loss spike) amplifies the last-bit differences between summation orders, and
     a steep fall spreads them; the final weights say whether the models still agree."""
@@ -120,6 +146,16 @@ def _curves_text(curves: dict[tuple, pd.Series], t: pd.DataFrame, cols: list[str
                 "the first): training this unstable amplifies small differences, down to the last-bit ones between "
                 "exact strategies' summation orders, so the later losses and accuracies differ by chance, not by "
                 "strategy (compare them at a learning rate that trains stably).")  # fmt: skip
+    distance = _weights_distance(samples or {}, ref_key)
+    if np.isfinite(distance):  # the final weights themselves (sampled), not one number of them (issue 46, point 5)
+        if distance <= WEIGHTS_AGREE:
+            gaps = pd.concat({k: (c - ref).abs() for k, c in curves.items() if k != ref_key}, axis=1).max(axis=1)
+            return (text + f", by at most {sig3(100 * gaps.max() / ref.iloc[0])} % of the first loss (iteration "
+                    f"{int(gaps.idxmax())}), while their final weights agree to a relative {distance:.1g} (the "
+                    f"parameter vectors at {len(next(iter(samples.values())))} sampled coordinates): one model, its "
+                    "curves spread by the rounding of different summation orders while the loss falls steeply.")  # fmt: skip
+        return (text + f"; their final weights differ by a relative {distance:.2g} (the parameter vectors at sampled "
+                "coordinates): the strategies do not all train the same model (an approximate one, or other batches).")  # fmt: skip
     spread = (norms.max() - norms.min()) / norms.median() if norms is not None and len(norms) > 1 else np.nan
     if spread <= WEIGHTS_AGREE:
         gaps = pd.concat({k: (c - ref).abs() for k, c in curves.items() if k != ref_key}, axis=1).max(axis=1)
@@ -166,7 +202,8 @@ def build(d: StudyData):
     if len(losses) > 1:
         lo, hi = losses[f"loss_{LOSS_AT[-1]}"].min(), losses[f"loss_{LOSS_AT[-1]}"].max()
         found.append(f"At iteration {LOSS_AT[-1]} the loss ranges from {sig3(lo)} to {sig3(hi)} over the cells "
-                     f"(the global batch's, median over repeats)" + _curves_text(_loss_curves(steps, cols), t, cols, _norms(d.runs, cols)))  # fmt: skip
+                     f"(the global batch's, median over repeats)" + _curves_text(_loss_curves(steps, cols), t, cols, _norms(d.runs, cols),
+                                                                            _samples(d.runs, cols)))  # fmt: skip
     note = ("Iteration time, throughput, speedup: geometric means [95 % intervals]; rank 0 and the slowest other rank: "
             "medians over runs of each rank's median timed step (steps.csv); loss at an iteration: the global batch's at that step "
             "of steps.csv (the ranks' losses weighted by their samples), median over runs; test accuracy and rank skew: medians [order-statistic intervals]; profiled "
