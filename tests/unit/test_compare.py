@@ -365,3 +365,43 @@ def test_ignore_matches_cells_across_the_changed_setting_and_names_it_first(tmp_
     assert P.main([str(bs), str(ns), "--no-files", "--ignore", "bucket_size"]) == P.EXIT_INPUT
     err = capsys.readouterr().err
     assert "--ignore bucket_size" in err and "not an axis" in err
+
+
+def _jobs(n_jobs: int, sd: float, seed: int, repeats: int = 3) -> pd.DataFrame:
+    """n_jobs runs of one grid, each job shifting every cell by its own log-normal factor (sd) and
+    recording its id (env_job_id), as the workflow does."""
+    kw = dict(strategies=("single", "ddp"), world_sizes=(1, 2), others_at_1=False, repeats=repeats, noise=0.03,
+              failures=False, dataset_sizes=tuple(range(4096, 4096 + 60 * 64, 64)))  # fmt: skip
+    parts = []
+    for j in range(n_jobs):
+        runs = _with_job_effect(make_runs(seed=seed + j, **kw), sd, seed + 100 + j)
+        runs["run_dir"] = runs["run_dir"].astype(str) + f"-job{j}"
+        parts.append(runs.assign(env_job_id=f"job{j}"))
+    return pd.concat(parts, ignore_index=True)
+
+
+def test_the_between_job_noise_is_estimated_from_cells_measured_in_several_jobs():
+    """Issue 46, point 6: sigma_job can be estimated where a result set holds several jobs."""
+    runs = A.load_runs_frame(_jobs(4, 0.05, seed=7))
+    sigma, cells = compare_cells.estimate_job_noise([runs], A.axes(runs))
+    assert cells == 120 and sigma == pytest.approx(0.05, abs=0.01)
+    calm = A.load_runs_frame(_jobs(4, 0.0, seed=9))
+    assert compare_cells.estimate_job_noise([calm], A.axes(calm))[0] < 0.01  # the repeats' own spread is removed
+    one = A.load_runs_frame(make_runs(strategies=("single", "ddp"), world_sizes=(1, 2), others_at_1=False))
+    assert compare_cells.estimate_job_noise([one], A.axes(one)) == (pytest.approx(np.nan, nan_ok=True), 0)
+
+
+def test_compare_with_an_estimated_job_noise_says_so_and_refuses_without_jobs(tmp_path, capsys):
+    base, new = (A.load_runs_frame(_jobs(3, 0.05, seed=s)) for s in (20, 40))
+    cmp = C.compare_frames(base, new, job_noise="estimate")
+    assert cmp.job_noise_cells > 0 and 0.02 < cmp.job_noise < 0.09
+    assert "estimated from" in C.noise_text(cmp.job_noise, cmp.job_noise_cells)
+    single_job = A.load_runs_frame(make_runs(strategies=("single", "ddp"), world_sizes=(1, 2), others_at_1=False))
+    with pytest.raises(C.InputError, match="no cell of either side was measured in two or more jobs"):
+        C.compare_frames(single_job, single_job, job_noise="estimate")
+    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
+    single_job.to_csv(a, index=False)
+    single_job.to_csv(b, index=False)
+    assert P.main([str(a), str(b), "--job-noise", "estimate", "--no-files"]) == P.EXIT_INPUT
+    assert "two or more jobs" in capsys.readouterr().err
+    assert P.main([str(a), str(b), "--job-noise", "lots", "--no-files"]) == P.EXIT_INPUT

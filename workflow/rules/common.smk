@@ -15,6 +15,7 @@ job exists; a model given as module.path:function is built once in a subprocess
 import os
 import shlex
 import sys
+import time
 from pathlib import Path
 
 import yaml
@@ -60,6 +61,13 @@ from ddpbench.plan.jobs import (  # noqa: E402
     topology_flags,
 )
 from ddpbench.plan.user_models import check_grid as check_user_models  # noqa: E402
+from ddpbench.core.sysinfo import JOB_ID_ENV  # noqa: E402
+
+# One id per `snakemake` call, inherited by every job it starts (unless the caller set one):
+# compare tells the runs of different invocations apart by it (docs/compare.md).
+os.environ.setdefault(
+    JOB_ID_ENV, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}"
+)
 
 
 def job_shell_prefix():

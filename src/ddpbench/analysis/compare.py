@@ -32,11 +32,13 @@ from ddpbench.analysis.cells import NO_DIFFERENCE
 from ddpbench.analysis.compare_cells import (
     BY_NAME,
     COMPARE_METRICS,
+    ESTIMATE,
     FASTER,
     JOB_NOISE,
     SLOWER,
     Side,
     cell_rows,
+    estimate_job_noise,
     finish_intervals,
     gate_failed,
 )
@@ -140,6 +142,7 @@ class Comparison:
     gates: dict[str, float] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)  # what may make a difference not the change's
     job_noise: float = JOB_NOISE  # the between-job component in every interval (0: repeats only)
+    job_noise_cells: int = 0  # > 0: job_noise was estimated from that many cells measured in several jobs
 
     @property
     def matched(self) -> pd.DataFrame:
@@ -175,18 +178,25 @@ class Comparison:
 def compare_frames(base: pd.DataFrame, new: pd.DataFrame, gates: dict[str, float] | None = None,
                    base_name: str = "BASE", new_name: str = "NEW", max_rel_ci: float = MAX_REL_CI,
                    baseline_strategy: str = BASELINE_STRATEGY, ignore: Iterable[str] = (),
-                   job_noise: float = JOB_NOISE) -> Comparison:  # fmt: skip
+                   job_noise: float | str = JOB_NOISE) -> Comparison:  # fmt: skip
     """The comparison of two runs tables (as analysis.load_runs_frame returns them): every cell on
     both sides × every metric both sides measured, plus one row per cell not compared (on one side
     only, or without an ok run). `gates` maps metric -> threshold (0.05 = 5 %). `ignore`: axes left
     out of the matching (the change being judged, e.g. bucket_mb); their values head the provenance.
     `job_noise`: the between-job standard deviation of a log value added to every interval (JOB_NOISE;
-    0 when both sides come from one job, e.g. an interleaved variant axis)."""
-    if not (0 <= job_noise < 1):
-        raise ValueError(f"job_noise must be in [0, 1), not {job_noise!r}")
+    0 when both sides come from one job, e.g. an interleaved variant axis; "estimate": from the cells
+    either side measured in several jobs, estimate_job_noise)."""
     gates = dict(gates or {})
     ignore = check_ignored(base, new, ignore)
     cols = [c for c in axes(base) if c not in ignore]
+    estimated_from = 0
+    if job_noise == ESTIMATE:
+        job_noise, estimated_from = estimate_job_noise([base, new], cols)
+        if not estimated_from:
+            raise InputError("--job-noise estimate", "no cell of either side was measured in two or more jobs (runs.csv "
+                             "env_job_id) with 2+ ok runs in each: give the noise as a number (default 0.03)")  # fmt: skip
+    if not (isinstance(job_noise, (int, float)) and 0 <= job_noise < 1):
+        raise ValueError(f"job_noise must be in [0, 1) or {ESTIMATE!r}, not {job_noise!r}")
     both = pd.concat([base[cols], new[cols]], ignore_index=True)
     label_axes = varying(both, cols)
     b, n = Side(base, cols, baseline_strategy), Side(new, cols, baseline_strategy)
@@ -204,7 +214,8 @@ def compare_frames(base: pd.DataFrame, new: pd.DataFrame, gates: dict[str, float
         table[col] = table[col].astype(object).where(table[col].notna(), empty)
     table[["gate_failed", "unstable"]] = table[["gate_failed", "unstable"]].astype(bool)
     return Comparison(base_name, new_name, cols, label_axes, table, provenance_diff(base, new, ignore), gates,
-                      load_warnings({base_name: b.runs[b.used_mask], new_name: n.runs[n.used_mask]}), job_noise)
+                      load_warnings({base_name: b.runs[b.used_mask], new_name: n.runs[n.used_mask]}), job_noise,
+                      estimated_from)  # fmt: skip
 
 
 def check_ignored(base: pd.DataFrame, new: pd.DataFrame, ignore: Iterable[str]) -> list[str]:
@@ -278,8 +289,11 @@ def cell_label(r, cols: list[str]) -> str:
     return label(r, cols) if cols else "all runs"
 
 
-def noise_text(job_noise: float) -> str:
+def noise_text(job_noise: float, estimated_from: int = 0) -> str:
     """How the intervals treat the two jobs, in words."""
+    if estimated_from:
+        return (f"from the repeats and a between-job noise of {100 * job_noise:.3g} % per side, estimated from "
+                f"{estimated_from} cell(s) measured in several jobs")  # fmt: skip
     if not job_noise:
         return "from the repeats alone: both sides measured in one job"
     return f"from the repeats and a between-job noise of {100 * job_noise:.3g} % per side"

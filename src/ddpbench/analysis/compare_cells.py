@@ -258,6 +258,37 @@ def _compare_metric(metric: Metric, b: Side, n: Side, key) -> dict:
                 _terms=4 if metric.name == "speedup" else 2)
 
 
+JOB_COLUMN = "env_job_id"  # runs.csv: the workflow invocation a run belongs to (core.sysinfo.JOB_ID_ENV)
+ESTIMATE = "estimate"  # --job-noise estimate
+
+
+def estimate_job_noise(frames: list[pd.DataFrame], cols: list[str], metric: str = "samples_per_s") -> tuple[float, int]:
+    """The between-job standard deviation of a cell's log `metric`, from the cells of `frames` measured
+    in two or more jobs (JOB_COLUMN) with 2+ ok runs in each: per cell, the variance of its jobs' mean
+    logs less the part the repeats explain (the mean of the within-job variances over runs per job),
+    pooled over cells weighted by jobs − 1, negative estimates kept so the pool stays unbiased, then
+    floored at 0. (σ_job, cells used); (NaN, 0) without such a cell."""
+    num, den, cells = 0.0, 0, 0
+    for frame in frames:
+        if JOB_COLUMN not in frame or metric not in frame:
+            continue
+        ok = frame[(frame["status"].astype(str) == "ok") & frame[JOB_COLUMN].notna()]
+        values = pd.to_numeric(ok[metric], errors="coerce")
+        ok = ok[(values > 0).fillna(False)].assign(_log=np.log(values[values > 0]))
+        for _, cell in ok.groupby(cols, dropna=False, sort=False):
+            jobs = [g["_log"].to_numpy(float) for _, g in cell.groupby(cell[JOB_COLUMN].astype(str)) if len(g) >= 2]
+            if len(jobs) < 2:
+                continue
+            means = np.array([j.mean() for j in jobs])
+            within = np.mean([j.var(ddof=1) / len(j) for j in jobs])
+            num += (len(jobs) - 1) * (means.var(ddof=1) - within)
+            den += len(jobs) - 1
+            cells += 1
+    if not den:
+        return np.nan, 0
+    return float(np.sqrt(max(0.0, num / den))), cells
+
+
 def with_job_noise(se, dof, terms, job_noise: float):
     """The standard error and Welch-Satterthwaite degrees of freedom of a log ratio of `terms` cell means
     (2: NEW/BASE of one cell; 4: a ratio of speedups) once every cell mean carries its job's effect of

@@ -41,8 +41,12 @@ PROVENANCE_KEYS = (
     "started_utc", "ended_utc", "host", "cores", "ram_gb", "cpu_model", "os", "kernel", "glibc",
     "python", "torch", *VERSIONED_PACKAGES, "cuda", "cudnn", "nccl", "gpu_name", "backend",
     "threads_per_rank", "env_vars", "lock_hash", "off_lock", "code_fingerprint", "git_commit",
-    "git_diff_hash", "container_image", "command",
+    "git_diff_hash", "container_image", "command", "job_id",
 )  # fmt: skip
+# Which workflow invocation (job) a run belongs to: the workflow sets it once per `snakemake` call
+# (workflow/rules/common.smk); runs started otherwise record null. Compare estimates the between-job
+# noise from cells measured in several jobs (`--job-noise estimate`, docs/compare.md).
+JOB_ID_ENV = "DDPBENCH_JOB_ID"
 
 
 def usable_cores() -> int:
@@ -483,5 +487,6 @@ def environment(
         "git_diff_hash": diff_hash,
         "container_image": _safe(image_identity),
         "command": _safe(command_line) if command is None else command,
+        "job_id": os.environ.get(JOB_ID_ENV),
     }
     return env

@@ -87,7 +87,7 @@ def summary_text(cmp: Comparison, out: pathlib.Path | None = None, max_rows: int
     lines += [f"WARNING: {plain(w, 400)}" for w in cmp.warnings]
     lines.append("")
     counts = cmp.counts()
-    lines.append(f"Verdicts per metric (NEW vs BASE; 95 % interval of the ratio decides, {noise_text(cmp.job_noise)}):")
+    lines.append(f"Verdicts per metric (NEW vs BASE; 95 % interval of the ratio decides, {noise_text(cmp.job_noise, cmp.job_noise_cells)}):")
     for _, c in counts.iterrows():
         extra = f", {c['not_compared']} not compared" if c["not_compared"] else ""
         lines.append(f"  {c['label']:<38} {c['faster']} faster, {c['slower']} slower, {c['undecided']} no detectable "
@@ -289,7 +289,7 @@ def comparison_section(base_path: str, runs: pd.DataFrame, out: pathlib.Path, ba
                       f"{f' ({len(changed) - COMPARISON_NAMED} more in comparison.csv)' if len(changed) > COMPARISON_NAMED else ''}"),
         one_sided=len(cmp.one_sided),
         warnings=cmp.warnings,
-        noise=noise_text(cmp.job_noise),
+        noise=noise_text(cmp.job_noise, cmp.job_noise_cells),
         finding=comparison_finding(counts, diff, len(cmp.one_sided), csv),
     )
 
@@ -334,17 +334,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ignore", action="append", default=[], metavar="AXIS",
                     help="match cells without this axis: the change being judged (e.g. --ignore bucket_mb to compare "
                          "two bucket sizes); its values are listed first in the provenance; repeatable")
-    ap.add_argument("--job-noise", type=float, default=JOB_NOISE, metavar="FRACTION",
+    ap.add_argument("--job-noise", default=str(JOB_NOISE), metavar="FRACTION|estimate",
                     help="between-job standard deviation of a cell's (log) value, added to every interval: two jobs "
                          "on one machine differ by more than their repeats show (default %(default)s, measured on a "
-                         "2-core VM; 0: repeats only, for sides measured in one job). See docs/compare.md")
+                         "2-core VM; 0: repeats only, for sides measured in one job; estimate: from the cells either "
+                         "side measured in several jobs). See docs/compare.md")
     ap.add_argument("--title", default="ddpbench comparison")
     ap.add_argument("--no-files", action="store_true", help="print the summary only; write nothing")
     args = ap.parse_args(argv)
     try:
         gates = parse_gate(args.fail_on_slowdown)
-        if not (0 <= args.job_noise < 1):
-            raise ValueError(f"--job-noise must be a fraction in [0, 1) (0.03 = 3 %), not {args.job_noise!r}")
+        if args.job_noise != "estimate":
+            try:
+                args.job_noise = float(args.job_noise)
+            except ValueError:
+                args.job_noise = -1.0
+            if not (0 <= args.job_noise < 1):
+                raise ValueError("--job-noise must be a fraction in [0, 1) (0.03 = 3 %) or 'estimate'")
     except ValueError as err:
         print(f"ddpbench compare: error: {err}", file=sys.stderr)
         return EXIT_INPUT
