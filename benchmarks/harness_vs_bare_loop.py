@@ -27,6 +27,7 @@ from ddpbench.core.params import CellParams
 from ddpbench.run import data as datamod
 from ddpbench.run import models, precision, train
 from ddpbench.strategies.base import make_optimizer, task_loss
+from ddpbench.strategies.fsdp import LOW_PRECISION
 
 
 def bare_rate(params: CellParams, steps: int, warmup: int) -> float:
@@ -37,7 +38,7 @@ def bare_rate(params: CellParams, steps: int, warmup: int) -> float:
     data = datamod.load(params)
     model = models.build(params.model, data.shape, data.classes, kind=data.kind, model_path=params.model_path).to(device)
     optimizer = make_optimizer(model.parameters(), params)
-    low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(params.precision)
+    low = LOW_PRECISION.get(params.precision)
     batches = [
         (data.train.x[i : i + params.batch_size].to(device), data.train.y[i : i + params.batch_size].to(device))
         for i in range(0, len(data.train) - params.batch_size + 1, params.batch_size)

@@ -67,9 +67,11 @@ from ddpbench.analysis.memory import (
     SAVING_COLUMNS,
     SHARDED,
     axis_effects,
+    cell_key,
     has_held,
     memory_savings,
     peaks,
+    runs_by_cell,
 )
 from ddpbench.analysis.scaling import FIT_COLUMNS, SPEEDUP_COLUMNS, fits_table, speedup_table
 from ddpbench.analysis.tables import (
@@ -107,7 +109,7 @@ __all__ = [
     "ACHIEVED", "ALWAYS_LOSES", "LINK_TABLE_COLUMNS", "LOSES_BELOW", "NEVER_LOSES", "link_group_axes", "link_runs",
     "links_table",
     # memory
-    "HELD", "HELD_PARTS", "MIB", "PEAKS", "SAVING_COLUMNS", "SHARDED", "axis_effects", "has_held", "memory_savings", "peaks",
+    "HELD", "HELD_PARTS", "MIB", "PEAKS", "SAVING_COLUMNS", "SHARDED", "axis_effects", "cell_key", "has_held", "memory_savings", "peaks", "runs_by_cell",
     # breakdowns
     "auto_batch", "epoch_throughput", "profile_cells", "profile_comm_shares", "round_time",
 ]  # fmt: skip

@@ -46,7 +46,7 @@ EFFECT_COLUMNS = ["axis", "reference_value", "held_ratio", *RATIO_COLUMNS, "peak
                   "reference_peak_mib"]  # fmt: skip
 
 
-def _key(values) -> tuple[str, ...]:
+def cell_key(values) -> tuple[str, ...]:
     """Axis values as text, a whole number without '.0' (a cells table read back from CSV may hold
     64.0 where the runs hold 64) and NaN as 'nan'."""
     out = []
@@ -81,12 +81,12 @@ def peaks(cells: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _throughputs(runs: pd.DataFrame, cols: list[str]) -> dict[tuple, np.ndarray]:
-    """Per cell (its `cols` as text): the throughputs of its ok runs, what comparisons_table compares."""
-    if runs.empty or "samples_per_s" not in runs or "status" not in runs:
+def runs_by_cell(runs: pd.DataFrame, cols: list[str], col: str = "samples_per_s") -> dict[tuple, np.ndarray]:
+    """Per cell (its `cols` as text, cell_key): `col` of its ok runs, what comparisons_table compares."""
+    if runs.empty or col not in runs or "status" not in runs:
         return {}
-    ok = runs[(runs["status"].astype(str) == "ok") & numeric_column(runs, "samples_per_s").notna()]
-    return {_key(key if isinstance(key, tuple) else (key,)): numeric_column(g, "samples_per_s").to_numpy(float)
+    ok = runs[(runs["status"].astype(str) == "ok") & numeric_column(runs, col).notna()]
+    return {cell_key(key if isinstance(key, tuple) else (key,)): numeric_column(g, col).to_numpy(float)
             for key, g in ok.groupby(cols, dropna=False, sort=False)}  # fmt: skip
 
 
@@ -129,11 +129,11 @@ def memory_savings(
     if "world_size" in c:  # one rank has nothing to shard
         c = c[~(pd.to_numeric(c["world_size"], errors="coerce") <= 1)]
     strategy = c["strategy"].astype(str)
-    refs = {_key(r[setting]): r for _, r in c[strategy == reference].iterrows()}
-    thr = _throughputs(runs, cols)
+    refs = {cell_key(r[setting]): r for _, r in c[strategy == reference].iterrows()}
+    thr = runs_by_cell(runs, cols)
     rows = []
     for _, r in c[strategy.isin(sharded)].iterrows():
-        ref = refs.get(_key(r[setting]))
+        ref = refs.get(cell_key(r[setting]))
         if ref is None:
             continue
         held, ref_held = float(r[HELD]), float(ref[HELD])
@@ -141,7 +141,7 @@ def memory_savings(
         row.update(strategy=str(r["strategy"]), reference=reference, held_bytes=held, reference_held_bytes=ref_held,
                    saved_bytes=ref_held - held, held_ratio=_ratio_of(held, ref_held),
                    **{f"{p}_ratio": _ratio_of(r.get(p, np.nan), ref.get(p, np.nan)) for p, _ in HELD_PARTS},
-                   **_ratio(thr, _key(r[cols]), _key(ref[cols])),
+                   **_ratio(thr, cell_key(r[cols]), cell_key(ref[cols])),
                    unstable=_truthy(r.get("unstable", False)) or _truthy(ref.get("unstable", False)),
                    peak_kind=r["peak_kind"], peak_mib=r["peak_mib"], peak_ci_low=r["peak_ci_low"],
                    peak_ci_high=r["peak_ci_high"], reference_peak_mib=ref["peak_mib"],
@@ -162,18 +162,18 @@ def axis_effects(runs: pd.DataFrame, cells: pd.DataFrame, axis: str, reference) 
         return pd.DataFrame(columns=[*cols, *EFFECT_COLUMNS])
     c = _measured(cells)
     others = [x for x in cols if x != axis]
-    value = c[axis].map(lambda v: _key([v])[0])
-    twins = {_key(r[others]): r for _, r in c[value == _key([reference])[0]].iterrows()}
-    thr = _throughputs(runs, cols)
+    value = c[axis].map(lambda v: cell_key([v])[0])
+    twins = {cell_key(r[others]): r for _, r in c[value == cell_key([reference])[0]].iterrows()}
+    thr = runs_by_cell(runs, cols)
     rows = []
-    for _, r in c[value != _key([reference])[0]].iterrows():
-        twin = twins.get(_key(r[others]))
+    for _, r in c[value != cell_key([reference])[0]].iterrows():
+        twin = twins.get(cell_key(r[others]))
         if twin is None:
             continue
         row = {k: r[k] for k in cols}
         row.update(axis=axis, reference_value=twin[axis],
                    held_ratio=_ratio_of(r.get(HELD, np.nan), twin.get(HELD, np.nan)),
-                   **_ratio(thr, _key(r[cols]), _key(twin[cols])),
+                   **_ratio(thr, cell_key(r[cols]), cell_key(twin[cols])),
                    unstable=_truthy(r.get("unstable", False)) or _truthy(twin.get("unstable", False)),
                    peak_kind=r["peak_kind"], peak_mib=r["peak_mib"], reference_peak_mib=twin["peak_mib"])  # fmt: skip
         rows.append(row)

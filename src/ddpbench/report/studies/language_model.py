@@ -31,19 +31,9 @@ STRATEGY_WORDS = {"A faster": "faster", "B faster": "slower", A.NO_DIFFERENCE: "
 SETTING_WORDS = {"A faster": "higher", "B faster": "lower", A.NO_DIFFERENCE: "no detectable difference"}
 
 
-def _per_run(runs: pd.DataFrame, cols: list[str], col: str) -> dict[tuple, np.ndarray]:
-    """Per cell (its `cols` as text): `col` of its ok runs, what the throughput ratios compare."""
-    if col not in runs or "status" not in runs:
-        return {}
-    ok = runs[(runs["status"].astype(str) == "ok") & pd.to_numeric(runs[col], errors="coerce").notna()]
-    return {tuple(str(v) for v in (key if isinstance(key, tuple) else (key,))): pd.to_numeric(g[col]).to_numpy(float)
-            for key, g in ok.groupby(cols, dropna=False, sort=False)}  # fmt: skip
-
-
 def _judged(values: dict, a, b, cols: list[str], words: dict) -> str:
     """Cell a's throughput over cell b's: '0.712× [0.69, 0.74] (slower)'; without an interval, no verdict."""
-    key = lambda r: tuple(str(r[c]) for c in cols)  # noqa: E731
-    xa, xb = values.get(key(a), np.array([])), values.get(key(b), np.array([]))
+    xa, xb = (values.get(A.cell_key(r[cols]), np.array([])) for r in (a, b))
     iv = A.welch_log_ratio(xa, xb) if len(xa) and len(xb) else A.Interval(np.nan)
     text = ratio_text(iv.estimate, iv.low, iv.high, iv.level)
     word = words.get(A.verdict(iv))
@@ -239,7 +229,7 @@ def build(d: StudyData):
                  _s=pd.to_numeric(t["seq_len"], errors="coerce") if "seq_len" in t else np.nan)  # fmt: skip
     t["_tps"] = [_tokens_per_step(r) for _, r in t.iterrows()]
     thr, unit = A.throughput_metric(t)
-    values = _per_run(d.runs, cols, thr)
+    values = A.runs_by_cell(d.runs, cols, thr)
     mfu = MFU in t and pd.to_numeric(t[MFU], errors="coerce").notna().any()
     columns = ["strategy", "cell", f"throughput [{unit}]", "speedup", "efficiency [%]", *(["MFU [%]"] if mfu else []),
                "comm [% of step]", "exposed comm [% of step]", "final train loss", "test loss"]  # fmt: skip

@@ -97,7 +97,8 @@ def _samples(runs: pd.DataFrame, cols: list[str]) -> dict[tuple, np.ndarray]:
     out = {}
     for key, g in ok.groupby(cols, dropna=False, sort=False):
         try:
-            out[key if isinstance(key, tuple) else (key,)] = np.array(str(g["extra_param_sample"].iloc[0]).split(), float)
+            out[A.cell_key(key if isinstance(key, tuple) else (key,))] = np.array(
+                str(g["extra_param_sample"].iloc[0]).split(), float)  # fmt: skip
         except ValueError:
             continue
     return out
@@ -106,7 +107,7 @@ def _samples(runs: pd.DataFrame, cols: list[str]) -> dict[tuple, np.ndarray]:
 def _weights_distance(samples: dict[tuple, np.ndarray], ref_key: tuple) -> float:
     """The largest relative distance of a cell's sampled final weights from the reference cell's (NaN:
     fewer than two cells, or no reference, have a sample of the same size)."""
-    ref = samples.get(tuple(str(v) for v in ref_key), samples.get(ref_key))
+    ref = samples.get(A.cell_key(ref_key))
     if ref is None or len(samples) < 2 or not np.linalg.norm(ref):
         return np.nan
     others = [s for k, s in samples.items() if s is not ref and s.shape == ref.shape]
