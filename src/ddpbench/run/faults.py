@@ -9,6 +9,13 @@ MS milliseconds longer in every step (rank imbalance), "fill:RANK:STEP" fills th
 of the file DDPBENCH_FILL names (another program filling the results disk; training goes on
 until a write fails). The training loop (ddpbench.run.loop) reads the plan once
 (`injection`) and calls `inject` at the start of the step (`slow` it applies itself).
+
+"pause:WHO:MOMENT" stops a process at a named moment of a run, as a stuck one would, so that a
+test can send its signal exactly then (`pause_point`; WHO a rank or `launcher`): `launcher:start`
+(before the launcher's signal handlers exist), `launcher:finish` (torchrun has exited, the
+summary is not yet completed), `RANK:rendezvous` (before the process group is joined: the
+other ranks wait in the rendezvous), `RANK:summary` (the run is measured, its summary not yet
+written). A stuck collective is `hang`. Torch is imported only where used: the launcher imports this.
 """
 
 from __future__ import annotations
@@ -17,14 +24,13 @@ import contextlib
 import os
 import signal
 import time
-
-import torch
+from pathlib import Path
 
 
 def injection(rank: int) -> tuple[str, int] | None:
     """This rank's planned fault from DDPBENCH_INJECT: (kind, step; MS for slow), or None."""
     spec = os.environ.get("DDPBENCH_INJECT", "")
-    if not spec:
+    if not spec or spec.startswith("pause:"):
         return None
     kind, r, s = spec.split(":")
     return (kind, int(s)) if int(r) == rank else None
@@ -42,6 +48,8 @@ def inject(kind: str, rank: int, step: int) -> None:
         time.sleep(10**6)
     if kind == "kill":  # what the kernel's out-of-memory killer does
         os.kill(os.getpid(), signal.SIGKILL)
+    import torch
+
     if kind == "oom":  # a real failed allocation, under an address-space limit
         import resource
 
@@ -54,3 +62,11 @@ def inject(kind: str, rank: int, step: int) -> None:
             hog.append(torch.ones(2**26, dtype=torch.uint8))
     raise RuntimeError(f"injected failure (DDPBENCH_INJECT) in rank {rank} at step {step}")
 
+
+def pause_point(who: str | int, moment: str, out: Path) -> None:
+    """If DDPBENCH_INJECT is "pause:WHO:MOMENT": mark out/paused_WHO_MOMENT (the test's cue)
+    and sleep until a signal ends the process. Else nothing."""
+    if os.environ.get("DDPBENCH_INJECT") == f"pause:{who}:{moment}":
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"paused_{who}_{moment}").touch()
+        time.sleep(10**6)

@@ -39,7 +39,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ddpbench.run import diagnose
+from ddpbench.run import diagnose, faults
 from ddpbench.results import progress
 from ddpbench.core import safe_io, storage, sysinfo
 from ddpbench.core.params import NO_LINK, CellParams
@@ -86,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.exit(2, "error: --nnodes > 1 needs --rdzv-endpoint HOST:PORT (or a SLURM allocation)\n")
     args.argv = argv
     args.marks = {"launcher_start": _launcher_start()}
+    faults.pause_point("launcher", "start", args.out)
     if args.stop_with_parent:
         signal.signal(signal.SIGTERM, _terminated)
         _die_with_parent()
@@ -157,11 +158,29 @@ def launch(args: argparse.Namespace, params: CellParams) -> int:
             rc, timed_out = stop(proc), True
         except BaseException:  # Ctrl-C, SIGTERM from the workflow: take the ranks down too
             stop(proc)
+            unfinished(out, lead)
             raise
     args.marks["torchrun_exited"] = time.time()
-
     if not lead:
         return 0 if rc == 0 else 1
+    try:
+        faults.pause_point("launcher", "finish", out)
+        return complete_summary(args, params, out, rc, timed_out, limit, oom_before)
+    except (KeyboardInterrupt, SystemExit):
+        unfinished(out, lead)
+        raise
+
+
+def unfinished(out: Path, lead: bool) -> None:
+    """The launch was interrupted (Ctrl-C, SIGTERM) before it completed the run's summary: the
+    run is not a measurement, whatever the ranks wrote, so the next run redoes it."""
+    if lead:
+        (out / "summary.json").unlink(missing_ok=True)
+
+
+def complete_summary(args, params: CellParams, out: Path, rc: int, timed_out: bool, limit: float, oom_before) -> int:
+    """After torchrun: rank 0's summary, or the diagnosed failure in its place, completed with
+    the launcher's timeline; its result line said."""
     summary_path = out / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
     # An ok (or skipped) summary stands even if a rank then failed in teardown: what it
@@ -237,8 +256,10 @@ def progress_line(out: Path, summary: dict) -> str:
 
 def clear_earlier_attempt(out: Path) -> None:
     """A stale summary (or profile) from an earlier attempt must not pass for this one."""
-    for stale in ["summary.json", "profile.csv", *(p.name for p in out.glob("steps_rank*.csv")), *(p.name for p in out.glob("error_rank*.txt"))]:
-        (out / stale).unlink(missing_ok=True)
+    stale = [out / "summary.json", out / "profile.csv"]
+    stale += [p for pattern in ("steps_rank*.csv", "error_rank*.txt", "paused_*") for p in out.glob(pattern)]
+    for path in stale:
+        path.unlink(missing_ok=True)
     diagnose.clear(out)
     safe_io.remove_temporaries(out)  # left by a process killed mid-write
 

@@ -39,7 +39,7 @@ from ddpbench import strategies
 from ddpbench.core import run_output, storage, sysinfo
 from ddpbench.core.params import CellParams
 from ddpbench.core.run_output import write_json
-from ddpbench.run import diagnose
+from ddpbench.run import diagnose, faults
 from ddpbench.run.cell import execute, wall_clock
 from ddpbench.run.quick_exit import freeze_for_exit
 from ddpbench.run.rank import Ranks, configure_threads, cuda_device, join_process_group
@@ -110,6 +110,7 @@ def run(params: CellParams, out: Path, dump_params: Path | None = None) -> int:
         return 0
     device = cuda_device(params, ranks) if cuda else torch.device("cpu")
     try:
+        faults.pause_point(ranks.rank, "rendezvous", out)
         join_process_group(params, ranks, device)
         marks["process_group_ready"] = time.time()
         summary = execute(
@@ -117,6 +118,7 @@ def run(params: CellParams, out: Path, dump_params: Path | None = None) -> int:
             marks=marks, forked_from_threads=FORKED_FROM_THREADS,
         )  # fmt: skip
         if summary is not None:
+            faults.pause_point(ranks.rank, "summary", out)
             marks["summary_written"] = time.time()  # the write of the summary itself follows (< 1 ms)
             write_json(out / "summary.json", run_output.with_timeline(summary, marks))
         return 0
