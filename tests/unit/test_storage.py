@@ -4,6 +4,10 @@ same faults for real on a tiny filesystem)."""
 
 import errno
 import os
+import shutil
+import tempfile
+import traceback
+from pathlib import Path
 
 import pytest
 
@@ -57,13 +61,44 @@ def test_probe_is_silent_where_it_can_write_and_leaves_nothing(tmp_path):
     assert list((tmp_path / "a" / "b").iterdir()) == []
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through permissions")
+NOBODY = 65534
+
+
+def unprivileged(check) -> None:
+    """Run `check()` in a forked child that dropped root's privileges (user nobody): root
+    writes through permissions, so as root only such a child can meet them."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            check()
+            code = 0
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "the check failed in the unprivileged child (its traceback above)"
+
+
 def test_probe_explains_a_folder_it_may_not_write(tmp_path):
-    tmp_path.chmod(0o500)
+    root = os.geteuid() == 0
+    folder = Path(tempfile.mkdtemp(dir="/tmp")) if root else tmp_path  # pytest's tmp_path: root's, 0700
+    if root:
+        os.chown(folder, NOBODY, NOBODY)
+    folder.chmod(0o500)
+
+    def check():
+        assert "Permission denied" in storage.probe(folder / "run") and storage.read_only(folder)
+
     try:
-        assert "Permission denied" in storage.probe(tmp_path / "run") and storage.read_only(tmp_path)
+        unprivileged(check) if root else check()
     finally:
-        tmp_path.chmod(0o700)
+        folder.chmod(0o700)
+        if root:
+            shutil.rmtree(folder)
 
 
 def test_plan_check_names_free_and_needed_bytes_and_counts_measured_runs(tmp_path, monkeypatch):
