@@ -205,7 +205,7 @@ def test_fits_with_single_world_size_say_too_few_points():
     assert len(amdahl) == 1  # the ddp group's row: .all() over an empty table would pass
     row = amdahl.iloc[0]
     assert (row["group"], row["kind"], row["parameter"]) == ("strategy=ddp", "too few points", "-")
-    assert np.isnan(row["estimate"]) and row["note"].startswith("too few points: 1 distinct")
+    assert np.isnan(row["estimate"]) and row["note"].startswith("too few points: this strategy ran at 1 worker count(s)")
     assert set(fits["law"]) == {"amdahl", "cost_model"}  # no Karp–Flatt row without p > 1
 
 
@@ -494,7 +494,7 @@ def test_gustafson_needs_two_distinct_worker_counts_above_1():
 
 def test_amdahl_with_two_distinct_worker_counts_is_refused_even_with_repeats():
     out = fit_amdahl([1, 1, 2, 2], [10.0, 10.1, 6.0, 6.1])
-    assert out == "too few points: 2 distinct worker counts, Amdahl needs 3"
+    assert out == "too few points: this strategy ran at 2 worker count(s), Amdahl needs 3"
 
 
 # -- intervals by hand -----------------------------------------------------------------------------

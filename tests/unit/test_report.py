@@ -116,7 +116,11 @@ def test_report_single_world_size_with_baseline_says_too_few_points(tmp_path):
     fits = pd.read_csv(tmp_path / "out" / "fits.csv")
     amdahl = fits[fits["law"] == "amdahl"]
     assert (amdahl["kind"] == "too few points").all() and amdahl["estimate"].isna().all()
-    assert "too few points" in (tmp_path / "out" / "report.html").read_text()
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert "too few points" in html
+    # Nothing was extrapolated, so the report does not explain prediction rows it lacks.
+    assert "prediction" not in set(fits["kind"]) and "PREDICTION" not in html
+    assert "PREDICTION" not in (tmp_path / "out" / "report.tex").read_text()
 
 
 def test_report_single_repeat_has_no_intervals(tmp_path):

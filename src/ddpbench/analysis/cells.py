@@ -37,8 +37,8 @@ METRICS = {
     "frac_other": "other (unattributed) fraction",
     "frac_imbalance": "imbalance fraction",
     "compute_comm_ratio": "compute / exposed comm",
-    "peak_rss_mb": "peak RSS [MB]",
-    "cuda_max_allocated_mb": "peak CUDA memory [MB]",
+    "peak_rss_mb": "peak RSS [MiB]",
+    "cuda_max_allocated_mb": "peak CUDA memory [MiB]",
     # Bytes a rank holds for training, counted from its own tensors (its shards under zero and the
     # FSDP strategies; the largest rank's): exact, the same in every repeat of a cell.
     "extra_param_bytes": "parameters held per rank [bytes]",

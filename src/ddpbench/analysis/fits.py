@@ -63,7 +63,7 @@ def fit_amdahl(p, t) -> Fit | str:
     """
     p, t = np.asarray(p, float), np.asarray(t, float)
     if len(np.unique(p)) < 3:
-        return f"too few points: {len(np.unique(p))} distinct worker counts, Amdahl needs 3"
+        return f"too few points: this strategy ran at {len(np.unique(p))} worker count(s), Amdahl needs 3"
     (t1, f), cov = optimize.curve_fit(amdahl_time, p, t, p0=(float(t.max()), 0.1), sigma=t, bounds=([0, 0], [np.inf, 1]))
     lo, hi = _t_interval(np.array([t1, f]), cov, len(p) - 2)
     return Fit(

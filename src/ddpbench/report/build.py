@@ -198,6 +198,7 @@ def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.P
             speedup=speedup_table(speed, shown),
             comparisons=comparisons_table(comparisons, shown),
             fits=fits_table(fits),
+            predictions=bool(len(fits)) and bool((fits["kind"] == "prediction").any()),
             links=links_tables(links),
             problems=problems_table(runs, shown),
         )

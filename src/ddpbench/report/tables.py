@@ -100,7 +100,8 @@ def speedup_table(speed: pd.DataFrame, shown: list[str]) -> Table:
     classes = ["unstable" if bool(r.get("unstable", False)) else "" for _, r in speed.iterrows()]
     return Table(shown + ["measure", "baseline", "repeats", "epoch time [s]", "S(p)", "E(p)", "flags"], rows,
                  "S = geometric-mean baseline epoch time / geometric-mean epoch time [95% Welch t-interval on the "
-                 "log ratio]; E = S/p with S's interval over p; UNSTABLE: the cell or its baseline is", classes)  # fmt: skip
+                 "log ratio]; E = S/p with S's interval over p; UNSTABLE: the cell or its baseline is unstable (the cause "
+                 "in the flags)", classes)  # fmt: skip
 
 
 def speedup_flags(r) -> str:

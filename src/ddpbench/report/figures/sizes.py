@@ -94,7 +94,7 @@ def fig_throughput_vs_batch(d: Data):
 
 def fig_memory_vs_batch(d: Data):
     return _vs_axis(d, "memory_vs_batch", "batch_size",
-                    [("peak_rss_mb", "peak RSS [MB] (max over ranks)"), ("cuda_max_allocated_mb", "peak CUDA allocated [MB]")])  # fmt: skip
+                    [("peak_rss_mb", "peak RSS [MiB] (max over ranks)"), ("cuda_max_allocated_mb", "peak CUDA allocated [MiB]")])  # fmt: skip
 
 
 def fig_dataset_size(d: Data):

@@ -42,7 +42,7 @@ def build(d: StudyData):
               for k, g in per_epoch.groupby(cols, dropna=False, sort=False)} if not per_epoch.empty else {}  # fmt: skip
     t = t.assign(_p=pd.to_numeric(t["world_size"], errors="coerce"), _key=[tuple(map(str, k)) for k in t[cols].itertuples(index=False)])
     columns = ["device", "model", "strategy", "p", "batch", "workers", "throughput [samples/s]", "per epoch [samples/s]",
-               "epoch [s]", "round [ms]", "peak memory [MB]", "test accuracy [%]", "speedup"]  # fmt: skip
+               "epoch [s]", "round [ms]", "peak memory [MiB]", "test accuracy [%]", "speedup"]  # fmt: skip
     rows = []
     order = ["device", "model", "_p", "strategy", "batch_size", "num_workers"]
     for _, r in t.sort_values([c for c in order if c in t], kind="stable", key=lambda s: s.astype(str)).iterrows():
