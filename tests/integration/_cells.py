@@ -9,6 +9,7 @@ leaves OUT/<strategy>-<model>[-KEY=VALUE...]/{summary.json, steps_rank*.csv, par
 """
 
 import argparse
+import gc
 import sys
 from pathlib import Path
 
@@ -44,6 +45,10 @@ def main() -> None:
             if summary is not None:
                 write_json(run_dir / "summary.json", summary)
     finally:
+        # The cells' models and optimizers hold the process group and some sit in reference
+        # cycles (FSDP's modules and states): collected now, the group and its gloo threads
+        # go in destroy_process_group, not in the interpreter's teardown at exit.
+        gc.collect()
         dist.destroy_process_group()
 
 

@@ -14,6 +14,8 @@ broadcasts of all shards together move every parameter to every rank, which cost
 rank (p−1)/p of the model's bytes in a ring; one call per parameter.
 """
 
+import weakref
+
 from torch.distributed.optim import ZeroRedundancyOptimizer
 
 from ddpbench.strategies.base import nbytes, optimizer_class, state_bytes, timed_blocking
@@ -30,7 +32,11 @@ class Zero(DDP):
         cls, kwargs = optimizer_class(ctx.params)
         opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=cls, **kwargs)
         if ctx.instrument:
-            opt._sync_params = timed_blocking(opt._sync_params, ctx, "optimizer")
+            # Through a weak reference: the optimizer holding a closure over its own bound
+            # method would be a reference cycle, keeping it (and its gloo process group, whose
+            # threads run on) alive past destroy_process_group until the interpreter's teardown.
+            sync = weakref.WeakMethod(opt._sync_params)
+            opt._sync_params = timed_blocking(lambda: sync()(), ctx, "optimizer")
         return opt
 
     def after_step(self, model, optimizer, ctx):
