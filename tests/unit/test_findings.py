@@ -10,6 +10,7 @@ from report_synth import make_runs
 from ddpbench import analysis
 from ddpbench.report.findings import Finding, findings
 from ddpbench.report.findings.common import ANCHORS, KINDS, key_text, key_texts
+from ddpbench.report.findings.fits import fit_findings
 from ddpbench.report.findings.phases import profile_findings
 from ddpbench.report.text import pct_text, ratio_text, sig3
 
@@ -168,9 +169,13 @@ def test_unfitted_amdahl_says_why_once():
                               kind="too few points", estimate=np.nan, ci_low=np.nan, ci_high=np.nan, n_points=6,
                               r2=np.nan, note="too few points: 2 distinct worker counts, Amdahl needs 3")
                          for s in ("ddp", "allreduce")])  # fmt: skip
-    speed = pd.DataFrame([speed_row("ddp", 1, 1.0, 0.9, 1.1), speed_row("ddp", 2, 1.8, 1.7, 1.9)])
-    (f,) = of(check(findings(EMPTY, EMPTY, speed, EMPTY, fits)), "fit")
-    assert f.text == "Amdahl's law was not fitted: it needs ≥ 3 world sizes; this grid has 2."
+    speed = pd.DataFrame([speed_row("ddp", 2, 1.0, 0.9, 1.1), speed_row("ddp", 4, 1.8, 1.7, 1.9)])
+    # Three world sizes in the grid (1, 2, 4), but no strategy at three: the sentence used to say
+    # "this grid has 3" beside a fits table saying 2 (the dataset-size preset).
+    runs = pd.DataFrame({"status": ["ok"] * 3, "strategy": ["single", "ddp", "ddp"], "world_size": [1, 2, 4]})
+    (f,) = of(check(fit_findings(fits, speed, runs)), "fit")
+    assert f.text == ("Amdahl's law was not fitted: it needs a strategy measured at ≥ 3 world sizes; the most any "
+                      "strategy here was measured at is 2.")
 
 
 def test_fitted_serial_fraction_and_prediction_labelled_extrapolation():

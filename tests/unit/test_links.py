@@ -295,6 +295,29 @@ def test_finding_says_which_never_beats_one_process_and_what_is_extrapolated():
             "bandwidth (") in f.text
 
 
+def test_a_fit_that_does_not_hold_is_said_so_and_no_crossing_or_bandwidth_is_read_off_it():
+    """The interconnect preset on a loaded machine: fits with R² below 0 were quoted as crossings
+    ("loses to one process below ~97 Mbit/s") and as an effective bandwidth 2x the link's cap."""
+    runs, table = _links(strategies=("allreduce", "gather_scatter"))
+    poor = table.copy()
+    poor.loc[(poor["kind"] == "crossing") & (poor["strategy"] == "allreduce"), "r2"] = -0.1
+    poor.loc[poor["kind"] == "link", "r2"] = -0.58
+    out = [f for f in F.findings(runs, None, None, None, None, links=poor) if f.kind == "link"]
+    crossing = next(f for f in out if f.anchor == "fig-link")
+    assert "gather_scatter loses to one process below ~" in crossing.text and "allreduce below" not in crossing.text
+    assert "for allreduce (R² -0.100) the time per sample does not follow a + b/bandwidth (R² below 0.5)" in crossing.text
+    (fit,) = [f for f in out if f.anchor == "links"]
+    assert "does not follow t = α·calls + bytes/B (R² below 0.5): no effective bandwidth" in fit.text
+    assert "the probe's" not in fit.text
+
+
+def test_a_crossing_interval_of_the_resamples_that_cross_says_so():
+    from ddpbench.report.findings.links import _crossing_ci
+
+    row = pd.Series({"crossing_gbps_ci_low": 0.00652, "crossing_gbps_ci_high": 1.64, "crossing_other_share": 0.284})
+    assert _crossing_ci(row) == " [6.52 Mbit/s, 1.64 Gbit/s] (95 % bootstrap over runs, of the resamples that cross; 28.4 % do not)"
+
+
 def test_each_link_study_gets_its_crossing_before_any_fit_sentence():
     other = make_link_runs(seed=5).assign(model="othernet")
     other["run_dir"] += "-othernet"

@@ -316,7 +316,7 @@ def test_accelerators_answers_each_part_of_its_question():
     rows = [dict(zip(sec.columns, r)) for r in sec.rows]
     assert len(rows) == 8 and {r["device"] for r in rows} == {"cpu"}  # skipped cells: in the findings and problems
     (auto,) = [r for r in rows if r["batch"].startswith("auto") and r["device"] == "cpu"]
-    assert auto["batch"] == "auto → 1024" and auto["peak memory [MB]"].endswith("(RSS)")
+    assert auto["batch"] == "auto → 1024" and auto["peak memory [MiB]"].endswith("(RSS)")
     (local,) = [r for r in rows if r["strategy"] == "local_sgd" and r["device"] == "cpu"]
     t = ok[ok["strategy"] == "local_sgd"]["step_time_median_s"]
     assert local["round [ms]"] == num(1e3 * (4 * t * 0.9).median())
@@ -355,7 +355,7 @@ def test_accelerators_compares_the_devices_on_the_same_cells():
     assert "the GPU's throughput is 10.0× the CPU's (median over 8 cells; 10.0–10.0×)" in text and "Nothing ran" not in text
     assert "batch_size auto on cuda (mlp) chose 1024" in text and "peak memory 700 [700, 700] MB (GPU)" in text
     rows = [dict(zip(sec.columns, r)) for r in sec.rows]
-    assert {r["peak memory [MB]"][-5:] for r in rows if r["device"] == "cuda"} == {"(GPU)"}
+    assert {r["peak memory [MiB]"][-5:] for r in rows if r["device"] == "cuda"} == {"(GPU)"}
     assert "did not run" not in text
 
     # one GPU: its one-process cells ran, its 2- and 4-rank strategies were skipped at start (as on the H100)

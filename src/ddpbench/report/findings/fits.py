@@ -38,10 +38,11 @@ def fit_findings(fits: pd.DataFrame, speed: pd.DataFrame, runs: pd.DataFrame) ->
         law = LAW_TEXT.get(str(r["law"]), str(r["law"]))
         note = str(r.get("note", "")) if pd.notna(r.get("note", np.nan)) else ""
         if note.startswith("too few"):
-            src = speed if not speed.empty and "world_size" in speed else runs
-            n = pd.to_numeric(src["world_size"], errors="coerce").nunique() if "world_size" in src else 0
+            # Each strategy is fitted over its own world sizes (the baseline's p = 1 is not one of them).
+            n = _most_world_sizes(runs)
             need = "3 world sizes" if r["law"] == "amdahl" else "2 world sizes above 1"
-            return [Finding("fit", f"{law} was not fitted: it needs ≥ {need}; this grid has {n}.", "fits")]
+            return [Finding("fit", f"{law} was not fitted: it needs a strategy measured at ≥ {need}; the most any "
+                                   f"strategy here was measured at is {n}.", "fits")]
         return [Finding("fit", f"{law} was not fitted: {note or 'no group could be fitted'}.", "fits")]
     # best group first: the strategy with the highest speedup at the largest world size
     best = str(largest(speed).iloc[0]["strategy"]) if not speed.empty and "strategy" in speed and speed["speedup"].notna().any() else None
@@ -69,3 +70,12 @@ def fit_findings(fits: pd.DataFrame, speed: pd.DataFrame, runs: pd.DataFrame) ->
                 out.append(Finding("fit", f"Extrapolation, not a measurement: at world size {value_text(p_max)}, for "
                                           f"{who}, {listing(said, limit=4, sep='; ')}.", "fits"))
     return out
+
+
+def _most_world_sizes(runs: pd.DataFrame) -> int:
+    """The most distinct world sizes any one strategy ran at (ok runs), as the fits count them."""
+    if runs.empty or not {"strategy", "world_size"} <= set(runs.columns):
+        return 0
+    ok = runs[runs["status"] == "ok"] if "status" in runs else runs
+    sizes = pd.to_numeric(ok["world_size"], errors="coerce")
+    return int(sizes.groupby(ok["strategy"]).nunique().max()) if len(ok) else 0

@@ -16,6 +16,16 @@ from ddpbench.report.findings.common import Finding, row_num, setting_text
 from ddpbench.report.text import bandwidth_text, finite, listing, sig3
 
 
+# Below this R² a fit explains less than half the variation of what it fits: the report does
+# not read a crossing or an effective bandwidth off it, it says the fit does not hold.
+FIT_R2_MIN = 0.5
+
+
+def _fits(r) -> bool:
+    r2 = row_num(r, "r2")
+    return not np.isfinite(r2) or r2 >= FIT_R2_MIN
+
+
 def _who(r) -> str:
     setting = r.get("setting", "")
     return str(r["strategy"]) + (f" ({setting})" if isinstance(setting, str) and setting else "")
@@ -27,10 +37,13 @@ def _crossing_ci(r) -> str:
     if not (np.isfinite(lo) and np.isfinite(hi)):
         return " (no interval: fewer than 2 runs on a link or of one process)" if not np.isfinite(other) else (
             " (no interval: the resamples disagree on whether it crosses)")  # fmt: skip
-    share = f"; in {sig3(100 * other)} % of resamples it does not cross" if other > 0 else ""
     if bandwidth_text(lo) == bandwidth_text(hi):
+        share = f"; in {sig3(100 * other)} % of resamples it does not cross" if other > 0 else ""
         return f" (the same in every bootstrap resample of the runs{share})"
-    return f" [{bandwidth_text(lo)}, {bandwidth_text(hi)}] (95 % bootstrap over runs{share})"
+    if other > 0:  # the interval is of the resamples that cross: say so, and how many do not
+        return (f" [{bandwidth_text(lo)}, {bandwidth_text(hi)}] (95 % bootstrap over runs, of the resamples that "
+                f"cross; {sig3(100 * other)} % do not)")
+    return f" [{bandwidth_text(lo)}, {bandwidth_text(hi)}] (95 % bootstrap over runs)"
 
 
 def _crossings_text(cross: pd.DataFrame) -> str:
@@ -39,6 +52,8 @@ def _crossings_text(cross: pd.DataFrame) -> str:
     that never lose to it, and those that could not be compared."""
     parts = []
     obj = lambda: "it" if parts else "one process"  # noqa: E731 — named once, then "it"
+    loose = cross[~cross.apply(_fits, axis=1)] if len(cross) else cross
+    cross = cross.drop(loose.index)
     losers = cross[cross["verdict"] == analysis.LOSES_BELOW]
     losers = losers.iloc[np.argsort(-pd.to_numeric(losers["crossing_gbps"], errors="coerce").to_numpy(), kind="stable")]
     said = []
@@ -56,6 +71,10 @@ def _crossings_text(cross: pd.DataFrame) -> str:
         names = [_who(r) for _, r in cross[cross["verdict"] == verdict].iterrows()]
         if names:
             parts.append(f"{listing(names, limit=len(names))} {one if len(names) == 1 else many} {obj()}{tail}")
+    if len(loose):
+        names = [f"{_who(r)} (R² {sig3(row_num(r, 'r2'))})" for _, r in loose.iterrows()]
+        parts.append(f"for {listing(names, limit=len(names))} the time per sample does not follow a + b/bandwidth "
+                     f"(R² below {FIT_R2_MIN}): no crossing is read off {'its' if len(names) == 1 else 'their'} fit")
     for _, r in cross[~cross["verdict"].isin([analysis.LOSES_BELOW, analysis.ALWAYS_LOSES, analysis.NEVER_LOSES])].iterrows():
         note = r.get("note", "")
         parts.append(f"{_who(r)} could not be compared with {obj()} ({note if isinstance(note, str) and note else 'not fitted'})")
@@ -81,6 +100,12 @@ def link_findings(links: pd.DataFrame) -> list[Finding]:
                     "a + b/bandwidth).")
             crossings.append(Finding("link", text, "fig-link"))
         fitted = link_rows[pd.to_numeric(link_rows["bandwidth_gbps"], errors="coerce") > 0]
+        loose = fitted[~fitted.apply(_fits, axis=1)] if len(fitted) else fitted
+        if len(loose):
+            names = listing([f"{r['link']} (R² {sig3(row_num(r, 'r2'))})" for _, r in loose.iterrows()], limit=len(loose))
+            fits.append(Finding("link", f"On {names}{where}, communication per step does not follow t = α·calls + bytes/B "
+                                        f"(R² below {FIT_R2_MIN}): no effective bandwidth is read off the fit.", "links"))
+            fitted = fitted.drop(loose.index)
         if len(fitted):
             ratio = pd.to_numeric(fitted["bandwidth_gbps"]) / pd.to_numeric(fitted["achieved_gbps"])
             alpha = pd.to_numeric(fitted["alpha_s"]) * 1e6

@@ -170,8 +170,8 @@ def build(d: StudyData):
             "cheaper start but slower steps) is where that line crosses one process's "
             "(the single baseline's with the same other axes, medians over its dataset sizes; the answer's interval: "
             "a percentile bootstrap over both sides' runs): "
-            "N* = (F_p − F_1) / (epochs · (s_1 − s_p)). The fitted T_p = T_comp/p + T_comm + T_sync per dataset size "
-            "is the cost model in the fits table.")  # fmt: skip
+            "N* = (F_p − F_1) / (epochs · (s_1 − s_p)). The cost model T_p = T_comp/p + T_comm + T_sync per dataset size "
+            "is in the fits table where a strategy ran at enough worker counts to fit it.")  # fmt: skip
     return columns, rows, note, found
 
 
