@@ -487,7 +487,7 @@ def test_gustafson_fit_by_hand_with_dof_n_above_1_minus_1():
 
 def test_gustafson_needs_two_distinct_worker_counts_above_1():
     out = fit_gustafson([1, 2, 2], [1.0, 1.9, 1.8])
-    assert isinstance(out, str) and out.startswith("too few points: 1 distinct")
+    assert isinstance(out, str) and out.startswith("too few points: this strategy ran at 1 worker count(s) above 1")
     fit = fit_gustafson([1, 2, 4], [1.0, 1.9, 3.7])  # exactly two: enough
     assert fit.params["alpha"].estimate == pytest.approx((0.1 + 3 * 0.3) / 10)  # x = [1, 3], y = [0.1, 0.3]
 
@@ -765,7 +765,7 @@ def test_cost_model_refusals():
     runs = _scaling_runs()
     g = runs[runs["strategy"] == "ddp"]
     assert fit_cost_model(g.drop(columns="phase_comm_s")) == "no communication columns in runs.csv"
-    assert fit_cost_model(g[g["world_size"] < 4]) == "too few points: 2 distinct worker counts, the cost model needs 3"
+    assert fit_cost_model(g[g["world_size"] < 4]) == "too few points: this strategy ran at 2 worker count(s), the cost model needs 3"
     assert fit_cost_model(g.assign(comm_bytes_per_step=0.0)) == "no measured communication"
     no_volume = fit_cost_model(g.assign(extra_comm_volume="none"))
     assert no_volume == "communication measured but the strategy's volume law is 'none'"

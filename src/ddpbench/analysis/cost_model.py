@@ -176,7 +176,7 @@ def fit_cost_model(g: pd.DataFrame, sweep: pd.DataFrame | None = None, predict_a
     g = g.dropna(subset=COST_NEEDS)
     sizes = g["world_size"].value_counts()
     if len(sizes) < 3:
-        return f"too few points: {len(sizes)} distinct worker counts, the cost model needs 3"
+        return f"too few points: this strategy ran at {len(sizes)} worker count(s), the cost model needs 3"
     ab, source = None, "the runs' measured communication"
     match = sweep[sweep["device"].astype(str) == str(g["device"].iloc[0])] if sweep is not None and len(sweep) and "device" in g else []
     if len(match):

@@ -79,7 +79,7 @@ def fit_gustafson(p, s) -> Fit | str:
     p, s = np.asarray(p, float), np.asarray(s, float)
     above = p > 1
     if len(np.unique(p[above])) < 2:
-        return f"too few points: {len(np.unique(p[above]))} distinct worker counts above 1, Gustafson needs 2"
+        return f"too few points: this strategy ran at {len(np.unique(p[above]))} worker count(s) above 1, Gustafson needs 2"
     x, y = (p - 1)[above], (p - s)[above]  # p − S = α (p − 1)
     alpha = float(x @ y / (x @ x))
     dof = len(x) - 1
