@@ -37,7 +37,7 @@ from typing import Callable, Hashable, Iterable, Sequence
 import numpy as np
 from scipy import stats
 
-from ddpbench.analysis.intervals import welch_halfwidth
+from ddpbench.analysis.intervals import t_halfwidth, welch_halfwidth
 
 SCHEDULE = (3, 5, 8, 11, 14, 20, 28, 40)
 # calibrate_look_alpha(SCHEDULE, reps=400_000, seed=0) -> 0.00969 (15 looks, one side's noise
@@ -93,9 +93,8 @@ def judge(question: Question, values: dict, alpha: float = LOOK_ALPHA) -> Verdic
         return Verdict(question, "open", est, math.nan, math.nan, runs)
     level = 1 - alpha
     if question.kind == "precision":
-        y = logs[0]
-        center = y.mean()
-        half = float(stats.t.ppf(1 - alpha / 2, len(y) - 1) * y.std(ddof=1) / math.sqrt(len(y)))
+        center = logs[0].mean()
+        half = float(t_halfwidth(logs[0], level))
         verdict = "met" if half <= math.log1p(question.tolerance) else "open"
     else:
         center = logs[0].mean() - logs[1].mean()
