@@ -19,6 +19,7 @@ report: "report/workflow.rst"
 include: "workflow/rules/common.smk"
 include: "workflow/rules/plan.smk"
 include: "workflow/rules/train.smk"
+include: "workflow/rules/design.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/report.smk"
 
@@ -26,7 +27,7 @@ include: "workflow/rules/report.smk"
 rule all:
     default_target: True
     input:
-        get_final_output(),
+        get_final_output,
 
 
 onstart:

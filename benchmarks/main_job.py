@@ -12,6 +12,8 @@ Clones the checkout's committed `--ref` into a fresh folder (nothing uncommitted
                      value (target: >= 90 %)
   speedup            every world-size-2 speedup's interval half-width / S (target: <= 10 %)
   unstable           cells flagged unstable, with their causes
+  design             with repeats: until_decided, the share of questions decided (target:
+                     >= 90 %), runs per cell and why each stopped, and the decision table
 
 The figures are read from the report's own tables (cells.csv, speedup.csv), so they are
 the numbers a user sees. Quiet machine: nothing else running (the load says).
@@ -32,7 +34,8 @@ import time
 import pandas as pd
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-TARGETS = {"wall_s": 12 * 60, "throughput_share": 0.90, "throughput_rel_half": 0.05, "speedup_rel_half": 0.10}
+TARGETS = {"wall_s": 12 * 60, "throughput_share": 0.90, "throughput_rel_half": 0.05, "speedup_rel_half": 0.10,
+           "decided_share": 0.90}
 
 
 def half_width(df: pd.DataFrame, col: str) -> pd.Series:
@@ -72,6 +75,35 @@ def figures(report_dir: pathlib.Path, runs_csv: pathlib.Path) -> dict:
     }
 
 
+def design_figures(results: pathlib.Path) -> dict | None:
+    """The sequential design's last decision, summarised (None with fixed repeats)."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from ddpbench.report.decisions import labels
+
+    rounds = sorted((results / "design").glob("round~*.json"), key=lambda p: int(p.stem.split("~")[1]))
+    if not rounds:
+        return None
+    last = json.loads(rounds[-1].read_text())
+    name = labels(list(last["counts"]))
+    verdicts = last["verdicts"]
+    decided = [v for v in verdicts if v["verdict"] not in ("open", "undecided")]
+    table = []
+    for v in sorted(verdicts, key=lambda v: (v["verdict"] not in ("open", "undecided"), v["kind"])):
+        what = " vs ".join(name[c] for c in v["cells"]) + (" (precision)" if v["kind"] == "precision" else "")
+        est = "–" if v["estimate"] is None else f"{v['estimate']:.4g} [{v['low']:.4g}, {v['high']:.4g}]"
+        table.append(f"{v['verdict']:10s} {est:32s} runs {'/'.join(map(str, v['runs'])):6s} {what}")
+    return {
+        "rounds": last["round"] + 1,
+        "questions": len(verdicts),
+        "decided": len(decided),
+        "decided_share": len(decided) / max(len(verdicts), 1),
+        "runs_per_cell": {name[c]: n for c, n in last["counts"].items()},
+        "stopped": {name[c]: why for c, why in last["stopped"].items()},
+        "spent": last["spent"],
+        "table": table,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ref", default="HEAD", help="commit of this checkout to clone (default HEAD)")
@@ -97,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     out = {"wall_s": round(wall, 1), "loadavg_before": load_before, "loadavg_after": load_after}
     out.update(figures(clone / "results" / "report", clone / "results" / "aggregate" / "runs.csv"))
     out["last_line"] = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+    out["design"] = design_figures(clone / "results")
 
     print(f"main job: {out['wall_s']:.0f} s wall (target <= {TARGETS['wall_s']} s), "
           f"load {load_before:.2f} before, {load_after:.2f} after; other processes' share of the "
@@ -109,6 +142,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"speedup at p=2: half-width / S median {100 * out['speedup_rel_half_median']:.1f} %, worst "
           f"{100 * out['speedup_rel_half_max']:.1f} % over {out['speedup_cells']} cells (target: all <= 10 %)")
     print(f"unstable cells: {len(out['unstable'])}" + "".join(f"\n  {u}" for u in out["unstable"]))
+    d = out["design"]
+    if d:
+        print(f"design: {d['decided']}/{d['questions']} questions decided ({100 * d['decided_share']:.0f} %, target "
+              f">= 90 %) in {d['rounds']} rounds, {d['spent']['runs']} runs, {d['spent']['seconds'] / 60:.1f} min of runs")
+        print("runs per cell: " + "; ".join(f"{c}: {n} ({d['stopped'].get(c, '?')})" for c, n in d["runs_per_cell"].items()))
+        print("\n".join("  " + row for row in d["table"]))
     if args.json:
         args.json.write_text(json.dumps(out, indent=1) + "\n")
     if not args.keep:

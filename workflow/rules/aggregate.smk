@@ -7,7 +7,7 @@
 
 rule aggregate:
     input:
-        summaries=run_summaries(),
+        summaries=all_run_summaries,
     output:
         runs=f"{RESULTS}/aggregate/runs.csv",
         steps=f"{RESULTS}/aggregate/steps.csv",

@@ -62,6 +62,7 @@ from ddpbench.plan.jobs import (  # noqa: E402
 )
 from ddpbench.plan.user_models import check_grid as check_user_models  # noqa: E402
 from ddpbench.core.sysinfo import JOB_ID_ENV  # noqa: E402
+from ddpbench.analysis import design  # noqa: E402  (repeats: until_decided)
 
 # One id per `snakemake` call, inherited by every job it starts (unless the caller set one):
 # compare tells the runs of different invocations apart by it (docs/compare.md).
@@ -108,6 +109,22 @@ def validate_config(config):
         raise ConfigError(key, cause.message) from None
 
 
+def design_settings(config, axes):
+    """The sequential design's settings, each refusal naming its key."""
+    section = config["until_decided"]
+    try:
+        settings = design.Settings.from_config(section)
+    except ValueError as err:
+        raise ConfigError("until_decided", str(err)) from None
+    unknown = [a for a in settings.compare if a not in axes]
+    if unknown:
+        raise ConfigError(
+            "until_decided.compare",
+            f"{', '.join(unknown)} is not a grid axis (axes: {', '.join(axes)})",
+        )
+    return settings
+
+
 # The config and the grid, checked in this order; a refused value is one line naming its key.
 try:
     validate_config(config)
@@ -115,7 +132,11 @@ try:
     check_exclusions(config["exclude"], AXES)
     check_baseline(config["baseline"], AXES)
     FIXED_PARAMS = fixed_cell_params(config, AXES)
-    check_grid_size(AXES, config["repeats"], config["max_runs"])
+    SEQUENTIAL = config["repeats"] == "until_decided"
+    DESIGN = design_settings(config, AXES) if SEQUENTIAL else None
+    check_grid_size(
+        AXES, DESIGN.cap if SEQUENTIAL else config["repeats"], config["max_runs"]
+    )
     BASE_PARAMS = base_cell_params(config)
     CELLS = effective_cells(
         expand_grid(AXES, config["exclude"], logger.warning), BASE_PARAMS
@@ -133,11 +154,19 @@ try:
     COMPARE_TO = compare_to_table(config["compare_to"], RESULTS)
 except ConfigError as err:
     raise WorkflowError(str(err)) from None
-REPEATS = list(range(config["repeats"]))
+# The most repeats a cell can have (a sequential design's cap).
+REPEATS = list(range(DESIGN.cap if SEQUENTIAL else config["repeats"]))
 # cell path (device~cpu/world_size~2/...) -> the cell's axis values
 CELL_BY_PATH = dict(zip(CELLS.index, CELLS.to_dict(orient="records")))
 # A run folder: the cell's name~value folders (CELL_PATTERN), then repeat~N.
 RUN_DIR = run_folder(RESULTS, "{cell}", "{repeat}")
+# The sequential design's questions and the folder of its decisions (design.smk).
+QUESTIONS = (
+    design.grid_questions(CELL_BY_PATH, config["baseline"], DESIGN)
+    if SEQUENTIAL
+    else []
+)
+DESIGN_DIR = f"{RESULTS}/design"
 
 
 # -- per-job helpers (rules refer to these by name) ----------------------------------
@@ -231,16 +260,37 @@ def largest_image_size():
     return max(AXES.get("image_size", [FIXED_PARAMS["image_size"]]))
 
 
-def run_summaries():
-    """summary.json of every run of the grid (cells x repeats)."""
-    return summary_paths(RESULTS, CELL_BY_PATH, REPEATS)
+def run_counts():
+    """Cell -> its runs planned so far: `repeats` each; in a sequential design, as many as the
+    decisions already on disk ask for (the first round's before any)."""
+    if not SEQUENTIAL:
+        return {cell: len(REPEATS) for cell in CELL_BY_PATH}
+    return design.counts_on_disk(DESIGN_DIR, list(CELL_BY_PATH), DESIGN)
 
 
-def get_final_output():
+def run_summaries(counts=None):
+    """summary.json of every run planned so far (`counts`: cell -> runs; run_counts())."""
+    counts = run_counts() if counts is None else counts
+    return [
+        path
+        for cell, n in counts.items()
+        for path in summary_paths(RESULTS, [cell], range(n))
+    ]
+
+
+def all_run_summaries(wildcards):
+    """Every run the tables hold: the grid's; in a sequential design those of its last round,
+    found by following the decisions (the decide_round checkpoints, design.smk)."""
+    if not SEQUENTIAL:
+        return run_summaries()
+    return run_summaries(design_counts(final_round()))
+
+
+def get_final_output(wildcards):
     """What `snakemake` with no target builds: every run, the tables and the report.
     The runs are listed themselves so that deleting one run's folder reruns that cell
     (and what depends on it) even though the tables exist."""
-    return run_summaries() + [
+    return all_run_summaries(wildcards) + [
         f"{RESULTS}/aggregate/runs.csv",
         f"{RESULTS}/aggregate/steps.csv",
         f"{RESULTS}/report/report.html",

@@ -19,6 +19,7 @@ from ddpbench.core import storage
 from ddpbench.core.safe_io import atomic_write_text
 from ddpbench.core.sysinfo import code_fingerprint
 from ddpbench.plan.jobs import planned_runs, preflight_cells
+from ddpbench.plan.preflight import PREFIX as PLAN_PREFIX
 from ddpbench.plan.preflight import warnings as plan_warnings
 from ddpbench.plan.status import PLAN_ENV, stale_runs, write_plan
 from ddpbench.results import progress
@@ -35,10 +36,11 @@ def check_stale_runs():
     already in the results folder were made by other code, settings or environment."""
     plan = {
         "results": RESULTS,
-        "runs": planned_runs(CELL_BY_PATH, FIXED_PARAMS, REPEATS, RESULTS),
+        "runs": planned_runs(CELL_BY_PATH, FIXED_PARAMS, run_counts(), RESULTS),
     }
     if os.environ.get(PLAN_ENV):
-        write_plan(os.environ[PLAN_ENV], plan["results"], plan["runs"])
+        rounds = design.status_line(DESIGN_DIR) if SEQUENTIAL else ""
+        write_plan(os.environ[PLAN_ENV], plan["results"], plan["runs"], rounds)
         return
     stale = stale_runs(plan)
     if stale:
@@ -97,7 +99,8 @@ def explain_failure():
 
 def start_progress():
     """onstart: each launcher's result line then tells how far the grid is (ddpbench.results.progress)."""
-    progress.start(Path(RESULTS, "logs", "progress.json"), runs_to_measure())
+    round_ = len(design.decisions_on_disk(DESIGN_DIR)) + 1 if SEQUENTIAL else None
+    progress.start(Path(RESULTS, "logs", "progress.json"), runs_to_measure(), round_)
 
 
 def record_invocation():
@@ -138,7 +141,12 @@ def heal_damaged_runs():
 def print_plan():
     """What the grid will measure, and the traps in it, before any run (ddpbench.plan.preflight)."""
     cells = preflight_cells(CELL_BY_PATH.values(), FIXED_PARAMS)
-    PLAN_LINES[:] = plan_warnings(cells, len(REPEATS), runs_to_measure(), Path(RESULTS))
+    repeats = f"{DESIGN.first} first" if SEQUENTIAL else len(REPEATS)
+    PLAN_LINES[:] = plan_warnings(cells, repeats, runs_to_measure(), Path(RESULTS))
+    if SEQUENTIAL:
+        PLAN_LINES.append(
+            PLAN_PREFIX + design.plan_line(QUESTIONS, DESIGN, len(CELL_BY_PATH))
+        )
     for line in PLAN_LINES:
         logger.warning(line)
 

@@ -9,6 +9,7 @@ rule report:
         runs=f"{RESULTS}/aggregate/runs.csv",
         steps=f"{RESULTS}/aggregate/steps.csv",
         baseline=[COMPARE_TO] if COMPARE_TO else [],
+        design=final_decision,
     output:
         html=report(
             f"{RESULTS}/report/report.html",
@@ -68,10 +69,14 @@ rule report:
             f"--compare-to {shlex.quote(input.baseline[0])}" if input.baseline else ""
         ),
         study=f"--study {shlex.quote(config['study'])}" if config.get("study") else "",
+        design=lambda wildcards, input: (
+            f"--design {shlex.quote(input.design[0])}" if input.design else ""
+        ),
     shell:
         "python -m ddpbench.report --runs {input.runs:q} --steps {input.steps:q}"
         " --baseline-strategy {params.baseline_strategy:q} --max-rel-ci {params.max_rel_ci}"
         " --out {params.out_dir:q} --plan {params.plan:q} --log {log:q} {params.compare_to} {params.study}"
+        " {params.design}"
 
 
 # `snakemake archive`: the whole study in one file (runs, tables, report, config, lock)

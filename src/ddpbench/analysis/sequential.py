@@ -44,6 +44,11 @@ SCHEDULE = (3, 5, 8, 11, 14, 20, 28, 40)
 # 1.7x the other's); tests/unit/test_sequential.py re-derives it with fewer replicates and
 # checks the family-wise coverage it gives on simulated grids.
 LOOK_ALPHA = 0.0097
+# A precision question stops on its interval's width, which the spread alone sets: at the
+# 95 % level a width-stopped interval covers the truth in only 91 % of cells (stopping when the
+# spread happens to be small), at the per-look level 0.02 in >= 95.5 % at every noise level
+# (calibrate_precision_alpha; tests/unit/test_sequential.py).
+PRECISION_ALPHA = 0.02
 LEVEL = 0.95  # the family-wise level LOOK_ALPHA delivers
 TARGET = 0.05  # default relative precision of a cell's throughput
 MARGIN = 0.05  # default equivalence margin of a comparison
@@ -83,22 +88,23 @@ def _logs(values: Iterable[float]) -> np.ndarray:
     return np.log(x[np.isfinite(x) & (x > 0)])
 
 
-def judge(question: Question, values: dict, alpha: float = LOOK_ALPHA) -> Verdict:
+def judge(question: Question, values: dict, alpha: float = LOOK_ALPHA,
+          precision_alpha: float = PRECISION_ALPHA) -> Verdict:  # fmt: skip
     """The question's verdict and repeated confidence interval from the values measured so far
-    (`values`: cell -> throughputs of its runs)."""
+    (`values`: cell -> throughputs of its runs), at per-look level 1 - alpha (a comparison) or
+    1 - precision_alpha (a precision question)."""
     logs = [_logs(values.get(c, ())) for c in question.cells]
     runs = tuple(len(y) for y in logs)
     if min(runs) < 2:
         est = float(np.exp(logs[0].mean() - (logs[1].mean() if len(logs) > 1 else 0))) if min(runs) else math.nan
         return Verdict(question, "open", est, math.nan, math.nan, runs)
-    level = 1 - alpha
     if question.kind == "precision":
         center = logs[0].mean()
-        half = float(t_halfwidth(logs[0], level))
+        half = float(t_halfwidth(logs[0], 1 - precision_alpha))
         verdict = "met" if half <= math.log1p(question.tolerance) else "open"
     else:
         center = logs[0].mean() - logs[1].mean()
-        half = float(welch_halfwidth(logs[0], logs[1], level))
+        half = float(welch_halfwidth(logs[0], logs[1], 1 - alpha))
         lo, hi = center - half, center + half
         m = math.log1p(question.tolerance)
         verdict = "faster" if lo > 0 else "slower" if hi < 0 else "equivalent" if -m <= lo and hi <= m else "open"
@@ -121,11 +127,15 @@ class Round:
 
 
 def plan_round(questions: Sequence[Question], values: dict, runs_left: int | None = None,
-               schedule: Sequence[int] = SCHEDULE, alpha: float = LOOK_ALPHA) -> Round:  # fmt: skip
+               schedule: Sequence[int] = SCHEDULE, alpha: float = LOOK_ALPHA,
+               seconds_left: float | None = None, run_seconds: dict | None = None,
+               made: dict | None = None, precision_alpha: float = PRECISION_ALPHA) -> Round:  # fmt: skip
     """Judge every question, then give the next round to the cells with open questions: each
     moves to its schedule's next count. Most open questions first, then the widest interval
-    against its question's tolerance; `runs_left` (a run budget) cuts the round in that order."""
-    verdicts = [judge(q, values, alpha) for q in questions]
+    against its question's tolerance; a run budget (`runs_left`) and a time budget
+    (`seconds_left`, a cell's run costing `run_seconds[cell]`) cut the round in that order.
+    A cell's count is its number of values, or `made[cell]` (runs made, failed ones included)."""
+    verdicts = [judge(q, values, alpha, precision_alpha) for q in questions]
     open_by_cell: dict = {}
     for v in verdicts:
         if not v.decided:
@@ -138,23 +148,27 @@ def plan_round(questions: Sequence[Question], values: dict, runs_left: int | Non
     order = sorted(open_by_cell, key=lambda c: (-open_by_cell[c][0], -open_by_cell[c][1], str(c)))
     targets: dict = {}
     for c in order:
-        have = len(values.get(c, ()))
+        have = (made or {}).get(c, len(values.get(c, ())))
         goal = next_count(have, schedule)
         if goal is None:
             stopped[c] = "cap"
             continue
-        if runs_left is not None and goal - have > runs_left:
+        cost = (goal - have) * (run_seconds or {}).get(c, 0.0)
+        if (runs_left is not None and goal - have > runs_left) or (seconds_left is not None and cost > seconds_left):
             stopped[c] = "budget"
             continue
         targets[c] = goal
         if runs_left is not None:
             runs_left -= goal - have
+        if seconds_left is not None:
+            seconds_left -= cost
     return Round(targets, stopped, verdicts)
 
 
 def run_design(questions: Sequence[Question], measure: Callable[[Cell, int], Sequence[float]],
                budget_runs: int | None = None, schedule: Sequence[int] = SCHEDULE,
-               alpha: float = LOOK_ALPHA) -> tuple[list[Verdict], dict, dict]:  # fmt: skip
+               alpha: float = LOOK_ALPHA, precision_alpha: float = PRECISION_ALPHA,
+               ) -> tuple[list[Verdict], dict, dict]:  # fmt: skip
     """Drive rounds until nothing is open, the cap or the run budget: `measure(cell, k)` returns
     k new throughputs of the cell. Returns (final verdicts, cell -> runs, cell -> why it stopped).
     What the workflow does round by round, for simulations and tests."""
@@ -162,7 +176,7 @@ def run_design(questions: Sequence[Question], measure: Callable[[Cell, int], Seq
     spent = 0
     while True:
         left = None if budget_runs is None else budget_runs - spent
-        rnd = plan_round(questions, values, left, schedule, alpha)
+        rnd = plan_round(questions, values, left, schedule, alpha, precision_alpha=precision_alpha)
         if not rnd.targets:
             return rnd.verdicts, {c: len(v) for c, v in values.items()}, rnd.stopped
         for c, goal in rnd.targets.items():
@@ -171,24 +185,28 @@ def run_design(questions: Sequence[Question], measure: Callable[[Cell, int], Seq
             spent += len(new)
 
 
-def runs_to_decide(v: Verdict, values: dict, alpha: float = LOOK_ALPHA) -> int | None:
+def runs_to_decide(v: Verdict, values: dict, alpha: float = LOOK_ALPHA, most: int = 1000) -> int | None:
     """About how many more runs per cell would decide an open question if the spread and the
-    estimate stay as measured (None: not estimable, e.g. under 2 runs or a ratio at the margin)."""
+    estimate stay as measured: the fewest at which the interval (t quantile, same level) would
+    exclude 1 or fit inside the margin (None: not estimable, e.g. under 2 runs, or over `most`)."""
     logs = [_logs(values.get(c, ())) for c in v.question.cells]
-    if v.decided or min(len(y) for y in logs) < 2:
-        return None if not v.decided else 0
-    var = sum(float(y.var(ddof=1)) for y in logs)
-    z = stats.norm.ppf(1 - alpha / 2)
+    if v.decided:
+        return 0
+    if min(len(y) for y in logs) < 2:
+        return None
+    var = [float(y.var(ddof=1)) for y in logs]
     m = math.log1p(v.question.tolerance)
     if v.question.kind == "precision":
-        room = m
+        room, level = m, 1 - PRECISION_ALPHA
     else:
         d = abs(math.log(v.estimate))
-        room = max(d, m - d)  # exclude 1 (a difference) or fit inside the margin (equivalence)
-    if room <= 0:
-        return None
-    need = math.ceil(z * z * var / room**2)
-    return max(0, need - min(len(y) for y in logs))
+        room, level = max(d, m - d), 1 - alpha  # exclude 1 (a difference) or fit inside the margin
+    have = min(len(y) for y in logs)
+    for n in range(have + 1, most + 1):
+        dof = n - 1 if len(logs) == 1 else 2 * (n - 1)
+        if stats.t.ppf(1 - (1 - level) / 2, dof) * math.sqrt(sum(var) / n) <= room:
+            return n - have
+    return None
 
 
 def calibrate_look_alpha(schedule: Sequence[int] = SCHEDULE, reps: int = 20_000, seed: int = 0,
@@ -215,6 +233,22 @@ def calibrate_look_alpha(schedule: Sequence[int] = SCHEDULE, reps: int = 20_000,
     # A look misses at level 1 - alpha when its p-value is below alpha: the family misses when
     # the smallest p-value over looks is; alpha is that minimum's (1 - level) quantile.
     return float(np.quantile(worst_p, 1 - level))
+
+
+def precision_coverage(alpha: float, sigma: float, target: float = TARGET, schedule: Sequence[int] = SCHEDULE,
+                       reps: int = 20_000, seed: int = 0) -> float:  # fmt: skip
+    """How often a precision question's interval, at per-look level 1 - alpha, covers the true
+    throughput when the design stops at the first look whose half-width meets `target` (or at
+    the cap): simulated normal log-throughputs of spread `sigma`."""
+    x = np.random.default_rng(seed).standard_normal((reps, schedule[-1])) * sigma
+    covered, done = np.zeros(reps, bool), np.zeros(reps, bool)
+    for n in schedule:
+        y = x[:, :n]
+        half = stats.t.ppf(1 - alpha / 2, n - 1) * y.std(axis=1, ddof=1) / math.sqrt(n)
+        stop = ~done & ((half <= math.log1p(target)) | (n == schedule[-1]))
+        covered[stop] = np.abs(y.mean(axis=1)[stop]) <= half[stop]
+        done |= stop
+    return float(covered.mean())
 
 
 def comparison_looks(schedule: Sequence[int] = SCHEDULE) -> list[tuple[int, int]]:

@@ -216,12 +216,18 @@ def build_schema() -> dict[str, Any]:
                 "properties": grid_props,
             },
             "repeats": {
-                "type": "integer",
-                "minimum": 1,
-                "maximum": 100000,
+                "anyOf": [
+                    {"type": "integer", "minimum": 1, "maximum": 100000},
+                    {"type": "string", "const": "until_decided"},
+                ],
                 "default": 1,
-                "description": "separate launches of every cell (statistics are over repeats)",
+                "description": (
+                    "separate launches of every cell (statistics are over repeats): a number, "
+                    "the same for every cell, or until_decided: rounds of repeats given to the "
+                    "cells whose questions are still open (settings: until_decided)"
+                ),
             },
+            "until_decided": UNTIL_DECIDED,
             "exclude": {
                 "type": "array",
                 "default": [],
@@ -362,6 +368,39 @@ def build_schema() -> dict[str, Any]:
     }
 
 
+# The sequential design's settings (repeats: until_decided; ddpbench.analysis.design).
+UNTIL_DECIDED = {
+    "type": "object",
+    "default": {},
+    "description": (
+        "With repeats: until_decided, every cell runs `first` times, then rounds of repeats go to "
+        "the cells whose questions are still open (each cell's throughput to ±precision; each "
+        "against its baseline; cells differing only in a `compare` axis against each other, "
+        "faster, slower or equivalent within ±margin) until all are decided, a cell reaches "
+        "max_per_cell, or the budget is spent. Intervals stay valid however it stops (docs/report.md)."
+    ),
+    "additionalProperties": False,
+    "properties": {
+        "budget": {
+            "anyOf": [{"type": "number", "minimum": 0}, {"type": "string", "pattern": r"^\s*(\d+(\.\d+)?\s*[smh]\s*)+$"}],
+            "default": 0,
+            "description": "wall time of the runs (90s, 10m, 1h30m, or seconds) after which no round starts (0: none)",
+        },
+        "max_runs": {"type": "integer", "minimum": 0, "default": 0, "description": "the most runs in all (0: none)"},
+        "first": {"type": "integer", "minimum": 3, "maximum": 40, "default": 3, "description": "runs of every cell before the first look"},
+        "max_per_cell": {"type": "integer", "minimum": 3, "maximum": 40, "default": 40,
+                         "description": "the most runs of one cell (the looks are calibrated up to 40)"},
+        "precision": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.05,
+                      "description": "relative half-width sought for each cell's throughput (0: not asked)"},
+        "margin": {"type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": 0.05,
+                   "description": "two cells whose throughputs are within ±margin of each other are equivalent"},
+        "speedup": {"type": "boolean", "default": True, "description": "compare every cell with its baseline cell"},
+        "compare": {"type": "array", "uniqueItems": True, "items": {"type": "string"}, "default": ["strategy"],
+                    "description": "axes along which cells equal in every other axis are compared with each other"},
+    },
+}  # fmt: skip
+
+
 def coerce_typed_strings(value: Any, schema: dict[str, Any], defs: dict[str, Any] | None = None) -> Any:
     """`value` with strings turned into numbers or booleans wherever `schema` expects one.
 
@@ -445,7 +484,7 @@ def render_markdown() -> str:
         props = spec.get("properties")
         if section in ("exclude", "baseline") or not props:
             default = spec.get("default")
-            kind = spec["type"]
+            kind = spec["type"] if "type" in spec else _type_text(spec)
             kind = " or ".join(kind) if isinstance(kind, list) else kind
             lines += [f"Type: {kind}; default: `{_inline(default)}`.", ""]
             continue

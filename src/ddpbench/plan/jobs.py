@@ -66,16 +66,18 @@ def runtime_minutes(params: Mapping[str, Any]) -> int:
 
 
 def planned_runs(
-    cells: Mapping[str, Mapping[str, Any]], fixed: Mapping[str, Any], repeats: Iterable[int], results: str
+    cells: Mapping[str, Mapping[str, Any]], fixed: Mapping[str, Any], repeats: Iterable[int] | Mapping[str, int],
+    results: str,
 ) -> dict[str, dict[str, Any]]:
     """Run folder -> the parameters it runs with (what ddpbench.plan.status compares), for
-    `cells` (cell path -> its axis values) x `repeats`."""
-    repeats = list(repeats)
+    `cells` (cell path -> its axis values) x `repeats` (or cell path -> its count of runs)."""
+    counts = repeats if isinstance(repeats, Mapping) else None
+    repeats = list(repeats) if counts is None else []
     plan = {}
     for path, cell in cells.items():
         params = params_of_cell(cell, fixed)
         params.update(world_size=int(cell["world_size"]), nodes=int(cell.get("nodes", 1)))
-        for repeat in repeats:
+        for repeat in repeats if counts is None else range(counts[path]):
             plan[run_folder(results, path, repeat)] = params
     return plan
 

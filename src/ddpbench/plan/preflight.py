@@ -212,7 +212,7 @@ def measured_run_s(results: Path, limit: int = 200) -> list[float]:
     return seconds
 
 
-def time_estimate(cells: list[dict[str, Any]], repeats: int, runs_to_do: int, results: Path) -> str:
+def time_estimate(cells: list[dict[str, Any]], repeats: int | str, runs_to_do: int, results: Path) -> str:
     measured = measured_run_s(results)
     if measured:
         per_run, source = statistics.median(measured), f"the median of {len(measured)} runs measured here"
@@ -240,7 +240,7 @@ def _duration(s: float) -> str:
 
 
 def warnings(
-    cells: Iterable[dict[str, Any]], repeats: int, runs_to_do: int, results: Path, flags: frozenset[str] | None = None
+    cells: Iterable[dict[str, Any]], repeats: int | str, runs_to_do: int, results: Path, flags: frozenset[str] | None = None
 ) -> list[str]:
     """Every plan line, each starting with PREFIX (`flags`: this CPU's, read from /proc/cpuinfo when None)."""
     cells = list(cells)

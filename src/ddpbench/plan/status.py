@@ -7,7 +7,8 @@ from Snakemake's private metadata, so it holds in a fresh checkout too.
     python -m ddpbench.plan.status --rerun-failed [SNAKEMAKE ARGS]  # the failed and timed-out ones too
 
 The current plan (every run the config asks for, with the cell parameters it would run
-with) comes from a Snakemake dry run with the same arguments. A run is stale when its
+with; in a sequential design the runs its rounds have asked for so far, and a line on where
+the rounds stand) comes from a Snakemake dry run with the same arguments. A run is stale when its
 summary.json records
 - another code fingerprint (the package's run-time source and the lock; see
   sysinfo.code_fingerprint) than the checkout's: "code";
@@ -54,9 +55,11 @@ class RunState:
     reasons: tuple[str, ...] = ()
 
 
-def write_plan(path: str | os.PathLike, results: str, runs: dict[str, dict[str, Any]]) -> None:
-    """The workflow's plan: results folder and, per run folder, the parameters it runs with."""
-    Path(path).write_text(json.dumps({"results": results, "runs": runs}, sort_keys=True, default=str))
+def write_plan(path: str | os.PathLike, results: str, runs: dict[str, dict[str, Any]], design: str = "") -> None:
+    """The workflow's plan: results folder and, per run folder, the parameters it runs with;
+    for a sequential design, where its rounds stand (one line)."""
+    plan = {"results": results, "runs": runs, **({"design": design} if design else {})}
+    Path(path).write_text(json.dumps(plan, sort_keys=True, default=str))
 
 
 def current_environment() -> dict[str, Any]:
@@ -280,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     plan = plan_of(snakemake_args, cwd)
     all_states = states(plan)
     print(report(all_states, plan["results"]), flush=True)
+    if plan.get("design"):
+        print(f"[ddpbench] {plan['design']}", flush=True)
     redo = ("stale", "failed") if args.rerun_failed else ("stale",)
     moved = [s for s in all_states if s.state in redo]
     if not (args.rerun or args.rerun_failed):

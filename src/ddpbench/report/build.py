@@ -33,8 +33,9 @@ import pandas as pd
 import yaml
 
 from ddpbench import analysis as A
+from ddpbench.analysis import design
 from ddpbench.results import aggregate
-from ddpbench.report import figures as plots, studies
+from ddpbench.report import decisions, figures as plots, studies
 from ddpbench.core import safe_io, storage
 from ddpbench.report.compare_page import comparison_section
 from ddpbench.report.context import DEFINITIONS, environment, grid, methodology, provenance_warnings
@@ -68,11 +69,12 @@ class Inputs:
     compare_to: str | None = None  # a stored result set: this report compares its runs against it
     profile: pd.DataFrame | None = None  # aggregate's profile.csv (runs with profile_steps > 0)
     study: str | None = None  # a study preset's name (studies.STUDIES): its section follows the findings
+    design: dict | None = None  # a sequential design's last decision (report.decisions), None for fixed repeats
 
 
 # -- the page's parts --------------------------------------------------------------------------
 
-PAGE_ANCHORS = ("comparisons", "speedup-table", "cells", "fits", "problems", "links")
+PAGE_ANCHORS = ("comparisons", "speedup-table", "cells", "fits", "problems", "links", decisions.ANCHOR)
 
 
 def study_section(inp: Inputs, cells: pd.DataFrame, speed: pd.DataFrame, figures: list) -> dict:
@@ -182,12 +184,14 @@ def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.P
         # The findings and the page's tables are written while the workers draw
         against = (comparison_section(inp.compare_to, runs, out, inp.baseline_strategy, inp.max_rel_ci)
                    if inp.compare_to else None)  # fmt: skip
-        found = findings(runs, cells, speed, comparisons, fits, links=links, profile=inp.profile)
+        found = decisions.findings(inp.design) + findings(runs, cells, speed, comparisons, fits, links=links,
+                                                         profile=inp.profile)  # fmt: skip
         shown = A.varying(runs, A.axes(runs)) or ["world_size"]
         ctx = dict(
             title=inp.title,
             sources=inp.sources,
             plan=inp.plan,
+            decisions=decisions.section(inp.design),
             against=against,
             environment=environment(runs),
             provenance_warnings=provenance_warnings(runs, cells, speed),
@@ -283,6 +287,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="a stored result set (folder with aggregate/runs.csv, or a runs.csv): the report compares "
                          "these runs against it as `ddpbench compare RESULTS` would, and writes comparison.csv and "
                          "comparison.html beside it")
+    ap.add_argument("--design", type=pathlib.Path,
+                    help="a sequential design's last decision (RESULTS/design/round~R.json): its verdicts, runs and "
+                         "budget follow the findings")
     ap.add_argument("--plan", type=pathlib.Path,
                     help="the workflow's plan (its `ddpbench plan:` lines, one a line), shown after the findings")
     args = ap.parse_args(argv)
@@ -322,6 +329,10 @@ def rebuild_from_archive(args: argparse.Namespace) -> int:
         tables = out / "aggregate"
         aggregate.aggregate(summaries, tables / "runs.csv", tables / "steps.csv")
         config = yaml.safe_load((results / "config.yaml").read_text()) if (results / "config.yaml").is_file() else {}
+        rounds = design.decisions_on_disk(results / "design")  # a sequential design's: its last decision
+        if rounds and not getattr(args, "design", None):
+            args.design = tables / "design.json"
+            design.write_decision(args.design, rounds[-1])
     config = config if isinstance(config, dict) else {}
     args.runs, args.steps = str(tables / "runs.csv"), str(tables / "steps.csv")
     args.baseline_strategy = args.baseline_strategy or (config.get("baseline") or {}).get("strategy") or A.BASELINE_STRATEGY
@@ -337,7 +348,8 @@ def build_from_args(args: argparse.Namespace) -> int:
     inp = Inputs(runs, _read_optional(args.steps), _read_optional(args.comm), args.title, args.bootstrap,
                  {"runs": args.runs, "steps": args.steps or "–", "comm": args.comm or "–", **({"profile": profile} if profile else {})},
                  args.baseline_strategy, args.max_rel_ci, read_plan(getattr(args, "plan", None)),
-                 getattr(args, "compare_to", None), _read_optional(profile), getattr(args, "study", None))  # fmt: skip
+                 getattr(args, "compare_to", None), _read_optional(profile), getattr(args, "study", None),
+                 decisions.read(getattr(args, "design", None)))  # fmt: skip
     try:
         path = build(inp, pathlib.Path(args.out), pdf=not args.no_pdf)
     except safe_io.UnsafePathError as err:

@@ -5,8 +5,8 @@
 
 The archive (gzipped tar) holds, under the results folder's path: every run folder
 (summary.json, steps_rank*.csv, train.log), the aggregate tables, the report folder (HTML,
-LaTeX/PDF, tables, figures), the merged config and invocation log the workflow recorded,
-and at its top the lock file and MANIFEST.json (the results path, each file's sha256, the
+LaTeX/PDF, tables, figures), the merged config and invocation log the workflow recorded, a
+sequential design's decisions (design/round~R.json), and at its top the lock file and MANIFEST.json (the results path, each file's sha256, the
 archiving code). Reading
 one back (`extract`) refuses links, absolute paths and paths leaving the folder, since an
 archive is untrusted input.
@@ -39,6 +39,7 @@ def study_files(results: Path) -> Iterator[Path]:
     for name in STUDY_FILES:
         if _plain(results / name):
             yield Path(name)
+    yield from (p.relative_to(results) for p in sorted(results.glob("design/round~*.json")) if _plain(p))
     report = results / "report"
     if report.is_dir() and not report.is_symlink():
         yield from (p.relative_to(results) for p in sorted(report.rglob("*")) if _plain(p))

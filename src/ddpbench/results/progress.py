@@ -19,12 +19,30 @@ from pathlib import Path
 ENV = "DDPBENCH_PROGRESS"
 
 
-def start(path: Path, total: int) -> None:
+def start(path: Path, total: int, round_: int | None = None) -> None:
+    """A new workflow run: `total` runs to measure (a sequential design's: in its round `round_`)."""
     from ddpbench.core import safe_io
 
-    safe_io.atomic_write_text(path, json.dumps({"started": time.time(), "total": total}) + "\n")
+    state = {"started": time.time(), "total": total, **({"round": round_} if round_ else {})}
+    safe_io.atomic_write_text(path, json.dumps(state) + "\n")
     path.with_suffix(".log").unlink(missing_ok=True)
     os.environ[ENV] = str(path)
+
+
+def add_round(number: int, runs: int) -> None:
+    """A sequential design decided its next round (`number`, 1 the first): `runs` more to measure."""
+    path = os.environ.get(ENV)
+    if not path:
+        return
+    try:
+        state = json.loads(Path(path).read_text())
+        done = sum(1 for _ in open(Path(path).with_suffix(".log"))) if Path(path).with_suffix(".log").exists() else 0
+        state.update(total=done + runs, round=number)
+        from ddpbench.core import safe_io
+
+        safe_io.atomic_write_text(Path(path), json.dumps(state) + "\n")
+    except (OSError, ValueError, KeyError):
+        return  # progress is a courtesy
 
 
 def duration(s: float) -> str:
@@ -52,4 +70,5 @@ def advance(line: str = "") -> str:
     elapsed = time.time() - state["started"]
     total = max(int(state["total"]), done)
     left = elapsed / done * (total - done)
-    return f"{done}/{total} runs, {duration(elapsed)} elapsed" + (f", about {duration(left)} left" if total > done else ", done")
+    head = f"round {state['round']}: " if state.get("round") else ""
+    return f"{head}{done}/{total} runs, {duration(elapsed)} elapsed" + (f", about {duration(left)} left" if total > done else ", done")

@@ -5,7 +5,9 @@ DDPBENCH_INJECT="fail:RANK:STEP" raises in that rank at that step, "hang:RANK:ST
 sleep (a stuck rank), "kill:RANK:STEP" SIGKILLs it, "oom:RANK:STEP" makes an allocation fail
 under an address-space limit, "grow:RANK:STEP" allocates until the kernel's out-of-memory
 killer stops it (run it in a memory-limited cgroup), "slow:RANK:MS" makes that rank's forward
-MS milliseconds longer in every step (rank imbalance), "fill:RANK:STEP" fills the filesystem
+MS milliseconds longer in every step (rank imbalance), "slow:RANK:P%" longer by P % of its
+previous step, and either with ":KEY=VALUE" appended only in cells whose parameter KEY has that
+value (slow:1:10%:strategy=ddp: one strategy 10 % slower on one rank, the rest of a grid as is), "fill:RANK:STEP" fills the filesystem
 of the file DDPBENCH_FILL names (another program filling the results disk; training goes on
 until a write fails). The training loop (ddpbench.run.loop) reads the plan once
 (`injection`) and calls `inject` at the start of the step (`slow` it applies itself).
@@ -27,13 +29,25 @@ import time
 from pathlib import Path
 
 
-def injection(rank: int) -> tuple[str, int] | None:
-    """This rank's planned fault from DDPBENCH_INJECT: (kind, step; MS for slow), or None."""
+def injection(rank: int, params: object = None) -> tuple[str, int | str] | None:
+    """This rank's planned fault from DDPBENCH_INJECT: (kind, step; for slow MS or "P%"), or None
+    (also when a slow's KEY=VALUE does not match `params`, the cell's CellParams)."""
     spec = os.environ.get("DDPBENCH_INJECT", "")
     if not spec or spec.startswith("pause:"):
         return None
-    kind, r, s = spec.split(":")
-    return (kind, int(s)) if int(r) == rank else None
+    kind, r, s, *only = spec.split(":")
+    if only:
+        key, _, value = only[0].partition("=")
+        if str(getattr(params, key, None)) != value:
+            return None
+    if int(r) != rank:
+        return None
+    return (kind, s) if s.endswith("%") else (kind, int(s))
+
+
+def slow_seconds(amount: int | str, last_step_s: float) -> float:
+    """How long a slow rank sleeps this step: MS, or P % of its previous step (0 before one)."""
+    return float(amount[:-1]) / 100 * last_step_s if isinstance(amount, str) else amount / 1000
 
 
 def inject(kind: str, rank: int, step: int) -> None:

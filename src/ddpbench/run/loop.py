@@ -162,7 +162,8 @@ def train_loop(
     recorder = StepRecorder(ctx.clock, ctx.rank)
     meter, device, instrument = ctx.meter, ctx.device, ctx.instrument
     first_timed = 1 + ctx.params.warmup_steps if first_timed is None else first_timed
-    fault = faults.injection(ctx.rank)
+    fault = faults.injection(ctx.rank, ctx.params)
+    step_start = time.perf_counter()  # a slow rank's step, its own sleep left out, from here
     timing, checks = False, 0 if instrument else MAX_TIMING_CHECKS
     loop_start = time.perf_counter()
     model.train()
@@ -196,8 +197,9 @@ def train_loop(
         x, y = next(batches)
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         timer.lap("data")
-        if fault and fault[0] == "slow":
-            time.sleep(fault[1] / 1000)  # charged to forward: a slower rank
+        if fault and fault[0] == "slow":  # charged to forward: a slower rank
+            time.sleep(faults.slow_seconds(fault[1], time.perf_counter() - step_start))
+            step_start = time.perf_counter()
         loss, correct = accumulate(model, strategy, ctx, x, y, global_batch, scaler.scale, timer)
         samples = strategy.counted_samples(len(y), ctx)
         strategy.sync_gradients(model, ctx)

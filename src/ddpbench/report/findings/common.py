@@ -18,7 +18,7 @@ from ddpbench.report.text import value_text
 
 KINDS = ("winner", "memory", "scaling", "time", "mfu", "batch", "dataset", "link", "fit", "warning")
 ANCHORS = ("comparisons", "speedup-table", "cells", "fits", "problems", "links", "fig-phases", "fig-throughput_vs_batch",
-           "fig-dataset_size", "fig-link", "fig-profile", "fig-memory_held", "fig-mfu")  # fmt: skip
+           "fig-dataset_size", "fig-link", "fig-profile", "fig-memory_held", "fig-mfu", "decisions")  # fmt: skip
 AXIS_TEXT = {"world_size": "world size", "batch_size": "batch", "dataset_size": "dataset size", "nodes": "nodes"}
 
 

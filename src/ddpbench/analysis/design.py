@@ -1,0 +1,276 @@
+"""The rounds of a sequential design (`repeats: until_decided`): the questions a grid asks, the
+design's settings from the config, and the decision after each round.
+
+The workflow runs every cell `first` times, then its decide_round checkpoint judges every
+question on the runs measured so far (analysis.sequential) and writes the decision to
+RESULTS/design/round~R.json: the repeat count each cell with an open question moves to next
+(`targets`), why every other cell stopped, the verdicts with their intervals, and what was
+spent. The next round's runs are exactly the missing repeats up to those counts, so a design
+killed mid-round resumes where it was, and every run measured is reused. A decision without
+targets is the last: its still-open questions are `undecided`, each with the runs estimated
+to close it. The report and `python -m ddpbench.plan.status` read these files.
+
+The time budget counts the runs' own wall time (launcher start to exit, summary.json), so a
+resumed design goes on with what it had left; the scheduler's and the report's time come on top.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from ddpbench.analysis import sequential
+from ddpbench.analysis.sequential import Question
+from ddpbench.core.safe_io import atomic_write_text
+
+ROUND_FILE = "round~{round}.json"
+UNITS = {"s": 1, "m": 60, "h": 3600}
+
+
+def parse_duration(text: Any) -> float:
+    """Seconds of '90s', '10m', '1h30m' or a plain number of seconds; ValueError naming the text."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        seconds = float(text)
+    else:
+        parts = re.fullmatch(r"\s*((?:\d+(?:\.\d+)?\s*[smh]\s*)+)", str(text))
+        if not parts:
+            raise ValueError(f"{text!r} is not a duration (e.g. 90s, 10m, 1h30m)")
+        seconds = sum(float(n) * UNITS[u] for n, u in re.findall(r"(\d+(?:\.\d+)?)\s*([smh])", str(text)))
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"{text!r} is not a duration of zero or more seconds")
+    return seconds
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """The design's config (`until_decided:`); budgets of 0 mean none."""
+
+    first: int = 3
+    cap: int = 40
+    budget_s: float = 0.0
+    budget_runs: int = 0
+    precision: float = sequential.TARGET  # 0: no precision questions
+    margin: float = sequential.MARGIN
+    speedup: bool = True
+    compare: tuple = ("strategy",)
+
+    @classmethod
+    def from_config(cls, section: Mapping[str, Any]) -> Settings:
+        s = cls(
+            first=int(section.get("first", cls.first)),
+            cap=int(section.get("max_per_cell", cls.cap)),
+            budget_s=parse_duration(section.get("budget", 0)),
+            budget_runs=int(section.get("max_runs", 0)),
+            precision=float(section.get("precision", cls.precision)),
+            margin=float(section.get("margin", cls.margin)),
+            speedup=bool(section.get("speedup", True)),
+            compare=tuple(section.get("compare", cls.compare)),
+        )
+        if not 3 <= s.first <= s.cap:
+            raise ValueError(f"until_decided.first {s.first} must be at least 3 and at most max_per_cell {s.cap}")
+        return s
+
+    @property
+    def schedule(self) -> tuple:
+        """Repeat counts a cell moves through: `first`, the standard looks between, `cap`."""
+        inner = [n for n in sequential.SCHEDULE if self.first < n < self.cap]
+        return tuple(dict.fromkeys([self.first, *inner, self.cap]))
+
+
+def grid_questions(cells: Mapping[str, Mapping[str, Any]], baseline: Mapping[str, Any],
+                   settings: Settings) -> list[Question]:  # fmt: skip
+    """The questions of a grid (`cells`: cell path -> its axis values): each cell's throughput to
+    ±precision; each cell against its baseline cell (the speedup's reference: the cell with the
+    baseline's values and every other axis equal); each pair of cells that differ only in one
+    of the `compare` axes, later value over earlier, in grid order."""
+    questions = [Question((c,), settings.precision) for c in cells] if settings.precision > 0 else []
+    pairs: list[tuple] = []
+    if settings.speedup and baseline:
+        index = {_key(v): c for c, v in cells.items()}
+        for c, v in cells.items():
+            base = index.get(_key({**v, **baseline}))
+            if base is not None and base != c:
+                pairs.append((c, base))
+    for axis in settings.compare:
+        groups: dict = {}
+        for c, v in cells.items():
+            if axis in v:
+                groups.setdefault(_key({k: x for k, x in v.items() if k != axis}), []).append(c)
+        for group in groups.values():
+            pairs += [(b, a) for a, b in itertools.combinations(group, 2)]
+    seen: set = set()
+    for a, b in pairs:
+        if frozenset((a, b)) not in seen:
+            seen.add(frozenset((a, b)))
+            questions.append(Question((a, b), settings.margin))
+    return questions
+
+
+def _key(values: Mapping[str, Any]) -> tuple:
+    return tuple(sorted((k, str(v)) for k, v in values.items()))
+
+
+def read_run(summary_path: str | Path) -> tuple[float | None, float]:
+    """(throughput, seconds the run took) of one run: throughput None unless it ran ok."""
+    try:
+        s = json.loads(Path(summary_path).read_text())
+    except (OSError, ValueError):
+        return None, 0.0
+    t = s.get("timeline") or {}
+    seconds = (t.get("launcher_exit") or 0) - (t.get("launcher_start") or 0)
+    if not seconds > 0:
+        seconds = float(s.get("wall_time_s") or 0.0)
+    value = s.get("samples_per_s") if s.get("status") == "ok" else None
+    return (float(value) if value and math.isfinite(value) and value > 0 else None), seconds
+
+
+def decide(round_: int, questions: Sequence[Question], runs: Mapping[str, Sequence[str]],
+           settings: Settings) -> dict:  # fmt: skip
+    """The decision after round `round_`, from the summary.json paths of every cell's runs so far
+    (`runs`: cell -> paths). A cell whose runs all failed stops ("failed") and its questions end
+    undecided; a cell is never given more runs than its schedule's cap."""
+    values, seconds, counts = {}, {}, {}
+    for cell, paths in runs.items():
+        measured = [read_run(p) for p in paths]
+        counts[cell] = len(paths)
+        values[cell] = [v for v, _ in measured if v is not None]
+        seconds[cell] = [s for _, s in measured]
+    spent_s = sum(sum(s) for s in seconds.values())
+    spent_runs = sum(counts.values())
+    failed = {c for c in runs if counts[c] and not values[c]}
+    asked = [q for q in questions if not failed.intersection(q.cells)]
+    rnd = sequential.plan_round(
+        asked, values,
+        runs_left=settings.budget_runs - spent_runs if settings.budget_runs else None,
+        schedule=settings.schedule,
+        seconds_left=settings.budget_s - spent_s if settings.budget_s else None,
+        run_seconds={c: sum(s) / len(s) for c, s in seconds.items() if s},
+        made=counts,
+    )  # fmt: skip
+    targets = rnd.targets
+    stopped = {c: why for c, why in rnd.stopped.items() if c not in targets}
+    stopped.update({c: "failed" for c in failed})
+    done = not targets
+    verdicts = [_verdict_record(v, values, done) for v in rnd.verdicts]
+    verdicts += [{"cells": list(q.cells), "kind": q.kind, "tolerance": q.tolerance, "verdict": "undecided",
+                  "estimate": None, "low": None, "high": None, "runs": [counts.get(c, 0) for c in q.cells],
+                  "runs_to_decide": None, "why": "a cell's runs failed"}
+                 for q in questions if failed.intersection(q.cells)]  # fmt: skip
+    for c, why in stopped.items():
+        if why == "decided" and all(v["kind"] == "precision" for v in verdicts if c in v["cells"]):
+            stopped[c] = "target met"
+    return {
+        "round": round_,
+        "done": done,
+        "counts": counts,
+        "targets": targets,
+        "stopped": stopped,
+        "verdicts": verdicts,
+        "spent": {"runs": spent_runs, "seconds": round(spent_s, 3)},
+        "budget": {"seconds": settings.budget_s, "runs": settings.budget_runs},
+        "settings": {**dataclasses.asdict(settings), "compare": list(settings.compare)},
+    }
+
+
+def _verdict_record(v: sequential.Verdict, values: Mapping, done: bool) -> dict:
+    verdict = "undecided" if done and not v.decided else v.verdict
+    finite = [x if math.isfinite(x) else None for x in (v.estimate, v.low, v.high)]
+    return {
+        "cells": list(v.question.cells),
+        "kind": v.question.kind,
+        "tolerance": v.question.tolerance,
+        "verdict": verdict,
+        "estimate": finite[0],
+        "low": finite[1],
+        "high": finite[2],
+        "runs": list(v.runs),
+        "runs_to_decide": None if v.decided else sequential.runs_to_decide(v, values),
+    }
+
+
+def cell_of_run(summary_path: str, results: str) -> str:
+    """The cell path of a run's summary.json (RESULTS/runs/<cell>/repeat~N/summary.json)."""
+    return str(Path(summary_path).parent.parent.relative_to(Path(results, "runs")))
+
+
+def first_counts(cells: Sequence[str], settings: Settings) -> dict:
+    return {c: settings.first for c in cells}
+
+
+def counts_after(counts: Mapping[str, int], decision: Mapping[str, Any]) -> dict:
+    """Repeat counts of the round after `decision`."""
+    return {**counts, **{c: int(n) for c, n in decision.get("targets", {}).items() if c in counts}}
+
+
+def round_path(design_dir: str | Path, round_: int) -> Path:
+    return Path(design_dir, ROUND_FILE.format(round=round_))
+
+
+def write_decision(path: str | Path, decision: Mapping[str, Any]) -> None:
+    atomic_write_text(Path(path), json.dumps(decision, indent=1) + "\n")
+
+
+def decisions_on_disk(design_dir: str | Path) -> list[dict]:
+    """The decisions already written, round 0 on, up to the first missing or unreadable one."""
+    found = []
+    for r in itertools.count():
+        try:
+            found.append(json.loads(round_path(design_dir, r).read_text()))
+        except (OSError, ValueError):
+            return found
+
+
+def counts_on_disk(design_dir: str | Path, cells: Sequence[str], settings: Settings) -> dict:
+    """The repeat counts the decisions on disk have asked for so far (the first round's without any)."""
+    counts = first_counts(cells, settings)
+    for decision in decisions_on_disk(design_dir):
+        counts = counts_after(counts, decision)
+    return counts
+
+
+def round_line(decision: Mapping[str, Any]) -> str:
+    """The terminal's line after a decision."""
+    verdicts = decision["verdicts"]
+    settled = sum(v["verdict"] not in ("open", "undecided") for v in verdicts)
+    spent = decision["spent"]
+    budget = decision["budget"]
+    used = f"{spent['runs']} runs, {_minutes(spent['seconds'])}"
+    if budget.get("seconds"):
+        used += f" of {_minutes(budget['seconds'])}"
+    head = f"ddpbench: round {decision['round'] + 1}: {settled}/{len(verdicts)} questions decided"
+    if decision["done"]:
+        return f"{head}; the design is done ({used})"
+    more = sum(n - decision["counts"][c] for c, n in decision["targets"].items())
+    return f"{head}; next round {more} run(s) on {len(decision['targets'])} cell(s) ({used} so far)"
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+
+
+def plan_line(questions: Sequence[Question], settings: Settings, cells: int) -> str:
+    """The plan's line on the design (printed before any run, dry runs included)."""
+    precision = sum(q.kind == "precision" for q in questions)
+    asked = [f"{precision} cell(s) to ±{settings.precision:.0%}"] if precision else []
+    if len(questions) > precision:
+        asked.append(f"{len(questions) - precision} comparison(s) to ±{settings.margin:.0%}")
+    most = cells * settings.cap
+    if settings.budget_runs:
+        most = min(most, settings.budget_runs)
+    budget = f"; budget {_minutes(settings.budget_s)} of runs" if settings.budget_s else ""
+    return (f"until decided: {len(questions)} question(s) ({', '.join(asked) or 'none'}); the first round "
+            f"runs {cells * settings.first} ({settings.first} per cell), the design at most {most} "
+            f"(looks at {'/'.join(map(str, settings.schedule))} runs per cell){budget}")  # fmt: skip
+
+
+def status_line(design_dir: str | Path) -> str:
+    """Where the rounds stand, for `python -m ddpbench.plan.status`."""
+    decisions = decisions_on_disk(design_dir)
+    if not decisions:
+        return "until decided: round 1 (every cell's first runs) not yet decided"
+    return round_line(decisions[-1]).removeprefix("ddpbench: ").replace("round", "until decided: round", 1)

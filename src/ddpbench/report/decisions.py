@@ -1,0 +1,138 @@
+"""What a sequential design (`repeats: until_decided`) decided: the report's section and its
+findings, from the design's last decision (RESULTS/design/round~R.json, ddpbench.analysis.design).
+
+Per question the verdict and its interval (the design's repeated confidence interval: valid
+however the rounds ended), the runs behind it and, for a question left open, about how many more
+runs per cell would close it; per cell its runs and why it stopped; and the budget spent. Open
+questions come first, in the table and in the findings.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from typing import Any
+
+from ddpbench.analysis import sequential
+from ddpbench.report.findings.common import AXIS_TEXT, Finding
+from ddpbench.report.tables import Table
+
+ANCHOR = "decisions"
+VERDICT_TEXT = {
+    "faster": "faster",
+    "slower": "slower",
+    "equivalent": "equivalent",
+    "met": "precision met",
+    "open": "open",
+    "undecided": "UNDECIDED",
+}
+STOP_TEXT = {
+    "decided": "its questions decided",
+    "target met": "precision target met",
+    "cap": "reached the most runs per cell",
+    "budget": "the budget ran out",
+    "failed": "its runs failed",
+}
+
+
+def read(path: str | pathlib.Path | None) -> dict | None:
+    """The decision file, or None without one (a fixed design); SystemExit naming a bad file."""
+    if not path:
+        return None
+    try:
+        decision = json.loads(pathlib.Path(path).read_text())
+        decision["verdicts"], decision["counts"], decision["stopped"]  # noqa: B018 (the fields the page reads)
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise SystemExit(f"error: {path}: not a design decision ({err})") from None
+    return decision
+
+
+def labels(cells: list[str]) -> dict[str, str]:
+    """Cell path -> its varying axes as text, the strategy first and bare
+    (world_size~2/strategy~ddp/seed~1 -> 'ddp, world size 2, seed 1'). An axis at the value
+    timing/params give is no folder of the path: it reads 'default' there."""
+    parts = {c: dict(p.split("~", 1) for p in c.split("/") if "~" in p) for c in cells}
+    keys = [k for k in dict.fromkeys(k for p in parts.values() for k in p)
+            if len({p.get(k) for p in parts.values()}) > 1]  # fmt: skip
+    keys.sort(key=lambda k: k != "strategy")
+
+    def text(p: dict) -> str:
+        return ", ".join(p.get(k, "default") if k == "strategy" else f"{AXIS_TEXT.get(k, k)} {p.get(k, 'default')}"
+                         for k in keys)  # fmt: skip
+
+    return {c: text(p) or c for c, p in parts.items()}
+
+
+def _open(v: dict) -> bool:
+    return v["verdict"] in ("open", "undecided")
+
+
+def _question_text(v: dict, name: dict) -> str:
+    if v["kind"] == "precision":
+        return f"{name[v['cells'][0]]}: throughput to ±{v['tolerance']:.0%}"
+    return f"{name[v['cells'][0]]} against {name[v['cells'][1]]} (±{v['tolerance']:.0%})"
+
+
+def _interval(v: dict) -> tuple[str, str]:
+    if v["estimate"] is None:
+        return "–", "–"
+    unit = " samples/s" if v["kind"] == "precision" else "×"
+    fmt = "{:,.0f}" if v["kind"] == "precision" else "{:.3f}"
+    low = "–" if v["low"] is None else fmt.format(v["low"])
+    high = "–" if v["high"] is None else fmt.format(v["high"])
+    return fmt.format(v["estimate"]) + unit, f"[{low}, {high}]"
+
+
+def section(decision: dict | None) -> dict | None:
+    """The templates' decision section, or None without a design."""
+    if decision is None:
+        return None
+    name = labels(list(decision["counts"]))
+    verdicts = sorted(decision["verdicts"], key=lambda v: (not _open(v), v["kind"] == "precision"))
+    rows, classes = [], []
+    for v in verdicts:
+        estimate, interval = _interval(v)
+        more = v.get("runs_to_decide")
+        rows.append([_question_text(v, name), VERDICT_TEXT.get(v["verdict"], v["verdict"]), estimate, interval,
+                     " / ".join(map(str, v["runs"])),
+                     "–" if not _open(v) else (f"about {more}" if more is not None else v.get("why", "not estimable"))])  # fmt: skip
+        classes.append("unstable" if _open(v) else "")
+    cells = [[name[c], str(n), STOP_TEXT.get(decision["stopped"].get(c, ""), decision["stopped"].get(c, "–"))]
+             for c, n in decision["counts"].items()]  # fmt: skip
+    settled = sum(not _open(v) for v in verdicts)
+    spent, budget = decision["spent"], decision["budget"]
+    used = f"{spent['runs']} runs, {spent['seconds'] / 60:.1f} min of run time"
+    if budget.get("seconds"):
+        used += f" of a {budget['seconds'] / 60:g} min budget"
+    if budget.get("runs"):
+        used += f" (at most {budget['runs']} runs)"
+    alpha = sequential.LOOK_ALPHA
+    note = (f"Intervals are the design's repeated confidence intervals: a comparison's at level {1 - alpha:.2%} at "
+            f"every look ({sequential.LEVEL:.0%} over all its looks together), a cell's at "
+            f"{1 - sequential.PRECISION_ALPHA:.0%}, so each covers the truth with probability ≥ 95 % however the "
+            "rounds ended (docs/report.md). Faster/slower: the interval excludes 1; equivalent: it lies inside "
+            "±margin; undecided: neither when the design ended. Runs: per cell; 'runs to decide': about how many "
+            "more per cell, if spread and estimate stay as measured.")  # fmt: skip
+    return dict(
+        summary=(f"{len(verdicts)} questions after {decision['round'] + 1} round(s): {settled} decided, "
+                 f"{len(verdicts) - settled} undecided; {used}."),  # fmt: skip
+        questions=Table(["question", "verdict", "estimate", "interval", "runs", "runs to decide"], rows, note, classes),
+        cells=Table(["cell", "runs", "stopped because"], cells),
+    )
+
+
+def findings(decision: dict | None) -> list[Finding]:
+    """One finding per question the design left open (the report lists them first), or none."""
+    if decision is None:
+        return []
+    name = labels(list(decision["counts"]))
+    out = []
+    for v in decision["verdicts"]:
+        if not _open(v):
+            continue
+        estimate, interval = _interval(v)
+        more = v.get("runs_to_decide")
+        close = f"about {more} more run(s) per cell would decide it" if more is not None else "more runs are not estimated to decide it"
+        out.append(Finding("warning", f"Undecided: {_question_text(v, name)}: {estimate} {interval} after "
+                                      f"{' / '.join(map(str, v['runs']))} runs; {close}.", ANCHOR, decided=False))  # fmt: skip
+    return out

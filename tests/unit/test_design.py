@@ -1,0 +1,123 @@
+"""The sequential design's rounds (analysis.design): the questions of a grid, the settings from
+the config, and the decision after a round, from summary.json files as the workflow writes them."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from ddpbench.analysis import design
+
+pytestmark = pytest.mark.unit
+
+STRATEGIES = ("single", "gather_scatter", "allreduce", "bucketed_allreduce", "ring_allreduce", "ddp")
+
+
+def default_grid() -> dict:
+    """The main job's cells: single at p = 1, every other strategy at p = 2."""
+    cells = {}
+    for s in STRATEGIES:
+        p = 1 if s == "single" else 2
+        cells[f"device~cpu/world_size~{p}/strategy~{s}"] = {"device": "cpu", "world_size": p, "strategy": s}
+    return cells
+
+
+def test_the_main_jobs_questions():
+    """6 cells to a precision, 5 strategies against single (the speedup), the 10 pairs of them."""
+    cells = default_grid()
+    qs = design.grid_questions(cells, {"strategy": "single", "world_size": 1}, design.Settings(margin=0.1))
+    kinds = [q.kind for q in qs]
+    assert kinds.count("precision") == 6 and kinds.count("comparison") == 15
+    single = "device~cpu/world_size~1/strategy~single"
+    against_single = [q for q in qs if q.kind == "comparison" and q.cells[1] == single]
+    assert len(against_single) == 5 and all(q.tolerance == 0.1 for q in against_single)
+    pairs = {frozenset(q.cells) for q in qs if q.kind == "comparison"}
+    assert len(pairs) == 15  # no question asked twice
+
+
+def test_questions_can_be_turned_off():
+    cells = default_grid()
+    base = {"strategy": "single", "world_size": 1}
+    only_speedup = design.grid_questions(cells, base, design.Settings(precision=0, compare=()))
+    assert len(only_speedup) == 5 and all(q.kind == "comparison" for q in only_speedup)
+    assert design.grid_questions(cells, base, design.Settings(precision=0, compare=(), speedup=False)) == []
+
+
+@pytest.mark.parametrize("text, seconds", [("90s", 90), ("10m", 600), ("1h30m", 5400), (45, 45), ("0", None)])
+def test_durations(text, seconds):
+    if seconds is None:
+        with pytest.raises(ValueError, match="'0' is not a duration"):
+            design.parse_duration(text)
+    else:
+        assert design.parse_duration(text) == seconds
+
+
+def test_settings_refuse_a_first_round_above_the_cap_and_keep_the_looks():
+    with pytest.raises(ValueError, match="first 8 must be at least 3 and at most max_per_cell 5"):
+        design.Settings.from_config({"first": 8, "max_per_cell": 5})
+    assert design.Settings.from_config({"max_per_cell": 12}).schedule == (3, 5, 8, 11, 12)
+    assert design.Settings.from_config({"budget": "2m"}).budget_s == 120
+
+
+def write_runs(tmp_path, cell: str, values, seconds: float = 6.0, status: str = "ok") -> list[str]:
+    paths = []
+    for i, v in enumerate(values):
+        folder = tmp_path / "runs" / cell / f"repeat~{i}"
+        folder.mkdir(parents=True)
+        summary = {"status": status, "samples_per_s": v if status == "ok" else None,
+                   "timeline": {"launcher_start": 100.0, "launcher_exit": 100.0 + seconds}}  # fmt: skip
+        (folder / "summary.json").write_text(json.dumps(summary))
+        paths.append(str(folder / "summary.json"))
+    return paths
+
+
+def noisy(center: float, n: int, sigma: float, seed: int) -> list[float]:
+    return list(center * np.exp(sigma * np.random.default_rng(seed).standard_normal(n)))
+
+
+def test_a_round_goes_to_the_open_question_and_the_last_says_undecided(tmp_path):
+    """single vs a (0.5x: decided at once) and a vs b (2 % apart: open): the next round goes to a
+    and b only; with the budget spent the design ends and the open question is undecided, with
+    the runs estimated to close it."""
+    cells = {"s": {"strategy": "single", "world_size": 1}, "a": {"strategy": "a", "world_size": 2},
+             "b": {"strategy": "b", "world_size": 2}}  # fmt: skip
+    settings = design.Settings(precision=0, margin=0.01, compare=("strategy",), speedup=False)
+    qs = design.grid_questions(cells, {}, settings)
+    qs.append(design.Question(("a", "s"), 0.05))
+    runs = {"s": write_runs(tmp_path, "s", noisy(100, 3, 0.02, 1)), "a": write_runs(tmp_path, "a", noisy(50, 3, 0.05, 2)),
+            "b": write_runs(tmp_path, "b", noisy(51, 3, 0.05, 3))}  # fmt: skip
+    first = design.decide(0, qs, runs, settings)
+    assert first["targets"] == {"a": 5, "b": 5} and first["stopped"] == {"s": "decided"} and not first["done"]
+    assert design.counts_after({"s": 3, "a": 3, "b": 3}, first) == {"s": 3, "a": 5, "b": 5}
+    spent = first["spent"]
+    assert spent["runs"] == 9 and spent["seconds"] == pytest.approx(54)
+    # a budget of 60 s of runs: 54 spent, the next round's 4 runs (24 s) do not fit
+    last = design.decide(0, qs, runs, design.Settings(**{**settings.__dict__, "budget_s": 60.0}))
+    assert last["done"] and last["stopped"]["a"] == last["stopped"]["b"] == "budget"
+    (open_,) = [v for v in last["verdicts"] if set(v["cells"]) == {"a", "b"}]
+    assert open_["verdict"] == "undecided" and open_["runs_to_decide"] and open_["low"] < 1 < open_["high"]
+    assert "1/2 questions decided; the design is done (9 runs, 54 s of 60 s)" in design.round_line(last)
+
+
+def test_a_cell_whose_runs_failed_stops_and_its_questions_are_undecided(tmp_path):
+    cells = {"s": {"strategy": "single"}, "x": {"strategy": "x"}}
+    settings = design.Settings(precision=0.05, compare=("strategy",), speedup=False)
+    qs = design.grid_questions(cells, {}, settings)
+    runs = {"s": write_runs(tmp_path, "s", noisy(100, 3, 0.3, 1)), "x": write_runs(tmp_path, "x", [1, 1, 1], status="failed")}
+    decision = design.decide(0, qs, runs, settings)
+    assert decision["stopped"]["x"] == "failed" and "x" not in decision["targets"]
+    failed = [v for v in decision["verdicts"] if "x" in v["cells"]]
+    assert failed and all(v["verdict"] == "undecided" for v in failed)
+    assert decision["targets"] == {"s": 5}  # s's own precision question is still open
+
+
+def test_decisions_on_disk_give_the_counts_of_a_resumed_design(tmp_path):
+    settings = design.Settings()
+    design.write_decision(design.round_path(tmp_path, 0), {"targets": {"a": 5}})
+    design.write_decision(design.round_path(tmp_path, 1), {"targets": {"a": 8, "b": 5}})
+    design.round_path(tmp_path, 3).write_text("{}")  # round 2 missing: round 3 is not read
+    assert design.counts_on_disk(tmp_path, ["a", "b", "c"], settings) == {"a": 8, "b": 5, "c": 3}
+    assert math.isclose(design.read_run(tmp_path / "nothing.json")[1], 0.0)

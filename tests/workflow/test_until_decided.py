@@ -1,0 +1,144 @@
+"""repeats: until_decided in the workflow: the dry run shows the first round and the most the
+design could run; a design stopped in its second round resumes without measuring a run twice;
+a cell slowed by 10 % on one rank (DDPBENCH_INJECT) is called slower, and the comparison of
+the cells left alone is not called either way.
+
+The grids are cells equal but for their seed (`single`, one rank, the quietest runs here): any
+call between them is a false one, unless a slowdown is injected into one."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ddpbench.analysis import design
+from ddpbench.run import faults
+
+pytestmark = pytest.mark.workflow
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ROOT / "configs" / "tiny.yaml"
+RESULTS = "results/tiny"
+ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+
+
+def seed_grid(workdir: Path, seeds: int, min_timed_s: float, grid: dict | None = None, **until_decided) -> Path:
+    """The tiny preset with `seeds` cells of `single` that differ only in their seed (`grid`: other axes)."""
+    config = yaml.safe_load(TINY.read_text())
+    config["grid"].update(world_size=[1], strategy=["single"], seed=list(range(seeds)), **(grid or {}))
+    config["exclude"] = []
+    config["timing"].update(min_timed_s=min_timed_s, max_steps=0, min_timed_steps=5)
+    config["repeats"] = "until_decided"
+    config["until_decided"] = {"precision": 0, "speedup": False, "compare": ["seed"], **until_decided}
+    workdir.mkdir(exist_ok=True)
+    (workdir / "config.yaml").write_text((ROOT / "config.yaml").read_text())
+    (workdir / "grid.yaml").write_text(yaml.safe_dump(config))
+    return workdir
+
+
+def snakemake_cmd(workdir: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(workdir),
+            "--configfile", str(workdir / "grid.yaml"), "--cores", "2", *args]  # fmt: skip
+
+
+def run(workdir: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run(snakemake_cmd(workdir, *args), cwd=workdir, capture_output=True, text=True,
+                          env=env or ENV, timeout=900)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-6000:]
+    return proc
+
+
+def seed_of(cell: str) -> str:
+    """A cell's seed (the default, 0, is no folder of its path)."""
+    return cell.split("seed~", 1)[1].split("/")[0] if "seed~" in cell else "0"
+
+
+def last_decision(workdir: Path) -> dict:
+    return design.decisions_on_disk(workdir / RESULTS / "design")[-1]
+
+
+def test_the_dry_run_shows_the_first_round_and_the_most_the_design_could_run(tmp_path):
+    workdir = seed_grid(tmp_path, seeds=2, min_timed_s=0, max_per_cell=8, margin=0.001)
+    proc = run(workdir, "-n")
+    out = proc.stdout + proc.stderr
+    assert "until decided: 1 question(s) (1 comparison(s) to ±0%); the first round runs 6 (3 per cell), " \
+           "the design at most 16 (looks at 3/5/8 runs per cell)" in out, out[-3000:]  # fmt: skip
+    jobs = dict(line.split()[:2] for line in out.splitlines() if line.split()[:1] in (["train"], ["decide_round"]))
+    assert jobs == {"train": "6", "decide_round": "1"}, out[-3000:]
+
+
+def test_a_bad_design_setting_is_refused_naming_its_key(tmp_path):
+    workdir = seed_grid(tmp_path, seeds=2, min_timed_s=0, compare=["sede"])
+    proc = subprocess.run(snakemake_cmd(workdir, "-n"), cwd=workdir, capture_output=True, text=True, env=ENV, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "until_decided.compare" in out and "sede is not a grid axis" in out, out[-3000:]
+
+
+@pytest.mark.faults
+def test_a_design_stopped_in_its_second_round_resumes_without_measuring_a_run_twice(tmp_path):
+    """Two identical cells and a margin no measurement can meet: every round runs, to the cap (8).
+    SIGTERM once round 2 has finished a run; the rerun finishes the design, keeping every run."""
+    workdir = seed_grid(tmp_path, seeds=2, min_timed_s=0, max_per_cell=8, margin=0.001)
+    runs = workdir / RESULTS / "runs"
+    log = open(tmp_path / "first.log", "w")
+    first = subprocess.Popen(snakemake_cmd(workdir, "--until", "aggregate"), cwd=workdir, env=ENV, stdout=log,
+                             stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    deadline = time.monotonic() + 300
+    while not list(runs.rglob("repeat~3/summary.json")) and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert first.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
+    first.send_signal(signal.SIGTERM)
+    first.wait(timeout=120)
+    assert (workdir / RESULTS / "design" / "round~0.json").exists()
+    assert not (workdir / RESULTS / "design" / "round~1.json").exists()  # stopped inside round 2
+    kept = {p: (p.stat().st_mtime_ns, json.loads(p.read_text())["timeline"]["launcher_start"]) for p in runs.rglob("summary.json")}
+    assert 7 <= len(kept) < 10, sorted(kept)
+
+    run(workdir, "--until", "aggregate")
+    final = last_decision(workdir)
+    assert final["done"] and final["counts"] == {c: 8 for c in final["counts"]}
+    assert set(final["stopped"].values()) == {"cap"}
+    assert [v["verdict"] for v in final["verdicts"]] == ["undecided"]
+    after = {p: (p.stat().st_mtime_ns, json.loads(p.read_text())["timeline"]["launcher_start"]) for p in runs.rglob("summary.json")}
+    assert len(after) == 16 and all(after[p] == kept[p] for p in kept)  # no run measured twice
+    rows = (workdir / RESULTS / "aggregate" / "runs.csv").read_text().splitlines()
+    assert len(rows) == 1 + 16
+
+
+def test_a_cell_slowed_by_ten_percent_on_one_rank_is_called_slower_and_the_others_are_left_alone(tmp_path):
+    """Three identical cells, the third's rank 0 slowed by 10 % of its step: it is slower than
+    each of the other two, and the pair of untouched cells is not called faster or slower."""
+    workdir = seed_grid(tmp_path, seeds=3, min_timed_s=0.5, max_per_cell=14, margin=0.05,
+                        grid={"batch_size": [128], "dataset_size": [1024]})  # steps of ~10 ms: sleeps of ~1 ms
+    run(workdir, "--until", "aggregate", env={**ENV, "DDPBENCH_INJECT": "slow:0:10%:seed=2"})
+    final = last_decision(workdir)
+    verdicts = {frozenset(map(seed_of, v["cells"])): v for v in final["verdicts"]}
+    for other in ("0", "1"):
+        v = verdicts[frozenset({"2", other})]
+        slowed_first = seed_of(v["cells"][0]) == "2"
+        assert v["verdict"] == ("slower" if slowed_first else "faster"), v
+        ratio = v["estimate"] if slowed_first else 1 / v["estimate"]
+        assert 0.8 < ratio < 0.97, v
+    untouched = verdicts[frozenset({"0", "1"})]
+    assert untouched["verdict"] not in ("faster", "slower"), untouched
+
+
+@pytest.mark.parametrize("spec, rank, strategy, expected", [
+    ("slow:1:10%:strategy=ddp", 1, "ddp", ("slow", "10%")),
+    ("slow:1:10%:strategy=ddp", 1, "allreduce", None),
+    ("slow:1:10%:strategy=ddp", 0, "ddp", None),
+    ("slow:0:20", 0, "ddp", ("slow", 20)),
+])  # fmt: skip
+def test_a_slow_injection_can_name_its_cell(monkeypatch, spec, rank, strategy, expected):
+    monkeypatch.setenv("DDPBENCH_INJECT", spec)
+    params = type("Params", (), {"strategy": strategy})()
+    assert faults.injection(rank, params) == expected
+    assert faults.slow_seconds("10%", 0.5) == pytest.approx(0.05) and faults.slow_seconds(20, 9.0) == 0.02
