@@ -122,17 +122,23 @@ def section(decision: dict | None) -> dict | None:
 
 
 def findings(decision: dict | None) -> list[Finding]:
-    """One finding per question the design left open (the report lists them first), or none."""
+    """What the design spent and decided, then one finding per question it left open (the report
+    lists these first), or none without a design."""
     if decision is None:
         return []
     name = labels(list(decision["counts"]))
-    out = []
+    settled = [v for v in decision["verdicts"] if not _open(v)]
+    runs = list(decision["counts"].values())
+    out = [Finding("time", f"Run until decided: {len(settled)} of {len(decision['verdicts'])} questions decided in "
+                           f"{decision['round'] + 1} round(s) and {decision['spent']['runs']} runs "
+                           f"({min(runs)} to {max(runs)} a cell, more where the answer stayed open longer).",
+                   ANCHOR)]  # fmt: skip
     for v in decision["verdicts"]:
         if not _open(v):
             continue
         estimate, interval = _interval(v)
         more = v.get("runs_to_decide")
         close = f"about {more} more run(s) per cell would decide it" if more is not None else "more runs are not estimated to decide it"
-        out.append(Finding("warning", f"Undecided: {_question_text(v, name)}: {estimate} {interval} after "
+        out.insert(len(out) - 1, Finding("warning", f"Undecided: {_question_text(v, name)}: {estimate} {interval} after "
                                       f"{' / '.join(map(str, v['runs']))} runs; {close}.", ANCHOR, decided=False))  # fmt: skip
     return out
