@@ -1,4 +1,5 @@
-# ddpbench: config grid -> one torchrun job per cell and repeat -> tidy tables -> report.
+# ddpbench: config grid -> one torchrun job per cell and repeat -> tidy tables -> report;
+# with repeats: until_decided, rounds of repeats until the grid's questions are decided.
 # Helpers live in workflow/rules/common.smk and plan.smk (the grid logic itself in
 # src/ddpbench/plan/); the rules in the other workflow/rules/*.smk.
 from snakemake.utils import min_version
@@ -15,7 +16,7 @@ report: "report/workflow.rst"
 # common.smk validates the config (schema workflow/schemas/config.schema.yaml, then the
 # harness's CellParams), expands the grid and defines the input functions; plan.smk, on
 # that grid, checks the results folder and prints the plan and holds the onstart/onerror
-# handlers; the other files hold the rules.
+# handlers; the other files hold the rules (design.smk: the rounds of until_decided).
 include: "workflow/rules/common.smk"
 include: "workflow/rules/plan.smk"
 include: "workflow/rules/train.smk"
