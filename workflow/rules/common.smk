@@ -234,7 +234,8 @@ def runtime_minutes_for_cell(wildcards):
 
 def stability_threshold():
     """The report flags a cell unstable above this relative half-width: timing.max_rel_ci, or
-    in a sequential design that asks it, the precision the design sought for every cell."""
+    in a sequential design that asks it, the precision the design sought for every cell.
+    """
     if SEQUENTIAL and DESIGN.precision > 0:
         return DESIGN.precision
     return config["timing"].get("max_rel_ci", 0.05)
