@@ -93,7 +93,9 @@ def section(decision: dict | None) -> dict | None:
     for v in verdicts:
         estimate, interval = _interval(v)
         more = v.get("runs_to_decide")
-        rows.append([_question_text(v, name), VERDICT_TEXT.get(v["verdict"], v["verdict"]), estimate, interval,
+        against = name[v["cells"][1]] if v["kind"] == "comparison" else "its precision"
+        rows.append([name[v["cells"][0]], against, f"±{v['tolerance']:.0%}", VERDICT_TEXT.get(v["verdict"], v["verdict"]),
+                     estimate, interval,
                      " / ".join(map(str, v["runs"])),
                      "–" if not _open(v) else (f"about {more}" if more is not None else v.get("why", "not estimable"))])  # fmt: skip
         classes.append("unstable" if _open(v) else "")
@@ -116,7 +118,8 @@ def section(decision: dict | None) -> dict | None:
     return dict(
         summary=(f"{len(verdicts)} questions after {decision['round'] + 1} round(s): {settled} decided, "
                  f"{len(verdicts) - settled} undecided; {used}."),  # fmt: skip
-        questions=Table(["question", "verdict", "estimate", "interval", "runs", "runs to decide"], rows, note, classes),
+        questions=Table(["cell", "against", "within", "verdict", "estimate", "interval", "runs", "runs to decide"], rows,
+                        note, classes),  # fmt: skip
         cells=Table(["cell", "runs", "stopped because"], cells),
     )
 
