@@ -36,13 +36,19 @@ def add_round(number: int, runs: int) -> None:
         return
     try:
         state = json.loads(Path(path).read_text())
-        done = sum(1 for _ in open(Path(path).with_suffix(".log"))) if Path(path).with_suffix(".log").exists() else 0
-        state.update(total=done + runs, round=number)
+        log = Path(path).with_suffix(".log")
+        state.update(total=(_finished(log) if log.exists() else 0) + runs, round=number)
         from ddpbench.core import safe_io
 
         safe_io.atomic_write_text(Path(path), json.dumps(state) + "\n")
     except (OSError, ValueError, KeyError):
         return  # progress is a courtesy
+
+
+def _finished(log: Path) -> int:
+    """Runs finished so far in this workflow run: one line each in progress.log."""
+    with open(log) as f:
+        return sum(1 for _ in f)
 
 
 def duration(s: float) -> str:
@@ -64,7 +70,7 @@ def advance(line: str = "") -> str:
         log = Path(path).with_suffix(".log")
         with open(log, "a") as f:
             f.write(f"{time.time():.3f}\t{line}\n")
-        done = sum(1 for _ in open(log))
+        done = _finished(log)
     except (OSError, ValueError):
         return ""  # progress is a courtesy: never a reason for a run to fail
     elapsed = time.time() - state["started"]
