@@ -4,6 +4,9 @@ import pathlib
 
 import pytest
 
+# wall and CPU seconds per part and file at the end of every run (--suite-times FILE saves them)
+pytest_plugins = ["suite_times"]
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
