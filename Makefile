@@ -1,11 +1,14 @@
 # Short names for the project's scripts (each also runs on its own with bash).
-.PHONY: main test test-unit test-integration test-workflow container slurm-test multinode-test cluster-test dryrun-bench overhead-bench mutation
+.PHONY: main test test-fast test-unit test-integration test-workflow container slurm-test multinode-test cluster-test dryrun-bench overhead-bench mutation
 
 main:              ## the default grid, then the report (prints its path)
 	bash scripts/main.sh
 
 test:              ## everything CI runs
 	bash scripts/test.sh
+
+test-fast:         ## the fast tier for the edit loop: unit tests but the slow ones (< 3 min)
+	bash scripts/test.sh --fast
 
 test-unit test-integration test-workflow:
 	bash scripts/test.sh -m $(subst test-,,$@)

@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
 # The test command: lint and format checks, a dry run of the default grid, then pytest
 # (unit, integration, workflow). Extra arguments go to pytest, e.g. `-m unit`.
+# `--fast` first: only the fast tier (below).
 source "$(dirname "$0")/bootstrap.sh"
+# The fast tier, for the edit loop (under 3 minutes on 2 cores): the unit tests but the slow ones
+# (figures inspected, simulations, subprocesses), no lint and no dry run. CI runs the full suite.
+if [ "${1:-}" = "--fast" ]; then
+    shift
+    echo "== pytest -n 2 tests/unit -m \"not slow\" (the fast tier; the full suite: without --fast)"
+    exec pytest -n 2 -m "not slow" tests/unit "$@"
+fi
 # The report tests open the HTML in headless Chromium, compile the PDF with latexmk and
 # render its pages with pdftoppm (poppler-utils) to find blank ones. Install them where we
 # can (root with apt, about a minute once); elsewhere those tests skip and say why.
@@ -25,5 +33,9 @@ selection="not container and not multinode and not slurm"
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     selection="not container and not multinode"
 fi
-echo "== pytest -m \"$selection\""
-pytest -m "$selection" "$@"
+# Two workers (pytest-xdist): half the suite's time is spent waiting (Snakemake's scheduler, a
+# hang's timeout, SLURM), so two keep both cores busy; more only add contention (docs/testing.md).
+# The integration tests run one at a time, a module stays on one worker (tests/conftest.py). The 25 slowest and
+# the time per part and file are printed at the end. `-n 0` as an argument runs serially.
+echo "== pytest -n 2 -m \"$selection\""
+pytest -n 2 --durations=25 -m "$selection" "$@"

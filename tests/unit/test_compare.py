@@ -303,6 +303,7 @@ def _with_job_effect(runs: pd.DataFrame, sd: float, seed: int) -> pd.DataFrame:
     return runs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("repeats", [3, 6])
 def test_between_job_noise_is_in_the_interval_so_an_unchanged_rerun_stays_unchanged(repeats):
     """Two jobs from one distribution, each cell shifted by its job (3 % log-normal, the default

@@ -130,6 +130,7 @@ def help_runs():
             proc.wait()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", _modules())
 def test_quoted_module_answers_help(help_runs, module):
     proc = help_runs[module]
@@ -138,6 +139,7 @@ def test_quoted_module_answers_help(help_runs, module):
     assert "usage" in out.lower()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("configfile", _configfiles())
 def test_shown_config_plans(tmp_path, configfile):
     """`snakemake -n` with the config a page shows, in a scratch folder (like tests/workflow)."""

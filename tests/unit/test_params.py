@@ -176,6 +176,7 @@ def test_strategy_traits_read_from_source_match_the_strategies():
     assert not strategy_traits(PIPELINE).shards_per_rank
 
 
+@pytest.mark.slow
 def test_sequential_models_and_their_layers_match_the_models():
     pytest.importorskip("torch")
     from torch import nn

@@ -23,6 +23,9 @@ from ddpbench.report.figures.sizes import AUTO_LABEL, fig_memory_vs_batch
 from ddpbench.report.figures.style import MIN_FONT_PT, RC, plt, strategy_style
 from ddpbench.report.figures.tables import Data, figure_groups, group_axes
 
+# Figures drawn and inspected element by element: seconds each, outside the fast tier.
+pytestmark = pytest.mark.slow
+
 MANY = ("single", "ddp", "allreduce", "ddp_fp16", "powersgd", "local_sgd", "zero", "ring_allreduce", "gather_scatter",
         "bucketed_allreduce", "pipeline")  # fmt: skip
 

@@ -104,6 +104,7 @@ def simulate(grids: int, alpha: float, seed: int = 0, precision_alpha: float = S
             "runs_c": runs_close / grids}  # fmt: skip
 
 
+@pytest.mark.slow
 def test_the_design_keeps_its_level_however_it_stops():
     """2,000 simulated grids, each run to the end by the real stopping rule."""
     grids = 2000
@@ -116,6 +117,7 @@ def test_the_design_keeps_its_level_however_it_stops():
     assert out["runs_d"] < 5 < out["runs_c"], out
 
 
+@pytest.mark.slow
 def test_looking_at_95_percent_intervals_after_every_round_calls_differences_that_are_not_there():
     """The naive rule (stop at the first 95 % interval that excludes 1) on the same grids and
     looks: its false calls (8.3 % when written) exceed the 5 % it would claim, beyond noise."""

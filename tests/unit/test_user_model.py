@@ -136,6 +136,7 @@ def test_check_command_prints_json_and_exits_by_the_result(tmp_path, capsys):
     assert out["ok"] is False and "'um_cli:nope'" in out["error"]
 
 
+@pytest.mark.slow
 def test_check_runs_as_a_module_with_the_users_prints_kept_off_stdout(tmp_path):
     folder = module_in(tmp_path / "loud", "um_loud", "print('hello')\nfrom torch import nn\ndef net(**kw):\n    return nn.Linear(3, 2)\n")
     cmd = [sys.executable, "-m", "ddpbench.run.user_model", "--check", "um_loud:net", "--model-path", str(folder)]
@@ -154,6 +155,7 @@ def fixed(**changes):
     return {**CellParams().as_dict(), **changes}
 
 
+@pytest.mark.slow
 def test_the_plan_refuses_a_wrong_model_naming_it_and_its_model_path(tmp_path):
     folder = str(module_in(tmp_path / "plan", "um_plan"))
     axes = {"model": ["mlp", "um_plan:net", "um_plan:nope"]}
