@@ -207,7 +207,9 @@ def test_a_strategy_refusing_the_world_size_is_skipped_without_torchrun(tmp_path
     assert summary["params"] == theirs["params"] and summary["world_size"] == theirs["world_size"] == 1
     assert summary["env"]["threads_per_rank"] == theirs["env"]["threads_per_rank"]
     assert not (out / "train.log").exists() and "torchrun_started" not in summary["timeline"]  # never started
-    assert summary["timeline"]["launcher_exit"] - summary["timeline"]["launcher_start"] < 5
+    # The launcher's own marks only: no torchrun, no rank (a count of events, not a timing, which
+    # a busy machine would make fail; benchmarks/launch_floor.py measures the seconds saved).
+    assert set(summary["timeline"]) == {"launcher_start", "launcher_exit"}, summary["timeline"]
     assert proc.stdout.strip() == f"[ddpbench] {out}: skipped - samples/s ({summary['reason']})"
 
 

@@ -23,16 +23,27 @@ SHAPES = {
 }
 
 
-def plan(workdir, study, *args):
-    """`snakemake -n -p` of a study: its train commands and the whole output."""
-    proc = snakemake(workdir, "-n", "-p", *args, configfile=STUDIES / f"{study}.yaml")
-    out = proc.stdout + proc.stderr
-    return [line for line in proc.stdout.splitlines() if "ddpbench.run.launch" in line], out
+@pytest.fixture(scope="module")
+def plan(tmp_path_factory):
+    """`plan(study, *args)`: `snakemake -n -p` of a study, its train commands and the whole output.
+    A dry run writes nothing the next one reads, so each (study, args) is planned once per module
+    and read by every test that asks (a new interpreter and the study's plan: seconds each)."""
+    planned = {}
+
+    def plan_once(study, *args):
+        if (study, args) not in planned:
+            workdir = tmp_path_factory.mktemp(f"plan-{study}")
+            proc = snakemake(workdir, "-n", "-p", *args, configfile=STUDIES / f"{study}.yaml")
+            commands = [line for line in proc.stdout.splitlines() if "ddpbench.run.launch" in line]
+            planned[study, args] = commands, proc.stdout + proc.stderr
+        return planned[study, args]
+
+    return plan_once
 
 
 @pytest.mark.parametrize("study", sorted(SHAPES))
-def test_study_plans_offline_on_synthetic_data_of_the_real_shape(tmp_path, study):
-    commands, out = plan(tmp_path, study, *OFFLINE)
+def test_study_plans_offline_on_synthetic_data_of_the_real_shape(plan, study):
+    commands, out = plan(study, *OFFLINE)
     assert commands, out[-3000:]
     for command in commands:
         assert "--dataset synthetic " in command, command
@@ -43,18 +54,18 @@ def test_study_plans_offline_on_synthetic_data_of_the_real_shape(tmp_path, study
 
 
 @pytest.mark.parametrize("study", sorted(SHAPES))
-def test_study_as_written_trains_on_the_real_dataset(tmp_path, study):
+def test_study_as_written_trains_on_the_real_dataset(plan, study):
     """The same preset online: the real dataset, prepared once before its cells."""
-    commands, out = plan(tmp_path, study)
+    commands, out = plan(study)
     datasets = {re.search(r"--dataset (\w+)", c).group(1) for c in commands}
     assert datasets == SHAPES[study]
     assert len(re.findall(r"^rule prepare_data:", out, re.M)) == len(SHAPES[study]), out[-3000:]
 
 
-def test_offline_keeps_the_grid_it_replaces(tmp_path):
+def test_offline_keeps_the_grid_it_replaces(plan):
     """Same runs, same exclusions: only the dataset of each cell changes."""
-    online, _ = plan(tmp_path, "cores-and-gpus")
-    offline, _ = plan(tmp_path, "cores-and-gpus", *OFFLINE)
+    online, _ = plan("cores-and-gpus")
+    offline, _ = plan("cores-and-gpus", *OFFLINE)
     assert len(online) == len(offline) == 160  # 16 cells x 10 repeats
 
     def without_data(command):
@@ -64,16 +75,16 @@ def test_offline_keeps_the_grid_it_replaces(tmp_path):
     assert sorted(map(without_data, online)) == sorted(map(without_data, offline))
 
 
-def test_sync_strategies_profiles_and_runs_two_nodes(tmp_path):
-    commands, _ = plan(tmp_path, "sync-strategies", *OFFLINE)
+def test_sync_strategies_profiles_and_runs_two_nodes(plan):
+    commands, _ = plan("sync-strategies", *OFFLINE)
     assert commands and all("--profile-steps 5" in c for c in commands)
     assert any("--nnodes 2" in c and "--link unshaped" in c for c in commands)
 
 
-def test_sharding_plans_its_grid_offline_as_written(tmp_path):
+def test_sharding_plans_its_grid_offline_as_written(plan):
     """sharding trains on synthetic data already (no real dataset to fetch): single at p = 1 and the
     four strategies at p = 2, at fp32 and bf16 x grad_accum 1 and 4, AdamW; its report answers in its section."""
-    commands, out = plan(tmp_path, "sharding")
+    commands, out = plan("sharding")
     assert len(commands) == 60, out[-3000:]  # 20 cells x 3 repeats
     assert "prepare_data" not in out and all("--dataset synthetic --synthetic-shape cifar10" in c for c in commands)
     assert all("--optimizer adamw" in c and "--lr 0.001" in c for c in commands)
@@ -85,11 +96,11 @@ def test_sharding_plans_its_grid_offline_as_written(tmp_path):
     assert "--study sharding" in report
 
 
-def test_language_model_plans_its_grid_as_written(tmp_path):
+def test_language_model_plans_its_grid_as_written(plan):
     """language-model trains on synthetic token sequences already (nothing to fetch): gpt_tiny, single at
     p = 1 and ddp, fsdp, bucketed_allreduce at p = 2, at seq_len 128 x 64 sequences and 512 x 16 (8,192
     tokens per step each); its report answers in its section."""
-    commands, out = plan(tmp_path, "language-model")
+    commands, out = plan("language-model")
     assert len(commands) == 24, out[-3000:]  # 8 cells x 3 repeats
     assert "prepare_data" not in out and "ddpbench.run.data" not in out
     assert all("--dataset synthetic_tokens " in c and "--model gpt_tiny " in c and "--vocab-size 256 " in c
@@ -112,8 +123,8 @@ def test_bad_dataset_override_fails_naming_the_key(tmp_path):
 
 
 @pytest.mark.parametrize("study", sorted(SHAPES))
-def test_a_study_with_a_report_section_passes_its_name_to_the_report(tmp_path, study):
-    _, out = plan(tmp_path, study, *OFFLINE)
+def test_a_study_with_a_report_section_passes_its_name_to_the_report(plan, study):
+    _, out = plan(study, *OFFLINE)
     (report,) = [line for line in out.splitlines() if "ddpbench.report" in line]
     assert f"--study {study}" in report
 
@@ -135,7 +146,9 @@ MINIATURE = [
 
 
 @pytest.mark.parametrize("study, figures, answer, extra", [
-    ("sync-dp", ["phases.svg", "speedup.svg"], "the share of each step spent communicating", []),
+    # the four strategies at p = 2 and single, one dataset size (5 runs)
+    ("sync-dp", ["phases.svg", "speedup.svg"], "the share of each step spent communicating",
+     ['grid={"world_size": [1, 2], "dataset_size": [256]}']),
     ("dataset-size", ["dataset_size.svg", "fixed_cost.svg"], "p = 2", []),
     # DenseNet-121 on 32 px images, batch 32 (the CPU part's), one dataset size; the CUDA cells skip
     ("cores-and-gpus", ["phases.svg", "speedup.svg", "throughput.svg"], "On cpu, the number of processes with the highest throughput",

@@ -86,9 +86,10 @@ def test_a_bad_design_setting_is_refused_naming_its_key(tmp_path):
 
 @pytest.mark.faults
 def test_a_design_stopped_in_its_second_round_resumes_without_measuring_a_run_twice(tmp_path):
-    """Two identical cells and a margin no measurement can meet: every round runs, to the cap (8).
+    """Two identical cells and a margin no measurement can meet: every round runs, to the cap (5,
+    the second look: round 2 is the last, so a stop inside it leaves the design one round short).
     SIGTERM once round 2 has finished a run; the rerun finishes the design, keeping every run."""
-    workdir = seed_grid(tmp_path, seeds=2, min_timed_s=0, max_per_cell=8, margin=0.001)
+    workdir = seed_grid(tmp_path, seeds=2, min_timed_s=0, max_per_cell=5, margin=0.001)
     runs = workdir / RESULTS / "runs"
     log = open(tmp_path / "first.log", "w")
     first = subprocess.Popen(snakemake_cmd(workdir, "--until", "aggregate"), cwd=workdir, env=ENV, stdout=log,
@@ -102,17 +103,17 @@ def test_a_design_stopped_in_its_second_round_resumes_without_measuring_a_run_tw
     assert (workdir / RESULTS / "design" / "round~0.json").exists()
     assert not (workdir / RESULTS / "design" / "round~1.json").exists()  # stopped inside round 2
     kept = {p: (p.stat().st_mtime_ns, json.loads(p.read_text())["timeline"]["launcher_start"]) for p in runs.rglob("summary.json")}
-    assert 7 <= len(kept) < 10, sorted(kept)
+    assert 7 <= len(kept) < 10, sorted(kept)  # round 1's 6 and some of round 2's 4
 
     run(workdir, "--until", "aggregate")
     final = last_decision(workdir)
-    assert final["done"] and final["counts"] == {c: 8 for c in final["counts"]}
+    assert final["done"] and final["counts"] == {c: 5 for c in final["counts"]}
     assert set(final["stopped"].values()) == {"cap"}
     assert [v["verdict"] for v in final["verdicts"]] == ["undecided"]
     after = {p: (p.stat().st_mtime_ns, json.loads(p.read_text())["timeline"]["launcher_start"]) for p in runs.rglob("summary.json")}
-    assert len(after) == 16 and all(after[p] == kept[p] for p in kept)  # no run measured twice
+    assert len(after) == 10 and all(after[p] == kept[p] for p in kept)  # no run measured twice
     rows = (workdir / RESULTS / "aggregate" / "runs.csv").read_text().splitlines()
-    assert len(rows) == 1 + 16
+    assert len(rows) == 1 + 10
 
 
 # The spread of a run's throughput (log scale) below which 14 runs a cell tell 10 % apart at the
