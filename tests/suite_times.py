@@ -30,25 +30,21 @@ def pytest_addoption(parser):
     parser.addoption("--suite-times", metavar="FILE", help="save wall and CPU seconds per test, file and part as JSON")
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_setup(item):
-    start = _cpu()
-    yield
-    item.user_properties.append(("cpu_setup", _cpu() - start))
+def _cpu_of(phase: str):
+    """A hookwrapper for one phase (setup, call, teardown): its CPU seconds as a user property."""
+
+    @pytest.hookimpl(hookwrapper=True)
+    def wrapper(item):
+        start = _cpu()
+        yield
+        item.user_properties.append((f"cpu_{phase}", _cpu() - start))
+
+    return wrapper
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_call(item):
-    start = _cpu()
-    yield
-    item.user_properties.append(("cpu_call", _cpu() - start))
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_teardown(item):
-    start = _cpu()
-    yield
-    item.user_properties.append(("cpu_teardown", _cpu() - start))
+pytest_runtest_setup = _cpu_of("setup")
+pytest_runtest_call = _cpu_of("call")
+pytest_runtest_teardown = _cpu_of("teardown")
 
 
 class Recorder:
