@@ -76,8 +76,9 @@ def test_cpu_ranks_are_forked_from_a_single_threaded_zygote(tmp_path):
     """A fork copies any lock another thread of the parent holds, locked, with nobody left to
     release it: a 4-rank cell hung for good in one rank's TCPStore client when its ranks were
     forked from torchrun's agent (two store threads and a keep-alive timer by then). The ranks
-    are forked from a zygote started before anything is threaded, with torch imported."""
-    summary, _, _ = launch(tmp_path / "run", "--strategy", "allreduce")
+    are forked from a zygote started before anything is threaded, with torch imported (and
+    torch._dynamo, which ddp's wrap imports: ddpbench.run.torchrun.zygote_preload)."""
+    summary, _, _ = launch(tmp_path / "run", "--strategy", "ddp")
     assert summary["status"] == "ok", summary["reason"]
     assert summary["extra"]["forked_from_threads"] == 1
     assert summary["timeline_s"]["imports"] == 0  # forked with the harness imported: no imports of its own
@@ -90,6 +91,20 @@ def test_the_zygote_is_started_only_for_forked_harness_ranks():
     assert not torchrun.forks_ranks(["--standalone", "-m", "ddpbench.run.train", "--out", "x"])  # CUDA cells: spawn
     assert not torchrun.forks_ranks(["--start-method", "fork", "-m", "other.module"])
     assert not torchrun.forks_ranks(["--start-method"])
+
+
+def test_the_zygote_imports_torch_dynamo_only_for_cells_that_import_it_anyway():
+    from ddpbench.run import torchrun
+    from ddpbench.strategies import names, strategy_traits
+
+    head = ["--standalone", "--start-method", "fork", "-m", "ddpbench.run.train", "--out", "x"]
+    for name in names():
+        preload = torchrun.zygote_preload([*head, "--strategy", name, "--optimizer", "sgd"])
+        assert preload[:2] == [torchrun.FORKED_MODULE, torchrun.ENTRY_MODULE]
+        assert ("torch._dynamo" in preload) == strategy_traits(name).imports_dynamo, name
+    assert "torch._dynamo" in torchrun.zygote_preload([*head, "--strategy", "allreduce", "--optimizer", "adamw"])
+    assert "torch._dynamo" in torchrun.zygote_preload(head)  # the default strategy, ddp
+    assert "torch._dynamo" not in torchrun.zygote_preload(["-m", "ddpbench.run.train", "--strategy", "ring_allreduce"])
 
 
 # Loaded by every Python process of a launch (PYTHONPATH): each rank records at exit

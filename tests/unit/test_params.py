@@ -171,6 +171,7 @@ def test_strategy_traits_read_from_source_match_the_strategies():
         s, traits = strategies.get(name), strategy_traits(name)
         assert (traits.min_world, traits.max_world, traits.point_to_point) == (s.min_world, s.max_world, s.point_to_point)
         assert traits.shards_per_rank == (type(s).data_shard is Strategy.data_shard), name
+        assert traits.imports_dynamo == s.imports_dynamo, name
         for world in (1, 2, 3, 64):
             assert traits.unsupported(world) == bool(s.unsupported(world)), (name, world)
     assert not strategy_traits(PIPELINE).shards_per_rank

@@ -18,7 +18,9 @@ lock another thread holds, locked, with no thread left to release it. A 4-rank c
 one rank blocked for good in its TCPStore client's constructor and the others waiting for it
 until the run's timeout. The zygote is multiprocessing's fork server, started first thing,
 before this process imports torch (so its import of torch and the harness runs beside the
-agent's own), single-threaded when it forks.
+agent's own), single-threaded when it forks. Where the cell imports torch._dynamo anyway (DDP's
+constructor, fully_shard, pipelining, torch's AdamW), the zygote imports it too (`zygote_preload`):
+a ddp cell's setup fell from 2.0-2.3 s to 0.3 s and its launch from 4.5-5.0 s to 4.0-4.5 s here.
 """
 
 from __future__ import annotations
@@ -33,22 +35,40 @@ FORKED_MODULE = "ddpbench.run.train"
 ENTRY_MODULE = "ddpbench.run.torchrun"  # this module by its name (run with -m it is __main__): forked_rank's home
 
 
+def _after(argv: list[str], flag: str) -> str | None:
+    """The value following `flag` in `argv` (None: absent)."""
+    return argv[argv.index(flag) + 1] if flag in argv[:-1] else None
+
+
 def forks_ranks(argv: list[str]) -> bool:
     """Whether torchrun's arguments ask for forked ranks of the harness (`--start-method fork`
     ... `-m ddpbench.run.train`), read before torch is imported."""
-    def after(flag):
-        return argv[argv.index(flag) + 1] if flag in argv[:-1] else None
-
-    return after("--start-method") == "fork" and after("-m") == FORKED_MODULE
+    return _after(argv, "--start-method") == "fork" and _after(argv, "-m") == FORKED_MODULE
 
 
-def start_zygote() -> None:
-    """Start multiprocessing's fork server with the harness imported (it imports torch): the
-    process the ranks are forked from. Returns at once; the first fork waits for its imports."""
+def zygote_preload(argv: list[str]) -> list[str]:
+    """The modules the zygote imports for the cell in torchrun's arguments: the harness, and
+    torch._dynamo where the cell imports it anyway (its strategy's wrap, torch's AdamW; 1.7-1.8 s
+    a rank on 2 cores, paid once here). Not for the others: they never import it, and a
+    process that has it starts 1.3 s later and exits slower (ddpbench.run.quick_exit)."""
+    from ddpbench.core.params import CellParams
+    from ddpbench.strategies import names, strategy_traits
+
+    cell = argv[argv.index("-m") + 2 :] if "-m" in argv else []
+    strategy = _after(cell, "--strategy") or CellParams.strategy
+    adamw = _after(cell, "--optimizer") == "adamw"
+    dynamo = adamw or (strategy in names() and strategy_traits(strategy).imports_dynamo)
+    return [FORKED_MODULE, ENTRY_MODULE, *(["torch._dynamo"] if dynamo else [])]
+
+
+def start_zygote(preload: list[str]) -> None:
+    """Start multiprocessing's fork server with `preload` imported (the harness: it imports
+    torch): the process the ranks are forked from. Returns at once; the first fork waits for
+    its imports. None of them starts a thread (tests/integration/test_launch.py)."""
     import multiprocessing
     import multiprocessing.forkserver
 
-    multiprocessing.set_forkserver_preload([FORKED_MODULE, ENTRY_MODULE])
+    multiprocessing.set_forkserver_preload(preload)
     multiprocessing.forkserver.ensure_running()
 
 
@@ -56,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     forked = forks_ranks(argv)
     if forked:
-        start_zygote()  # before torch is imported here: nothing is threaded yet
+        start_zygote(zygote_preload(argv))  # before torch is imported here: nothing is threaded yet
     from torch.distributed.run import parse_args, run
 
     args = parse_args(argv)

@@ -70,6 +70,7 @@ class StrategyTraits:
     max_world: int | None
     point_to_point: bool
     shards_per_rank: bool  # base data_shard: each rank reads its own slice of the global batch
+    imports_dynamo: bool  # its wrap imports torch._dynamo (base.Strategy.imports_dynamo)
 
     def unsupported(self, world: int) -> bool:
         """base.Strategy.unsupported: the harness records such a cell as skipped (world_size_refusal's rule)."""
@@ -140,7 +141,9 @@ def strategy_traits(name: str) -> StrategyTraits:
         return next(classes[c][1][key] for c in chain if key in classes[c][1])
 
     data_shard_from = next(c for c in chain if "data_shard" in classes[c][2])
-    return StrategyTraits(attr("min_world"), attr("max_world"), attr("point_to_point"), data_shard_from == "Strategy")
+    return StrategyTraits(
+        attr("min_world"), attr("max_world"), attr("point_to_point"), data_shard_from == "Strategy", attr("imports_dynamo")
+    )
 
 
 def get(name: str) -> Any:

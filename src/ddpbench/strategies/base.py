@@ -80,6 +80,10 @@ class Strategy:
     #: Each rank holds only its shard of the gradients after sync (a check over them, such
     #: as the loss scale's overflow test, must be agreed between ranks).
     sharded_gradients: bool = False
+    #: Its wrap imports torch._dynamo (DistributedDataParallel's constructor, fully_shard,
+    #: torch.distributed.pipelining): the launcher's zygote imports it once before forking
+    #: the ranks (ddpbench.run.torchrun), which the others would only pay for.
+    imports_dynamo: bool = False
 
     def unsupported(self, world: int) -> str | None:
         """Why this strategy cannot run at `world` ranks (None: it can)."""

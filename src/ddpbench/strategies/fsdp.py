@@ -64,6 +64,7 @@ def ring_bytes(t: torch.Tensor, world: int) -> int:
 class FSDP(Strategy):
     name = "fsdp"
     comm_volume = "sharded_zero3"
+    imports_dynamo = True
     sharded_gradients = True
     reshard_after_forward = True
 

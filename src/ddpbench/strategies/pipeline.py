@@ -115,6 +115,7 @@ class Pipeline(Strategy):
     name = "pipeline"
     comm_volume = "point_to_point"
     point_to_point = True  # torch.distributed.pipelining sends activations with isend/irecv
+    imports_dynamo = True
     exact = False  # the same update as single, but summed per micro-batch: reported, not asserted
 
     def wrap(self, model, ctx):
