@@ -105,6 +105,8 @@ def test_the_zygote_imports_torch_dynamo_only_for_cells_that_import_it_anyway():
     assert "torch._dynamo" in torchrun.zygote_preload([*head, "--strategy", "allreduce", "--optimizer", "adamw"])
     assert "torch._dynamo" in torchrun.zygote_preload(head)  # the default strategy, ddp
     assert "torch._dynamo" not in torchrun.zygote_preload(["-m", "ddpbench.run.train", "--strategy", "ring_allreduce"])
+    vgg = torchrun.zygote_preload(["-m", "ddpbench.run.train", "--strategy", "allreduce", "--model", "vgg11"])
+    assert vgg[2:] == ["torchvision.models"]  # which imports torch._dynamo
 
 
 # Loaded by every Python process of a launch (PYTHONPATH): each rank records at exit

@@ -178,6 +178,22 @@ def test_strategy_traits_read_from_source_match_the_strategies():
 
 
 @pytest.mark.slow
+def test_the_torchvision_models_are_those_built_by_torchvision(monkeypatch):
+    """core.params.TORCHVISION_MODELS (the launcher's zygote imports torchvision.models for them)."""
+    pytest.importorskip("torchvision")
+    from ddpbench.core.params import TORCHVISION_MODELS
+    from ddpbench.run import models
+
+    calls = []
+    real = models._torchvision_models
+    monkeypatch.setattr(models, "_torchvision_models", lambda: calls.append(1) or real())
+    for name in IMAGE_MODELS:
+        calls.clear()
+        models.build(name, (3, 8, 8), 10)
+        assert bool(calls) == (name in TORCHVISION_MODELS), name
+
+
+@pytest.mark.slow
 def test_sequential_models_and_their_layers_match_the_models():
     pytest.importorskip("torch")
     from torch import nn

@@ -23,6 +23,7 @@ from ddpbench.strategies import strategy_traits, unread_settings
 DEVICES = ("cpu", "cuda")
 SCALINGS = ("strong", "weak")
 IMAGE_MODELS = ("mlp", "simple_cnn", "vgg11", "resnet18", "resnet50", "densenet121")
+TORCHVISION_MODELS = ("vgg11", "resnet18", "resnet50", "densenet121")  # built by torchvision.models
 TOKEN_MODELS = ("gpt_tiny", "gpt2_small", "gpt2_medium")  # GPT-style decoders (run/gpt.py)
 MODELS = IMAGE_MODELS + TOKEN_MODELS
 # The user's own model: `package.module:function`, imported from the environment or model_path.

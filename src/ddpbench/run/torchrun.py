@@ -48,17 +48,20 @@ def forks_ranks(argv: list[str]) -> bool:
 
 def zygote_preload(argv: list[str]) -> list[str]:
     """The modules the zygote imports for the cell in torchrun's arguments: the harness, and
-    torch._dynamo where the cell imports it anyway (its strategy's wrap, torch's AdamW; 1.7-1.8 s
-    a rank on 2 cores, paid once here). Not for the others: they never import it, and a
-    process that has it starts 1.3 s later and exits slower (ddpbench.run.quick_exit)."""
-    from ddpbench.core.params import CellParams
+    torch._dynamo where the cell imports it anyway (its strategy's wrap, torch's AdamW, a
+    torchvision model: torchvision.models imports it; 1.7-1.8 s a rank on 2 cores, paid once
+    here). Not for the others: they never import it, and a process that has it starts 1.3 s
+    later and exits slower (ddpbench.run.quick_exit)."""
+    from ddpbench.core.params import TORCHVISION_MODELS, CellParams
     from ddpbench.strategies import names, strategy_traits
 
     cell = argv[argv.index("-m") + 2 :] if "-m" in argv else []
     strategy = _after(cell, "--strategy") or CellParams.strategy
     adamw = _after(cell, "--optimizer") == "adamw"
+    torchvision = (_after(cell, "--model") or CellParams.model) in TORCHVISION_MODELS
     dynamo = adamw or (strategy in names() and strategy_traits(strategy).imports_dynamo)
-    return [FORKED_MODULE, ENTRY_MODULE, *(["torch._dynamo"] if dynamo else [])]
+    extra = ["torchvision.models"] if torchvision else ["torch._dynamo"] if dynamo else []
+    return [FORKED_MODULE, ENTRY_MODULE, *extra]
 
 
 def start_zygote(preload: list[str]) -> None:
