@@ -200,16 +200,30 @@ def test_oversubscribed_cell_is_skipped_before_any_rank_starts(tmp_path):
     assert elapsed < 60
 
 
-def test_a_strategy_refusing_the_world_size_is_skipped_without_torchrun(tmp_path):
-    """ddp at one rank: the launcher writes the skipped summary the ranks would write (the
-    same reason, the whole summary), in a fraction of a second, and starts no torchrun."""
+def no_gpu_here() -> bool:
+    from ddpbench.core import sysinfo
+
+    return sysinfo.no_gpu_here()
+
+
+@pytest.mark.parametrize("flags, reason", [
+    (["--strategy", "ddp"], "strategy ddp needs a world size >= 2, got 1"),
+    pytest.param(["--strategy", "single", "--device", "cuda"], "device cuda requested but CUDA is not available here",
+                 marks=pytest.mark.skipif(not no_gpu_here(), reason="a GPU device node exists here")),
+])  # fmt: skip
+def test_a_cell_the_ranks_would_refuse_is_skipped_without_torchrun(tmp_path, flags, reason):
+    """ddp at one rank, a CUDA cell on a machine without a GPU device node: the launcher writes
+    the skipped summary the ranks would write (the same reason, the whole summary), in a
+    fraction of a second, and starts no torchrun."""
+    import torch
+
     from ddpbench.run import train
     from ddpbench.core.run_output import METRIC_KEYS
 
     out = tmp_path / "run"
     import argparse
 
-    flags = [*FLAGS, "--strategy", "ddp"]
+    flags = [*FLAGS, *flags]
     cmd = [sys.executable, "-m", "ddpbench.run.launch", "--nproc-per-node", "1", "--out", str(out), *flags]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -219,7 +233,8 @@ def test_a_strategy_refusing_the_world_size_is_skipped_without_torchrun(tmp_path
     assert train.run(params, by_ranks) == 0  # what the ranks write (they still check)
     theirs = json.loads((by_ranks / "summary.json").read_text())
     assert summary["status"] == theirs["status"] == "skipped"
-    assert summary["reason"] == theirs["reason"] == "strategy ddp needs a world size >= 2, got 1"
+    assert summary["reason"] == theirs["reason"] and summary["reason"].startswith(reason)
+    assert summary["env"]["torch"] == theirs["env"]["torch"] == torch.__version__  # read without importing it
     assert set(summary) == set(theirs) and all(k in summary for k in METRIC_KEYS)
     assert summary["params"] == theirs["params"] and summary["world_size"] == theirs["world_size"] == 1
     assert summary["env"]["threads_per_rank"] == theirs["env"]["threads_per_rank"]

@@ -6,6 +6,7 @@ import datetime
 import functools
 import hashlib
 import importlib.metadata
+import importlib.util
 import os
 import platform
 import re
@@ -230,6 +231,34 @@ def glibc() -> str | None:
     return f"{lib} {version}".strip() if lib or version else None
 
 
+#: Device nodes without which torch sees no GPU: NVIDIA's driver, Jetson's, ROCm's, WSL's.
+GPU_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvmap", "/dev/kfd", "/dev/dxg")
+
+
+def no_gpu_here() -> bool:
+    """Whether torch certainly finds no GPU here (no GPU_DEVICE_NODES), told without importing
+    torch (2 s): the launcher then records a CUDA cell as skipped without starting a rank."""
+    return not any(os.path.exists(node) for node in GPU_DEVICE_NODES)
+
+
+def cuda_unavailable(torch_version: str | None) -> str:
+    """A CUDA cell's skip reason where torch finds no GPU (the ranks' and the launcher's)."""
+    return f"device cuda requested but CUDA is not available here (torch {torch_version})"
+
+
+def torch_version() -> str | None:
+    """torch.__version__ (its local tag, e.g. +cu132, included), read from the torch/version.py
+    that `import torch` would run, without importing torch where it is not imported yet."""
+    if "torch" in sys.modules:
+        return sys.modules["torch"].__version__
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    text = (Path(spec.submodule_search_locations[0]) / "version.py").read_text()
+    found = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", text, re.M)
+    return found.group(1) if found else None
+
+
 def package_version(name: str) -> str | None:
     """An installed distribution's version, read from its metadata (nothing imported)."""
     try:
@@ -450,9 +479,13 @@ def environment(
     `command`: the command line that ran it (default: `command_line()`). It ends now.
     A key whose look-up fails is None: collecting provenance never fails a run."""
     import psutil
-    import torch
 
-    cuda = _safe(torch.cuda.is_available) or False
+    # Where torch is not imported and cannot see a GPU (a cell the launcher skipped), its
+    # version is read from its files: importing it would only cost 2 s.
+    torch = sys.modules.get("torch")
+    if torch is None and not no_gpu_here():
+        import torch
+    cuda = bool(torch and _safe(torch.cuda.is_available))
     nccl = None
     if cuda:
         try:
@@ -471,7 +504,7 @@ def environment(
         "kernel": _safe(platform.release) or None,
         "glibc": _safe(glibc),
         "python": platform.python_version(),
-        "torch": torch.__version__,
+        "torch": torch.__version__ if torch else _safe(torch_version),
         **{name: _safe(package_version, name) for name in VERSIONED_PACKAGES},  # without importing them
         "cuda": torch.version.cuda if cuda else None,
         "cudnn": _safe(torch.backends.cudnn.version) if cuda else None,

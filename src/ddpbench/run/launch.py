@@ -111,6 +111,8 @@ def launch(args: argparse.Namespace, params: CellParams) -> int:
         if reason:
             return skip(args, params, reason, sysinfo.rank_threads(params.threads_per_rank, args.nproc_per_node, cores))
     refusal = world_size_skip(params.strategy, args.nproc_per_node * args.nnodes)
+    if not refusal and params.device == "cuda" and args.nnodes == 1 and sysinfo.no_gpu_here():  # (other nodes: theirs)
+        refusal = sysinfo.cuda_unavailable(sysinfo.torch_version())
     if refusal:  # the ranks would only say so: the same skipped summary, without torchrun's seconds
         return skip(args, params, refusal, sysinfo.rank_threads(params.threads_per_rank, args.nproc_per_node))
     if lab:

@@ -167,7 +167,7 @@ def skip_reason(params: CellParams, ranks: Ranks) -> str | None:
         return reason
     if params.device == "cuda":
         if not torch.cuda.is_available():
-            return f"device cuda requested but CUDA is not available here (torch {torch.__version__})"
+            return sysinfo.cuda_unavailable(torch.__version__)
         if params.process_group_backend == "gloo":
             if strategy.point_to_point and ranks.world > 1:
                 return (
