@@ -3,6 +3,9 @@
 # (unit, integration, workflow). Extra arguments go to pytest, e.g. `-m unit`.
 # `--fast` first: only the fast tier (below).
 source "$(dirname "$0")/bootstrap.sh"
+# pytest keeps the test modules it rewrote (their assertions) as bytecode beside them, unless
+# PYTHONDONTWRITEBYTECODE is set: then each worker rewrites all 97 at every start (~20 s).
+unset PYTHONDONTWRITEBYTECODE
 # The fast tier, for the edit loop (under 3 minutes on 2 cores): the unit tests but the slow ones
 # (figures inspected, simulations, subprocesses), no lint and no dry run. CI runs the full suite.
 if [ "${1:-}" = "--fast" ]; then
