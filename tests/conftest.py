@@ -75,4 +75,7 @@ class Scheduling:
             def _split_scope(self, nodeid: str) -> str:
                 return unit_of(nodeid)
 
+        # loadscope hands out the units with the most tests first unless told not to: the long
+        # single-test units then went last, and one worker ran them alone for minutes at the end.
+        config.option.loadscopereorder = False
         return ByUnit(config, log)
