@@ -1,5 +1,5 @@
 # Short names for the project's scripts (each also runs on its own with bash).
-.PHONY: main test test-fast test-unit test-integration test-workflow container slurm-test multinode-test cluster-test dryrun-bench overhead-bench mutation
+.PHONY: main test test-fast test-torch test-unit test-integration test-workflow container slurm-test multinode-test cluster-test dryrun-bench overhead-bench mutation
 
 main:              ## the default grid, then the report (prints its path)
 	bash scripts/main.sh
@@ -9,6 +9,10 @@ test:              ## everything CI runs
 
 test-fast:         ## the fast tier for the edit loop: unit tests but the slow ones (< 3 min)
 	bash scripts/test.sh --fast
+
+TORCH ?= 2.11
+test-torch:        ## the strategies' tests on another torch: make test-torch TORCH=2.8 (its own .venv-torch-X)
+	bash scripts/test.sh --torch $(TORCH)
 
 test-unit test-integration test-workflow:
 	bash scripts/test.sh -m $(subst test-,,$@)

@@ -13,6 +13,26 @@ if [ "${1:-}" = "--fast" ]; then
     echo "== pytest -n 2 tests/unit -m \"not slow\" (the fast tier; the full suite: without --fast)"
     exec pytest -n 2 -m "not slow" tests/unit "$@"
 fi
+# Another torch than the lock's: `--torch 2.11` builds .venv-torch-2.11 (the lock's packages but
+# torch at that version, with the torchvision made for it and torch's own dependencies at the
+# versions it asks for) and runs the tests of the strategies
+# there: each one equal to single, the sharded ones, the precisions and optimizers, the GPT.
+if [ "${1:-}" = "--torch" ]; then
+    version="${2:?--torch needs a version, e.g. --torch 2.11}"
+    shift 2
+    env=".venv-torch-$version"
+    [ -x "$env/bin/python" ] || uv venv --quiet --python .venv/bin/python "$env"
+    uv export --locked --quiet --no-hashes --no-annotate --no-emit-project --all-groups \
+        | grep -v -E '^(torch|torchvision|triton|nvidia-|cuda-|setuptools|sympy|mpmath|networkx|filelock|fsspec|typing-extensions)' \
+        > "$env/others.txt"
+    echo "== $env: torch==$version.* (a few minutes, several GB, the first time)"
+    uv pip install --quiet --python "$env/bin/python" -r "$env/others.txt" "torch==$version.*" torchvision -e .
+    "$env/bin/python" -m compileall -q src >/dev/null
+    echo "== pytest on torch $("$env/bin/python" -c 'import torch; print(torch.__version__)')"
+    exec "$env/bin/python" -m pytest -n 2 -p no:cacheprovider tests/unit/test_strategies.py \
+        tests/integration/test_exact_strategies.py tests/integration/test_approx_strategies.py \
+        tests/integration/test_training_options.py tests/integration/test_language_model.py "$@"
+fi
 # The report tests open the HTML in headless Chromium, compile the PDF with latexmk and
 # render its pages with pdftoppm (poppler-utils) to find blank ones. Install them where we
 # can (root with apt, about a minute once); elsewhere those tests skip and say why.

@@ -14,6 +14,7 @@ import torch
 from harness_common import exact_strategies, torchrun
 
 from ddpbench import strategies
+from ddpbench.strategies import base
 
 # A global batch of 12 splits into 2 ranks x 4 micro-batches and 3 ranks x 2 (both uneven at
 # 3 ranks x 4: refused by the plan); 12 steps cross an epoch of 8.
@@ -74,6 +75,10 @@ def test_adamw_ends_where_single_ends(strategy, world, runs):
     ours = flat(params(cell_dir(runs / f"w{world}", f"{strategy}:mlp:{ADAMW}")))
     single = flat(params(cell_dir(runs / "w1", f"single:mlp:{ADAMW}")))
     assert float((ours - single).norm() / single.norm()) <= RTOL
+    # The field's fastest step: torch's fused AdamW where it has the kernel (CPU since torch 2.4).
+    summary = json.loads((cell_dir(runs / f"w{world}", f"{strategy}:mlp:{ADAMW}") / "summary.json").read_text())
+    fused = base.fused_adamw_supported([torch.zeros(1)])
+    assert summary["extra"]["optimizer_impl"] == ("fused" if fused else "foreach")
 
 
 @pytest.mark.parametrize("world, accum", [(w, k) for k, worlds in ACCUM.items() for w in worlds])
@@ -112,6 +117,12 @@ def test_fsdp_counts_its_collectives_from_the_shards(strategy, gathers, world, r
     assert summary["comm_calls_per_step"] == (gathers + 1) * len(units)
     assert summary["comm_bytes_per_step"] == pytest.approx((gathers + 1) * sum(round(b * ring) for b in per_unit), abs=1)
     assert summary["extra"]["comm_volume"] == ("sharded_zero3" if gathers == 2 else "sharded_zero2")
+    # Counted through FSDP's public custom-communication hooks where this torch has them, else at
+    # torch.distributed's collectives it calls (torch 2.8): the same counts either way.
+    from torch.distributed.fsdp import FSDPModule
+
+    hooks = hasattr(FSDPModule, "set_custom_all_gather")
+    assert summary["extra"]["fsdp_comm_counted"] == ("custom_comm" if hooks else "torch.distributed")
     # On CPU, FSDP's collectives block the training thread: all of it is exposed.
     assert summary["phase_exposed_comm_s"] == pytest.approx(summary["phase_comm_s"], rel=1e-9)
 

@@ -166,6 +166,7 @@ def execute(
         **dict(zip(("training_health", "training_health_reason"),
                    run_output.training_health([r["loss"] for r in sorted(run.records, key=lambda r: r["step"])]))),  # fmt: skip
         "param_rank_max_abs_diff": spread,
+        "optimizer_impl": base.optimizer_implementation(optimizer),  # fused | foreach | for-loop
         "optimizer_state_bytes": max(state_bytes),  # the largest rank's
         "optimizer_state_bytes_total": sum(state_bytes),
         # Bytes each rank holds for training, counted from its own tensors (shards): the largest rank's.

@@ -51,6 +51,9 @@ class Context:
     state: dict[str, Any] = field(default_factory=dict)
     input_shape: tuple[int, ...] = ()  # one sample's shape (C, H, W)
     heartbeat: Any = None  # ddpbench.run.diagnose.Heartbeat: this rank's progress (None: not recorded)
+    #: The step's phase while forward_backward runs: "backward" during the backward pass, else
+    #: "forward" (a collective issued from a hook is charged to it).
+    phase: str = "forward"
 
     def autocast(self) -> ContextManager:
         """The cell's precision for forward and loss: autocast to bf16/fp16, else nothing."""
@@ -126,7 +129,11 @@ class Strategy:
             loss = task_loss(out, y)
         correct = task_correct(out.detach(), y)
         timer.lap("forward")
-        (loss * scale if scale != 1.0 else loss).backward()
+        ctx.phase = "backward"
+        try:
+            (loss * scale if scale != 1.0 else loss).backward()
+        finally:
+            ctx.phase = "forward"
         timer.lap("backward")
         return loss.detach(), correct
 
@@ -290,10 +297,12 @@ class SGD:
                     p.grad.zero_()
 
 
-def optimizer_class(params: "CellParams") -> tuple[type, dict[str, Any]]:
-    """The cell's optimizer as (torch class, its arguments): for ZeroRedundancyOptimizer."""
+def optimizer_class(params: "CellParams", parameters: list[torch.Tensor]) -> tuple[type, dict[str, Any]]:
+    """The cell's optimizer as (torch class, its arguments) for `parameters`: AdamW fused where
+    torch can (fused_adamw_supported), else foreach. Also for ZeroRedundancyOptimizer."""
     if params.optimizer == "adamw":
-        return torch.optim.AdamW, {"lr": params.lr, "weight_decay": params.weight_decay}
+        fast = {"fused": True} if fused_adamw_supported(parameters) else {"foreach": True}
+        return torch.optim.AdamW, {"lr": params.lr, "weight_decay": params.weight_decay, **fast}
     return torch.optim.SGD, {"lr": params.lr, "momentum": params.momentum, "weight_decay": params.weight_decay}
 
 
@@ -316,10 +325,36 @@ def task_correct(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 def make_optimizer(parameters, params: "CellParams"):
     """The cell's optimizer over `parameters`: SGD (this module's, torch's step without the
-    dynamo import) or torch's AdamW."""
+    dynamo import) or torch's AdamW, fused where torch has the kernel for the device."""
     if params.optimizer == "adamw":
-        return torch.optim.AdamW(parameters, lr=params.lr, weight_decay=params.weight_decay)
+        parameters = list(parameters)
+        cls, kwargs = optimizer_class(params, parameters)
+        return cls(parameters, **kwargs)
     return SGD(parameters, lr=params.lr, momentum=params.momentum, weight_decay=params.weight_decay)
+
+
+def fused_adamw_supported(parameters: list[torch.Tensor]) -> bool:
+    """Whether torch's fused AdamW takes these parameters (CUDA; CPU since torch 2.4; plain
+    floating-point tensors or DTensors of them): the field's fastest step where it exists."""
+    try:
+        torch.optim.AdamW([torch.zeros(1, device=p.device, dtype=p.dtype) for p in parameters[:1]], fused=True)
+    except (RuntimeError, ValueError, TypeError):
+        return False
+    return bool(parameters) and all(p.dtype.is_floating_point for p in parameters)
+
+
+def optimizer_implementation(optimizer: Any) -> str:
+    """How the optimizer steps its tensors (summary extra.optimizer_impl): fused (one kernel
+    for all), foreach (multi-tensor ops) or for-loop (one tensor at a time), as torch chose
+    it where the group leaves it open (foreach None: foreach on CUDA, for-loop on CPU)."""
+    group = getattr(optimizer, "param_groups", [{}])[0]
+    if group.get("fused"):
+        return "fused"
+    foreach = group.get("foreach")
+    if foreach is None:
+        params = group.get("params") or []
+        foreach = bool(params) and all(p.device.type == "cuda" for p in params)
+    return "foreach" if foreach else "for-loop"
 
 
 def allreduce_bytes(nbytes: int, world: int) -> int:

@@ -14,7 +14,8 @@ the low precision, gradients reduce-scattered in fp32 (the sharded parameters an
 optimizer stay fp32).
 
 Communication is measured where it is issued: FSDP's all-gather and reduce-scatter are
-replaced (its public set_custom_all_gather / set_custom_reduce_scatter) by the same calls
+replaced (its public set_custom_all_gather / set_custom_reduce_scatter) by the same
+collectives (torch.distributed's public all_gather_into_tensor / reduce_scatter_tensor)
 wrapped to count them, in nccl-tests' ring convention (a rank sends (p-1)/p of the
 all-gather's output and of the reduce-scatter's input), and to time them. FSDP issues them
 synchronously (`unshard_async_op` False): on CPU with gloo each call holds the training
@@ -29,8 +30,10 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from ddpbench.strategies.base import Context, Strategy, timed_blocking
@@ -81,13 +84,14 @@ class FSDP(Strategy):
         for unit in units:
             fully_shard(unit, mesh=mesh, reshard_after_forward=self.reshard_after_forward, mp_policy=policy)
         fully_shard(model, mesh=mesh, reshard_after_forward=self.reshard_after_forward, mp_policy=policy)
+        if dist.get_backend() == "gloo":
+            # FSDP reduce-scatters fp32 gradients with ReduceOp.AVG, which torch 2.8's gloo does not
+            # average (its fsdp ended 0.90 away from single; 2.11's and 2.15's do): a sum, then a division.
+            for unit in [*units, model]:
+                unit.set_force_sum_reduction_for_comms(True)
         ctx.state["fsdp_units"] = len(units)
         if ctx.instrument:
-            counted = counting_collectives(ctx)
-            for unit in [*units, model]:
-                if unit._get_fsdp_state()._fsdp_param_groups:  # a unit with parameters of its own
-                    unit.set_custom_all_gather(counted[0])
-                    unit.set_custom_reduce_scatter(counted[1])
+            ctx.state["fsdp_comm_counted"] = count_collectives(model, units, ctx, mesh.get_group())
         return model
 
     def accumulating(self, model, ctx, last):
@@ -111,6 +115,7 @@ class FSDP(Strategy):
     def extra(self, model, ctx):
         return {
             "fsdp_units": ctx.state.get("fsdp_units"),
+            "fsdp_comm_counted": ctx.state.get("fsdp_comm_counted"),
             "reshard_after_forward": self.reshard_after_forward,
             "exposed_comm_measured": ctx.device.type == "cpu",
         }
@@ -126,37 +131,95 @@ def skeleton(model: nn.Module) -> nn.Module:
     return copy.deepcopy(model, memo)
 
 
-def counting_collectives(ctx: Context):
-    """FSDP's all-gather and reduce-scatter, counted (calls, ring bytes) and timed."""
-    from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultAllGather, DefaultReduceScatter
+def timed(call, ctx: Context, phase: str):
+    """`call()`, its time counted as communication of `phase`: blocking on CPU (gloo holds the
+    training thread), overlapped on CUDA (FSDP issues it on its own stream, where it is stamped)."""
+    if ctx.device.type == "cpu":
+        return timed_blocking(call, ctx, phase)()
+    a = ctx.clock.stamp()  # on FSDP's communication stream (the current one here)
+    result = call()
+    b = ctx.clock.stamp()
+    ctx.meter.defer(lambda clock, meter: meter.overlapped(clock.elapsed(a, b), 0.0, phase))
+    return result
 
-    cpu = ctx.device.type == "cpu"
 
-    def timed(call, phase):
-        if cpu:
-            return timed_blocking(call, ctx, phase)()
+def count_collectives(model: nn.Module, units: list[nn.Module], ctx: Context, group) -> str:
+    """Route FSDP's all-gathers and reduce-scatters over `group` (its mesh's) through the
+    counting ones below; returns how (summary extra.fsdp_comm_counted). Where FSDPModule has
+    set_custom_all_gather / set_custom_reduce_scatter (torch 2.9 on): "custom_comm", set on every
+    unit with parameters of its own. Before (torch 2.8): "torch.distributed": FSDP calls
+    torch.distributed.all_gather_into_tensor and reduce_scatter_tensor by name there, so this
+    rank's process routes those calls on `group` to the counting ones (ROUTED), every other
+    call unchanged. Both count the same calls and bytes, and time them alike."""
+    from torch.distributed.fsdp import FSDPModule
 
-        def account_overlapped():
-            a = ctx.clock.stamp()  # on FSDP's communication stream (the current one here)
-            result = call()
-            b = ctx.clock.stamp()
-            ctx.meter.defer(lambda clock, meter: meter.overlapped(clock.elapsed(a, b), 0.0, phase))
-            return result
+    all_gather = CountingAllGather(ctx, ORIGINAL["all_gather_into_tensor"])
+    reduce_scatter = CountingReduceScatter(ctx, ORIGINAL["reduce_scatter_tensor"])
+    if not hasattr(FSDPModule, "set_custom_all_gather"):
+        ROUTED[id(group)] = (all_gather, reduce_scatter)
+        dist.all_gather_into_tensor, dist.reduce_scatter_tensor = routed_all_gather, routed_reduce_scatter
+        return "torch.distributed"
+    in_units = {id(p) for unit in units for p in unit.parameters()}
+    for unit in [*units, model]:
+        if unit is not model or any(id(p) not in in_units for p in model.parameters()):  # parameters of its own
+            unit.set_custom_all_gather(all_gather)
+            unit.set_custom_reduce_scatter(reduce_scatter)
+    return "custom_comm"
 
-        return account_overlapped()
 
-    class CountingAllGather(DefaultAllGather):
-        def __call__(self, output_tensor, input_tensor, group, async_op=False):
-            ctx.meter.add(1, ring_bytes(output_tensor, ctx.world))
-            phase = "backward" if torch._C._current_graph_task_id() != -1 else "forward"
-            return timed(lambda: super(CountingAllGather, self).__call__(output_tensor, input_tensor, group, async_op), phase)
+#: torch.distributed's own collectives, as imported (before any routing).
+ORIGINAL = {"all_gather_into_tensor": dist.all_gather_into_tensor, "reduce_scatter_tensor": dist.reduce_scatter_tensor}
+#: id(process group) -> the counting all-gather and reduce-scatter of the FSDP run on it (torch 2.8).
+ROUTED: dict[int, tuple["CountingAllGather", "CountingReduceScatter"]] = {}
 
-    class CountingReduceScatter(DefaultReduceScatter):
-        def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
-            ctx.meter.add(1, ring_bytes(input_tensor, ctx.world))
-            return timed(lambda: super(CountingReduceScatter, self).__call__(output_tensor, input_tensor, group, op, async_op), "backward")
 
-    return CountingAllGather(), CountingReduceScatter()
+def routed_all_gather(output_tensor, input_tensor, group=None, async_op=False):
+    """torch.distributed.all_gather_into_tensor, counted where `group` is an FSDP run's."""
+    if id(group) in ROUTED:
+        return ROUTED[id(group)][0](output_tensor, input_tensor, group, async_op)
+    return ORIGINAL["all_gather_into_tensor"](output_tensor, input_tensor, group=group, async_op=async_op)
+
+
+def routed_reduce_scatter(output, input, op=dist.ReduceOp.SUM, group=None, async_op=False):
+    """torch.distributed.reduce_scatter_tensor, counted where `group` is an FSDP run's."""
+    if id(group) in ROUTED:
+        return ROUTED[id(group)][1](output, input, group, op, async_op)
+    return ORIGINAL["reduce_scatter_tensor"](output, input, op=op, group=group, async_op=async_op)
+
+
+class CountingAllGather:
+    """FSDP's all-gather, counted (calls, ring bytes) and timed: the custom-communication
+    protocol of FSDPModule.set_custom_all_gather (`allocate`, then the call), running
+    `collective` (torch.distributed.all_gather_into_tensor, as FSDP's default does)."""
+
+    def __init__(self, ctx: Context, collective):
+        self.ctx, self.collective = ctx, collective
+
+    def allocate(self, size, *, dtype, device):
+        return torch.empty(*size, dtype=dtype, device=device)
+
+    def __call__(self, output_tensor, input_tensor, group=None, async_op=False):
+        self.ctx.meter.add(1, ring_bytes(output_tensor, self.ctx.world))
+        call = functools.partial(self.collective, output_tensor, input_tensor, group=group, async_op=async_op)
+        return timed(call, self.ctx, self.ctx.phase)
+
+
+
+class CountingReduceScatter:
+    """FSDP's reduce-scatter of the gradients, counted and timed (FSDPModule.set_custom_reduce_scatter),
+    running `collective` (torch.distributed.reduce_scatter_tensor)."""
+
+    def __init__(self, ctx: Context, collective):
+        self.ctx, self.collective = ctx, collective
+
+    def allocate(self, size, *, dtype, device):
+        return torch.empty(*size, dtype=dtype, device=device)
+
+    def __call__(self, output_tensor, input_tensor, group=None, op=dist.ReduceOp.SUM, async_op=False):
+        self.ctx.meter.add(1, ring_bytes(input_tensor, self.ctx.world))
+        call = functools.partial(self.collective, output_tensor, input_tensor, op=op, group=group, async_op=async_op)
+        return timed(call, self.ctx, "backward")
+
 
 
 STRATEGY = FSDP()

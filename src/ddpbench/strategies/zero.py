@@ -29,8 +29,9 @@ class Zero(DDP):
     comm_volume = "allreduce_allgather"
 
     def make_optimizer(self, model, ctx):
-        cls, kwargs = optimizer_class(ctx.params)
-        opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=cls, **kwargs)
+        parameters = list(model.parameters())
+        cls, kwargs = optimizer_class(ctx.params, parameters)
+        opt = ZeroRedundancyOptimizer(parameters, optimizer_class=cls, **kwargs)
         if ctx.instrument:
             # Through a weak reference: the optimizer holding a closure over its own bound
             # method would be a reference cycle, keeping it (and its gloo process group, whose
