@@ -146,7 +146,7 @@ def timed(call, ctx: Context, phase: str):
 def count_collectives(model: nn.Module, units: list[nn.Module], ctx: Context, group) -> str:
     """Route FSDP's all-gathers and reduce-scatters over `group` (its mesh's) through the
     counting ones below; returns how (summary extra.fsdp_comm_counted). Where FSDPModule has
-    set_custom_all_gather / set_custom_reduce_scatter (torch 2.9 on): "custom_comm", set on every
+    set_custom_all_gather / set_custom_reduce_scatter (newer torch: 2.11 and 2.15 here): "custom_comm", set on every
     unit with parameters of its own. Before (torch 2.8): "torch.distributed": FSDP calls
     torch.distributed.all_gather_into_tensor and reduce_scatter_tensor by name there, so this
     rank's process routes those calls on `group` to the counting ones (ROUTED), every other
