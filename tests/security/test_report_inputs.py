@@ -114,6 +114,68 @@ def test_aggregate_outputs_replace_planted_symlinks(tmp_path):
     assert not (tmp_path / "runs.csv").is_symlink() and len(_read(tmp_path / "steps.csv")) == 2
 
 
+@pytest.mark.parametrize("plant", ["symlink", "hardlink", "fifo"])
+@pytest.mark.parametrize("mode", ["w", "a"])
+def test_a_log_opened_over_a_planted_link_writes_a_file_of_its_own(tmp_path, plant, mode):
+    """train.log (the launcher), invocations.log (the workflow's onstart), the progress log: a
+    link planted at the log's name is removed, never written through."""
+    from ddpbench.core import safe_io
+
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    log = tmp_path / "run" / "train.log"
+    log.parent.mkdir()
+    if plant == "symlink":
+        log.symlink_to(victim)
+    elif plant == "hardlink":
+        os.link(victim, log)
+    else:
+        os.mkfifo(log)  # would block a reader or writer forever
+    with safe_io.open_log(log, mode) as f:
+        f.write("ours\n")
+    assert victim.read_text() == "precious\n"
+    assert not log.is_symlink() and log.is_file() and log.read_text() == "ours\n"
+    with safe_io.open_log(log, "a") as f:  # a log of its own is appended to as usual
+        f.write("more\n")
+    assert log.read_text() == "ours\nmore\n"
+
+
+def test_the_launcher_does_not_write_through_a_planted_train_log(tmp_path):
+    """A run folder without summary.json is rerun; its train.log linked to another file must not
+    get torchrun's output."""
+    import sys
+
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "train.log").symlink_to(victim)
+    cmd = [sys.executable, "-m", "ddpbench.run.launch", "--nproc-per-node", "1", "--out", str(out),
+           "--strategy", "single", "--dataset-size", "64", "--test-size", "16", "--max-steps", "2",
+           "--warmup-steps", "0", "--min-timed-steps", "1", "--min-timed-s", "0"]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert victim.read_text() == "precious\n"
+    assert not (out / "train.log").is_symlink() and (out / "train.log").stat().st_size > 0
+    assert json.loads((out / "summary.json").read_text())["status"] == "ok"
+
+
+def test_the_image_digest_cache_is_written_through_no_guessable_name(tmp_path):
+    """The digest cache beside an image was written through NAME.sha256.<pid>.tmp: a link
+    planted at that name in a shared image folder was written through."""
+    from ddpbench.core import container
+
+    image = tmp_path / "ddpbench-cpu.sif"
+    image.write_bytes(b"an image")
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    (tmp_path / f"ddpbench-cpu.sif.sha256.{os.getpid()}.tmp").symlink_to(victim)
+    digest = container.sif_sha256(image)
+    assert digest and digest.startswith("sha256:")
+    assert victim.read_text() == "precious\n"
+    assert (tmp_path / "ddpbench-cpu.sif.sha256").read_text().split()[-1] == digest
+
+
 # -- 3. a crafted summary.json cannot redirect reads -----------------------------------------
 
 

@@ -16,7 +16,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.logging import logger
 
 from ddpbench.core import storage
-from ddpbench.core.safe_io import atomic_write_text
+from ddpbench.core.safe_io import atomic_write_text, open_log
 from ddpbench.core.sysinfo import code_fingerprint
 from ddpbench.plan.jobs import planned_runs, preflight_cells
 from ddpbench.plan.preflight import PREFIX as PLAN_PREFIX
@@ -112,7 +112,7 @@ def record_invocation():
         Path(RESULTS, "config.yaml"), yaml.safe_dump(dict(config), sort_keys=False)
     )
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    with open(Path(RESULTS, "invocations.log"), "a") as log:
+    with open_log(Path(RESULTS, "invocations.log"), "a") as log:
         log.write(f"{stamp}\t{code_fingerprint()}\t{shlex.join(sys.argv)}\n")
 
 

@@ -76,10 +76,8 @@ def sif_sha256(sif: str | os.PathLike) -> str | None:
     except OSError:
         pass
     digest = f"sha256:{safe_io.sha256_file(path)}"
-    try:
-        tmp = cache.with_name(cache.name + f".{os.getpid()}.tmp")
-        tmp.write_text(f"{key} {digest}\n")
-        os.replace(tmp, cache)
+    try:  # an unpredictable temporary, never a planted link (safe_io)
+        safe_io.atomic_write_text(cache, f"{key} {digest}\n")
     except OSError:
         pass  # read-only image folder: hash again next time
     return digest

@@ -6,7 +6,9 @@ output's name with os.replace. A reader never sees half a file, and a symlink pl
 the output's name is itself replaced by the new file: its target is left untouched. (The
 choice is replace, not refuse: a folder someone handed over still gets its report.) A
 folder made inside an output folder, e.g. figures/, must be a real folder; a symlink
-there is refused with UnsafePathError naming it.
+there is refused with UnsafePathError naming it. A log that streams while its process runs
+(train.log, invocations.log) is opened by open_log: a link at its name is removed, never
+followed.
 
 Reading: run_files() lists a run folder's files (steps_rank*.csv, summary.json) only when
 they are regular files that resolve inside that folder; a symlink leading out of the
@@ -61,6 +63,27 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", *, newline: str | Non
         if isinstance(err, OSError) and err.errno and not err.filename:  # a write(): name the output
             raise OSError(err.errno, err.strerror, str(path)) from err
         raise
+
+
+def open_log(path: str | os.PathLike, mode: str = "w") -> IO:
+    """A log opened for writing ("w") or appending ("a") at `path`, as a file of its own: a
+    symlink, a hard link or anything but a regular file at that name is removed first (what
+    it pointed to is left untouched), and the open refuses a link planted meanwhile
+    (O_NOFOLLOW). A log streams while its process runs, so it cannot be written aside and
+    moved in as atomic_write does."""
+    if mode not in ("w", "a"):
+        raise ValueError(f"open_log: mode {mode!r}; 'w' or 'a'")
+    path = pathlib.Path(path)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        pass
+    else:
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+            os.unlink(path)
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if mode == "a" else os.O_TRUNC)
+    flags |= getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    return os.fdopen(os.open(path, flags, 0o666), mode, encoding="utf-8")
 
 
 def _temporary_name(path: pathlib.Path) -> pathlib.Path:

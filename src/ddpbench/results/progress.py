@@ -62,13 +62,15 @@ def duration(s: float) -> str:
 
 def advance(line: str = "") -> str:
     """Record one finished run; the progress text, or '' without a progress file."""
+    from ddpbench.core import safe_io
+
     path = os.environ.get(ENV)
     if not path:
         return ""
     try:
         state = json.loads(Path(path).read_text())
         log = Path(path).with_suffix(".log")
-        with open(log, "a") as f:
+        with safe_io.open_log(log, "a") as f:
             f.write(f"{time.time():.3f}\t{line}\n")
         done = _finished(log)
     except (OSError, ValueError):

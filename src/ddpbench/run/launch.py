@@ -150,7 +150,7 @@ def launch(args: argparse.Namespace, params: CellParams) -> int:
     args.marks["torchrun_started"] = time.time()
     env[sysinfo.TIMELINE_ENV] = json.dumps(args.marks)
     # Nodes of a multi-node cell share DIR: node 0 logs to train.log, the others apart.
-    with open(out / ("train.log" if lead else f"train_node{args.node_rank}.log"), "w") as log:
+    with safe_io.open_log(out / ("train.log" if lead else f"train_node{args.node_rank}.log")) as log:
         proc = subprocess.Popen(
             cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, preexec_fn=_die_with_parent
         )
