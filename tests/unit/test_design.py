@@ -91,7 +91,7 @@ def test_a_round_goes_to_the_open_question_and_the_last_says_undecided(tmp_path)
             "b": write_runs(tmp_path, "b", noisy(51, 3, 0.05, 3))}  # fmt: skip
     first = design.decide(0, qs, runs, settings)
     assert first["targets"] == {"a": 5, "b": 5} and first["stopped"] == {"s": "decided"} and not first["done"]
-    assert design.counts_after({"s": 3, "a": 3, "b": 3}, first) == {"s": 3, "a": 5, "b": 5}
+    assert design.counts_after({"s": 3, "a": 3, "b": 3}, first, settings) == {"s": 3, "a": 5, "b": 5}
     spent = first["spent"]
     assert spent["runs"] == 9 and spent["seconds"] == pytest.approx(54)
     # a budget of 60 s of runs: 54 spent, the next round's 4 runs (24 s) do not fit
@@ -121,3 +121,14 @@ def test_decisions_on_disk_give_the_counts_of_a_resumed_design(tmp_path):
     design.round_path(tmp_path, 3).write_text("{}")  # round 2 missing: round 3 is not read
     assert design.counts_on_disk(tmp_path, ["a", "b", "c"], settings) == {"a": 8, "b": 5, "c": 3}
     assert math.isclose(design.read_run(tmp_path / "nothing.json")[1], 0.0)
+
+
+def test_a_planted_round_file_plans_no_more_than_the_designs_cap(tmp_path):
+    """Issue 54: a 300-byte round~0.json asking for 1,000,000 runs of a cell made the dry run plan
+    them all (3.2 GB, past 300 s); one asking for 500 against a cap of 10 planned 500. A target
+    stays between the runs a cell has and the cap; one that is no count is ignored."""
+    settings = design.Settings(cap=10)
+    design.write_decision(design.round_path(tmp_path, 0), {"targets": {"a": 1_000_000, "b": 500, "c": 1}})
+    design.write_decision(design.round_path(tmp_path, 1), {"targets": {"a": "9" * 400, "b": True, "c": 7.5, "d": 6}})
+    design.round_path(tmp_path, 2).write_text('{"targets": [["a", 99]]}')
+    assert design.counts_on_disk(tmp_path, ["a", "b", "c"], settings) == {"a": 10, "b": 10, "c": 3}

@@ -37,7 +37,9 @@ def design_counts(last_round):
     counts = design.first_counts(list(CELL_BY_PATH), DESIGN)
     for r in range(last_round):
         decision = checkpoints.decide_round.get(round=r).output.decision
-        counts = design.counts_after(counts, json.loads(Path(decision).read_text()))
+        counts = design.counts_after(
+            counts, json.loads(Path(decision).read_text()), DESIGN
+        )
     return counts
 
 

@@ -202,9 +202,17 @@ def first_counts(cells: Sequence[str], settings: Settings) -> dict:
     return {c: settings.first for c in cells}
 
 
-def counts_after(counts: Mapping[str, int], decision: Mapping[str, Any]) -> dict:
-    """Repeat counts of the round after `decision`."""
-    return {**counts, **{c: int(n) for c, n in decision.get("targets", {}).items() if c in counts}}
+def counts_after(counts: Mapping[str, int], decision: Mapping[str, Any], settings: Settings) -> dict:
+    """Repeat counts of the round after `decision`: each cell's target, kept between the runs it
+    has and the design's cap. A decision is read back from disk, and a results folder may come
+    from someone else: a planted round file asking for a million runs plans at most the cap
+    (which also holds where the cap was lowered since the file was written)."""
+    targets = decision.get("targets")
+    out = dict(counts)
+    for cell, n in (targets.items() if isinstance(targets, dict) else ()):
+        if cell in counts and isinstance(n, int) and not isinstance(n, bool):
+            out[cell] = min(max(n, counts[cell]), settings.cap)
+    return out
 
 
 def round_path(design_dir: str | Path, round_: int) -> Path:
@@ -229,7 +237,7 @@ def counts_on_disk(design_dir: str | Path, cells: Sequence[str], settings: Setti
     """The repeat counts the decisions on disk have asked for so far (the first round's without any)."""
     counts = first_counts(cells, settings)
     for decision in decisions_on_disk(design_dir):
-        counts = counts_after(counts, decision)
+        counts = counts_after(counts, decision, settings)
     return counts
 
 
