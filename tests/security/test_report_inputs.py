@@ -176,6 +176,46 @@ def test_the_image_digest_cache_is_written_through_no_guessable_name(tmp_path):
     assert (tmp_path / "ddpbench-cpu.sif.sha256").read_text().split()[-1] == digest
 
 
+def _archived_study(tmp_path, run_dir_of):
+    """A results folder with one run, its tables listing that run as `run_dir_of(real run folder)`,
+    packed as an archive (the manifest covers the crafted table: its author wrote both)."""
+    from ddpbench.results import archive
+
+    results = tmp_path / "study" / "results"
+    summary = _run(results / "runs", "a", marker=1.0, extra_summary={"env": {"host": "archived-host"}})
+    (results / "aggregate").mkdir()
+    aggregate.aggregate([summary], results / "aggregate" / "runs.csv", results / "aggregate" / "steps.csv")
+    rows = _read(results / "aggregate" / "runs.csv")
+    rows[0]["run_dir"] = run_dir_of(summary.parent)
+    with open(results / "aggregate" / "runs.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    archive.write_archive(results, tmp_path / "study.tar.gz")
+    return tmp_path / "study.tar.gz", summary.parent
+
+
+def test_report_from_an_archive_never_reads_a_run_folder_outside_it(tmp_path):
+    """A run_dir in the archive's runs.csv pointing at another folder on this machine put that
+    folder's host name in the report: now the rebuild refuses, naming the run."""
+    elsewhere = _run(tmp_path / "private" / "runs", "b", marker=9.0, extra_summary={"env": {"host": "private-host"}})
+    for i, run_dir in enumerate([str(elsewhere.parent), "/etc", "results/runs/../../private/runs"]):
+        archived, _ = _archived_study(tmp_path / str(i), lambda real: run_dir)
+        with pytest.raises(SystemExit, match="not in it"):
+            report.main(["--from", str(archived), "--out", str(tmp_path / f"out{i}"), "--no-pdf"])
+        assert not (tmp_path / f"out{i}" / "aggregate" / "runs.csv").exists()
+
+
+def test_report_from_an_archive_of_an_absolute_results_folder_reads_the_archived_runs(tmp_path):
+    """A genuine study whose results: was an absolute path lists absolute run folders; where the
+    same path exists here (another study, another host), the archive's runs are the ones read."""
+    archived, real = _archived_study(tmp_path, lambda real: str(real.resolve()))
+    (real / "summary.json").write_text((real / "summary.json").read_text().replace("archived-host", "local-host"))
+    assert report.main(["--from", str(archived), "--out", str(tmp_path / "out"), "--no-pdf"]) == 0
+    (row,) = _read(tmp_path / "out" / "aggregate" / "runs.csv")
+    assert row["env_host"] == "archived-host"
+
+
 # -- 3. a crafted summary.json cannot redirect reads -----------------------------------------
 
 

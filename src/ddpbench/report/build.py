@@ -320,10 +320,12 @@ def rebuild_from_archive(args: argparse.Namespace) -> int:
         results = archive.extract(source, pathlib.Path(tmp)).relative_to(tmp)
         listed = results / "aggregate" / "runs.csv"
         if listed.is_file():
-            summaries = [str(pathlib.Path(d) / "summary.json") for d in pd.read_csv(listed)["run_dir"]]
-            missing = [s for s in summaries if not pathlib.Path(s).is_file()]
+            listed_dirs = [str(d) for d in pd.read_csv(listed)["run_dir"]]
+            found = {d: archived_run(results, d) for d in listed_dirs}
+            missing = [d for d, path in found.items() if path is None or not safe_io.inside(path / "summary.json", tmp)]
             if missing:
                 raise SystemExit(f"error: {source}: {len(missing)} run(s) its tables list are not in it, e.g. {missing[0]}")
+            summaries = [str(found[d] / "summary.json") for d in listed_dirs]
         else:
             summaries = sorted(str(p) for p in results.glob("runs/**/summary.json"))
         tables = out / "aggregate"
@@ -339,6 +341,20 @@ def rebuild_from_archive(args: argparse.Namespace) -> int:
     if args.max_rel_ci is None:
         args.max_rel_ci = (config.get("timing") or {}).get("max_rel_ci", A.MAX_REL_CI)
     return build_from_args(args)
+
+
+def archived_run(results: pathlib.Path, run_dir: str) -> pathlib.Path | None:
+    """Where a run folder an archive's tables list lies in the unpacked archive: its path from
+    its `runs/` folder on, under the archive's results folder (None: it has no `runs` part, or
+    `..` after it). The table is the archive's data: a `run_dir` leading elsewhere must not make
+    the report read this machine's files (the caller also checks the result stays inside), and
+    a study whose `results:` was an absolute path is read from the archive, not from the disk
+    it ran on."""
+    parts = pathlib.PurePath(run_dir).parts
+    if "runs" not in parts:
+        return None
+    rest = parts[len(parts) - 1 - parts[::-1].index("runs") :]
+    return None if ".." in rest else results.joinpath(*rest)
 
 
 def build_from_args(args: argparse.Namespace) -> int:
