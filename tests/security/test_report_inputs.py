@@ -216,6 +216,33 @@ def test_report_from_an_archive_of_an_absolute_results_folder_reads_the_archived
     assert row["env_host"] == "archived-host"
 
 
+def test_an_archive_bomb_is_refused_before_anything_is_unpacked(tmp_path, monkeypatch):
+    """A 251-byte archive holding a 1 TiB sparse member hashed for hours; a 1 MB gzip put 988 MB
+    on disk before any check. A sparse member is refused, and so is an archive whose members
+    add up to more than the limit (here 0.03 GiB) or the free space, before anything is written."""
+    from ddpbench.results import archive
+
+    tar = shutil.which("tar")
+    sparse = tmp_path / "sparse"
+    sparse.mkdir()
+    with open(sparse / "summary.json", "wb") as f:
+        f.truncate(64 * 2**20)  # 64 MiB of holes
+    into = tmp_path / "into"
+    into.mkdir()
+    if tar:
+        subprocess.run([tar, "-cSzf", str(tmp_path / "sparse.tar.gz"), "-C", str(sparse), "summary.json"], check=True)
+        with pytest.raises(SystemExit, match="sparse file"):
+            archive.extract(tmp_path / "sparse.tar.gz", into)
+    import tarfile
+
+    with tarfile.open(tmp_path / "big.tar.gz", "w:gz") as t:
+        t.add(sparse / "summary.json", arcname="results/runs/summary.json")  # 64 MiB of zeros, 64 kB packed
+    monkeypatch.setenv(archive.MAX_UNPACKED_ENV, "0.03")
+    with pytest.raises(SystemExit, match="would unpack to 0.06 GiB, more than the 0.03 GiB allowed"):
+        archive.extract(tmp_path / "big.tar.gz", into)
+    assert not any(into.iterdir())
+
+
 # -- 3. a crafted summary.json cannot redirect reads -----------------------------------------
 
 

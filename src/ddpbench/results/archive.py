@@ -17,6 +17,8 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
+import shutil
 import sys
 import tarfile
 import time
@@ -28,6 +30,10 @@ from ddpbench.core import safe_io, sysinfo
 RUN_FILES = ("summary.json", "steps_rank*.csv", "train.log", "error_rank*.txt")
 STUDY_FILES = ("config.yaml", "invocations.log", "aggregate/runs.csv", "aggregate/steps.csv")
 MANIFEST = "MANIFEST.json"
+#: The most an archive may unpack to (GiB; DDPBENCH_ARCHIVE_MAX_GB overrides): a study's runs,
+#: tables and report are megabytes to a few GB; a bomb asks for terabytes.
+MAX_UNPACKED_GB = 16.0
+MAX_UNPACKED_ENV = "DDPBENCH_ARCHIVE_MAX_GB"
 
 
 def study_files(results: Path) -> Iterator[Path]:
@@ -86,8 +92,10 @@ def extract(archive: Path, into: Path) -> Path:
     with tarfile.open(archive, "r:*") as tar:
         members = tar.getmembers()
         for m in members:
-            if not (m.isfile() or m.isdir()):
-                raise SystemExit(f"error: {archive}: {m.name!r} is not a regular file or folder; refused")
+            if not (m.isfile() or m.isdir()) or m.issparse():
+                what = "a sparse file" if m.issparse() else "not a regular file or folder"
+                raise SystemExit(f"error: {archive}: {m.name!r} is {what}; refused")
+        check_unpacked_size(archive, sum(m.size for m in members if m.isfile()), into)
         tar.extractall(into, members=members, filter="data")  # no absolute or escaping paths
     if not (into / MANIFEST).is_file():
         raise SystemExit(f"error: {archive}: no {MANIFEST}; not a ddpbench archive")
@@ -100,6 +108,23 @@ def extract(archive: Path, into: Path) -> Path:
         if safe_io.sha256_file(results / name) != digest:
             raise SystemExit(f"error: {archive}: {name} does not match its manifest checksum")
     return results
+
+
+def check_unpacked_size(archive: Path, size: int, into: Path) -> None:
+    """Refuse, before anything is written, an archive that would unpack to more than
+    MAX_UNPACKED_GB (or DDPBENCH_ARCHIVE_MAX_GB) or than the free space where it unpacks."""
+    try:
+        limit_gb = float(os.environ.get(MAX_UNPACKED_ENV) or MAX_UNPACKED_GB)
+    except ValueError:
+        raise SystemExit(f"error: {MAX_UNPACKED_ENV}={os.environ[MAX_UNPACKED_ENV]!r} is not a number of GiB") from None
+    free = shutil.disk_usage(into).free
+    if size > limit_gb * 2**30:
+        bound = f"the {limit_gb:g} GiB allowed ({MAX_UNPACKED_ENV})"
+    elif size > free:
+        bound = f"the {free / 2**30:.2f} GiB free in {into}"
+    else:
+        return
+    raise SystemExit(f"error: {archive}: it would unpack to {size / 2**30:.2f} GiB, more than {bound}; refused")
 
 
 def main(argv: list[str] | None = None) -> int:
