@@ -252,3 +252,31 @@ def test_oversubscribed_cell_runs_when_allowed(tmp_path):
     if "oversubscribed" in summary["extra"]:  # the ranks' own check, when they record it
         assert summary["extra"]["oversubscribed"] is True
     assert stdout.startswith(f"[ddpbench] {tmp_path / 'run'}: ok ")
+
+
+def test_summary_json_appears_once_complete_and_an_interrupted_finish_leaves_none(tmp_path):
+    """Rank 0's summary waits under summary.ranks.json until the launcher has completed it (its
+    timeline) and published it as summary.json in one write: a reader never sees a summary.json
+    that is about to change (a stopped workflow's rerun keeps the runs finished before). Stopped
+    between the two (Ctrl-C), the launcher leaves neither: the run is redone."""
+    from ddpbench.core.run_output import RANKS_SUMMARY
+
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "ddpbench.run.launch", "--nproc-per-node", "2", "--out", str(out), *FLAGS,
+           "--strategy", "ddp"]  # fmt: skip
+    proc = subprocess.Popen(cmd, env={**os.environ, "DDPBENCH_INJECT": "pause:launcher:finish"}, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "paused_launcher_finish").exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert (out / "paused_launcher_finish").exists(), proc.communicate(timeout=30)[0]
+        assert json.loads((out / RANKS_SUMMARY).read_text())["status"] == "ok"  # measured, ...
+        assert not (out / "summary.json").exists()  # ... not yet published
+        proc.send_signal(2)  # Ctrl-C
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+    assert not (out / "summary.json").exists() and not (out / RANKS_SUMMARY).exists()
+    summary, _, _ = launch(out, "--strategy", "ddp")  # the rerun publishes it, with the launcher's marks
+    assert summary["status"] == "ok" and summary["timeline"]["launcher_exit"] and not (out / RANKS_SUMMARY).exists()

@@ -267,6 +267,32 @@ def with_timeline(summary: dict[str, Any], marks: dict[str, Any]) -> dict[str, A
     }
 
 
+#: A launched run's rank 0 writes its summary here; the launcher completes it (a diagnosed
+#: failure, its timeline) and publishes it as summary.json in one atomic write, so that
+#: summary.json, once it exists, is the run's complete record: a reader (the workflow's status,
+#: a rerun after a stop) never sees a summary still to be rewritten.
+RANKS_SUMMARY = "summary.ranks.json"
+
+
+def failure_summary(
+    params: CellParams,
+    world: int,
+    nodes: int,
+    status: str,
+    reason: str,
+    threads_per_rank: int | None = None,
+    command: str | None = None,
+    failure: dict | None = None,
+) -> dict[str, Any]:
+    """The launcher's own summary (no rank wrote one). Its provenance is the launcher
+    process's: started when the launcher did, ended now, with the launcher's command."""
+    env = sysinfo.environment(params.process_group_backend, threads_per_rank or params.threads_per_rank or None, command=command)
+    summary = make_summary(status, reason, params.as_dict(), world, nodes, env)
+    if failure is not None:
+        summary["failure"] = failure
+    return summary
+
+
 def write_failure(
     out: Path,
     params: CellParams,
@@ -278,10 +304,5 @@ def write_failure(
     command: str | None = None,
     failure: dict | None = None,
 ) -> None:
-    """The launcher's own summary (no rank wrote one). Its provenance is the launcher
-    process's: started when the launcher did, ended now, with the launcher's command."""
-    env = sysinfo.environment(params.process_group_backend, threads_per_rank or params.threads_per_rank or None, command=command)
-    summary = make_summary(status, reason, params.as_dict(), world, nodes, env)
-    if failure is not None:
-        summary["failure"] = failure
-    write_json(out / "summary.json", summary)
+    """failure_summary written as the run's summary.json."""
+    write_json(out / "summary.json", failure_summary(params, world, nodes, status, reason, threads_per_rank, command, failure))

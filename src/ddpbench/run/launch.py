@@ -43,7 +43,7 @@ from ddpbench.run import diagnose, faults
 from ddpbench.results import progress
 from ddpbench.core import safe_io, storage, sysinfo
 from ddpbench.core.params import NO_LINK, CellParams
-from ddpbench.core.run_output import write_failure
+from ddpbench.core.run_output import RANKS_SUMMARY, failure_summary, write_failure
 
 REASON_CHARS = 2000
 ALLOW_OVERSUBSCRIBE_ENV = "DDPBENCH_ALLOW_OVERSUBSCRIBE"
@@ -178,13 +178,14 @@ def unfinished(out: Path, lead: bool) -> None:
     run is not a measurement, whatever the ranks wrote, so the next run redoes it."""
     if lead:
         (out / "summary.json").unlink(missing_ok=True)
+        (out / RANKS_SUMMARY).unlink(missing_ok=True)
 
 
 def complete_summary(args, params: CellParams, out: Path, rc: int, timed_out: bool, limit: float, oom_before) -> int:
     """After torchrun: rank 0's summary, or the diagnosed failure in its place, completed with
-    the launcher's timeline; its result line said."""
-    summary_path = out / "summary.json"
-    summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
+    the launcher's timeline and published as summary.json; its result line said."""
+    ranks_path = out / RANKS_SUMMARY
+    summary = json.loads(ranks_path.read_text()) if ranks_path.exists() else None
     # An ok (or skipped) summary stands even if a rank then failed in teardown: what it
     # measured is complete. Without one, or with rank 0's "failed", the cause is diagnosed.
     if summary is None or summary["status"] == "failed":
@@ -199,17 +200,36 @@ def complete_summary(args, params: CellParams, out: Path, rc: int, timed_out: bo
         reason = diagnose.summary_reason(failure, f"torchrun exited with code {rc}\n" + error_tail(out))
         args.what = f"{out}: {status} ({failure['reason']}); and its summary"  # if that cannot be written either
         if summary is not None:  # rank 0 wrote "failed" (often about a lost peer): the cause replaces it
-            from ddpbench.core.run_output import write_json
-
-            write_json(summary_path, {**summary, "status": status, "reason": reason, "failure": failure})
+            summary = {**summary, "status": status, "reason": reason, "failure": failure}
         else:
-            write_failure(
-                out, params, args.nproc_per_node * args.nnodes, args.nnodes, status, reason, command=args.command,
+            summary = failure_summary(
+                params, args.nproc_per_node * args.nnodes, args.nnodes, status, reason, command=args.command,
                 failure=failure,
             )  # fmt: skip
-    add_timeline(args, summary_path)
-    args.output.say(with_progress(progress_line(out, json.loads(summary_path.read_text()))))
+    publish(args, out, summary)
     return 0
+
+
+def publish(args: argparse.Namespace, out: Path, summary: dict) -> None:
+    """Write the run's summary.json, with the launcher's marks (run_output.TIMELINE_MARKS), the
+    spans and fixed_cost_s, in one atomic write; say its result line. If a full disk refuses
+    that write, rank 0's own summary is moved into place as it was (a rename needs no space)."""
+    from ddpbench.core import run_output
+
+    args.marks["launcher_exit"] = time.time()
+    ranks_path = out / RANKS_SUMMARY
+    try:
+        run_output.write_json(out / "summary.json", run_output.with_timeline(summary, args.marks))
+    except OSError as err:
+        if not storage.is_storage_error(err):
+            raise
+        if ranks_path.exists():
+            os.replace(ranks_path, out / "summary.json")
+        elif not (out / "summary.json").exists():
+            raise
+        print(f"[ddpbench] warning: {out}: the launcher's timeline was not added ({err})", file=sys.stderr)
+    ranks_path.unlink(missing_ok=True)
+    args.output.say(with_progress(progress_line(out, summary)))
 
 
 _first_launch = True
@@ -224,18 +244,9 @@ def _launcher_start() -> float:
 
 
 def add_timeline(args: argparse.Namespace, summary_path: Path) -> None:
-    """Add the launcher's marks (run_output.TIMELINE_MARKS), the spans and fixed_cost_s to the
-    summary, atomically: if that write fails (a full disk), the summary stays as it was."""
-    from ddpbench.core import run_output
-
-    args.marks["launcher_exit"] = time.time()
-    summary = json.loads(summary_path.read_text())
-    try:
-        run_output.write_json(summary_path, run_output.with_timeline(summary, args.marks))
-    except OSError as err:
-        if not storage.is_storage_error(err):
-            raise
-        print(f"[ddpbench] warning: {summary_path}: the launcher's timeline was not added ({err})", file=sys.stderr)
+    """Add the launcher's marks to a summary.json another launcher published (the lab's node 0):
+    this launcher's span bounds the run."""
+    publish(args, summary_path.parent, json.loads(summary_path.read_text()))
 
 
 def with_progress(line: str) -> str:
@@ -258,7 +269,7 @@ def progress_line(out: Path, summary: dict) -> str:
 
 def clear_earlier_attempt(out: Path) -> None:
     """A stale summary (or profile) from an earlier attempt must not pass for this one."""
-    stale = [out / "summary.json", out / "profile.csv"]
+    stale = [out / "summary.json", out / RANKS_SUMMARY, out / "profile.csv"]
     stale += [p for pattern in ("steps_rank*.csv", "error_rank*.txt", "paused_*") for p in out.glob(pattern)]
     for path in stale:
         path.unlink(missing_ok=True)
@@ -284,9 +295,8 @@ def skip(args: argparse.Namespace, params: CellParams, reason: str, threads: int
         return 0
     out.mkdir(parents=True, exist_ok=True)
     clear_earlier_attempt(out)
-    write_failure(out, params, args.nproc_per_node * args.nnodes, args.nnodes, "skipped", reason, threads, args.command)
-    add_timeline(args, out / "summary.json")
-    args.output.say(with_progress(progress_line(out, json.loads((out / "summary.json").read_text()))))
+    world = args.nproc_per_node * args.nnodes
+    publish(args, out, failure_summary(params, world, args.nnodes, "skipped", reason, threads, args.command))
     return 0
 
 
@@ -339,8 +349,6 @@ def across_lab_nodes(args: argparse.Namespace, params: CellParams) -> int:
     # This launcher's start and exit bound the timeline: making the lab and probing the link
     # count in the launcher span, deleting it in launcher_finish (the fixed cost of the cell).
     add_timeline(args, out / "summary.json")
-    summary = json.loads((out / "summary.json").read_text())
-    args.output.say(with_progress(progress_line(out, summary)))
     return 0
 
 

@@ -3,7 +3,8 @@
     torchrun --standalone --nproc-per-node P -m ddpbench.run.train --out DIR [--dump-params FILE] [cell flags]
 
 Every rank writes DIR/steps_rank{R}.csv; rank 0 gathers all ranks' step records (one
-collective at the end) and writes DIR/summary.json atomically (its keys: core.run_output, docs/harness.md).
+collective at the end) and writes DIR/summary.json atomically (its keys: core.run_output, docs/harness.md;
+under the launcher, summary.ranks.json, which the launcher completes and publishes as summary.json).
 Usually started through `python -m ddpbench.run.launch`, which also guarantees a summary
 when a rank is killed or the cell runs out of time. Without torchrun it runs world size 1.
 
@@ -97,12 +98,15 @@ def run(params: CellParams, out: Path, dump_params: Path | None = None) -> int:
     cuda = params.device == "cuda"
     backend = params.process_group_backend
     threads = configure_threads(params, ranks)
+    # Under the launcher (its timeline in the environment), rank 0's summary is the launcher's
+    # to complete and publish as summary.json; run by hand, it is the run's summary.
+    summary_path = out / (run_output.RANKS_SUMMARY if os.environ.get(sysinfo.TIMELINE_ENV) else "summary.json")
 
     def finish(status: str, reason: str) -> None:
         if ranks.rank == 0:
             env = sysinfo.environment(backend, threads, started=wall_clock(t_start))
             summary = run_output.make_summary(status, reason, params.as_dict(), ranks.world, ranks.nodes, env)
-            write_json(out / "summary.json", run_output.with_timeline(summary, {**marks, "summary_written": time.time()}))
+            write_json(summary_path, run_output.with_timeline(summary, {**marks, "summary_written": time.time()}))
 
     reason = skip_reason(params, ranks)
     if reason:
@@ -120,7 +124,7 @@ def run(params: CellParams, out: Path, dump_params: Path | None = None) -> int:
         if summary is not None:
             faults.pause_point(ranks.rank, "summary", out)
             marks["summary_written"] = time.time()  # the write of the summary itself follows (< 1 ms)
-            write_json(out / "summary.json", run_output.with_timeline(summary, marks))
+            write_json(summary_path, run_output.with_timeline(summary, marks))
         return 0
     except Exception as err:
         tb = traceback.format_exc()
