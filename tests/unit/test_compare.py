@@ -406,3 +406,37 @@ def test_compare_with_an_estimated_job_noise_says_so_and_refuses_without_jobs(tm
     assert P.main([str(a), str(b), "--job-noise", "estimate", "--no-files"]) == P.EXIT_INPUT
     assert "two or more jobs" in capsys.readouterr().err
     assert P.main([str(a), str(b), "--job-noise", "lots", "--no-files"]) == P.EXIT_INPUT
+
+
+def _slower(runs: pd.DataFrame, factor) -> pd.DataFrame:
+    """The same runs `factor` times slower (a scalar, or one per run)."""
+    out = runs.copy()
+    out["samples_per_s"] = out["samples_per_s"] / factor
+    for col in ("step_time_median_s", "epoch_time_s"):
+        if col in out:
+            out[col] = out[col] * factor
+    return out
+
+
+@pytest.mark.parametrize("spread", [4.0, 1e6], ids=["noise-98%", "noise-above-1"])
+def test_a_crafted_side_cannot_steer_the_estimated_noise_past_the_gate(tmp_path, capsys, spread):
+    """Issue 54, hole 7: a NEW side measured in two disagreeing jobs pushed the estimated noise to
+    98.5 % and a 5x slowdown passed `--fail-on-slowdown 5%`; a larger spread crashed compare. The
+    estimate is capped (JOB_NOISE_CAP), flagged, and the gate says it cannot judge (exit 3)."""
+    base = _jobs(2, 0.0, seed=20)
+    disagree = np.where(base["env_job_id"] == "job1", spread, 1.0)  # job1 far slower than job0
+    new = _slower(base, 5.0 * disagree)
+    a, b = tmp_path / "base.csv", tmp_path / "new.csv"
+    base.to_csv(a, index=False)
+    new.to_csv(b, index=False)
+    cmp = C.compare_frames(A.load_runs_frame(base), A.load_runs_frame(new), job_noise="estimate")
+    assert cmp.cannot_judge and cmp.job_noise == compare_cells.JOB_NOISE_CAP and cmp.job_noise_beyond_cap > 0.5
+    assert P.main([str(a), str(b), "--job-noise", "estimate", "--fail-on-slowdown", "5%", "--no-files"]) == P.EXIT_CANNOT_JUDGE
+    out, err = capsys.readouterr()
+    assert "the gate cannot judge" in err and "Traceback" not in out + err
+    assert "too much for any verdict or gate to be trusted" in out
+    # Without a gate, the comparison is shown, flagged, and exits 0; with sides that agree the gate still judges.
+    assert P.main([str(a), str(b), "--job-noise", "estimate", "--no-files"]) == 0
+    honest = tmp_path / "honest.csv"
+    _slower(base, 5.0).to_csv(honest, index=False)
+    assert P.main([str(a), str(honest), "--job-noise", "estimate", "--fail-on-slowdown", "5%", "--no-files"]) == P.EXIT_GATE

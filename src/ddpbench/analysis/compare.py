@@ -35,6 +35,7 @@ from ddpbench.analysis.compare_cells import (
     ESTIMATE,
     FASTER,
     JOB_NOISE,
+    JOB_NOISE_CAP,
     SLOWER,
     Side,
     cell_rows,
@@ -143,6 +144,12 @@ class Comparison:
     warnings: list[str] = field(default_factory=list)  # what may make a difference not the change's
     job_noise: float = JOB_NOISE  # the between-job component in every interval (0: repeats only)
     job_noise_cells: int = 0  # > 0: job_noise was estimated from that many cells measured in several jobs
+    job_noise_beyond_cap: float | None = None  # the estimate, when above JOB_NOISE_CAP (job_noise is the cap)
+
+    @property
+    def cannot_judge(self) -> bool:
+        """The sides disagree between jobs beyond what the gate can judge (JOB_NOISE_CAP)."""
+        return self.job_noise_beyond_cap is not None
 
     @property
     def matched(self) -> pd.DataFrame:
@@ -189,12 +196,14 @@ def compare_frames(base: pd.DataFrame, new: pd.DataFrame, gates: dict[str, float
     gates = dict(gates or {})
     ignore = check_ignored(base, new, ignore)
     cols = [c for c in axes(base) if c not in ignore]
-    estimated_from = 0
+    estimated_from, beyond_cap = 0, None
     if job_noise == ESTIMATE:
         job_noise, estimated_from = estimate_job_noise([base, new], cols)
         if not estimated_from:
             raise InputError("--job-noise estimate", "no cell of either side was measured in two or more jobs (runs.csv "
                              "env_job_id) with 2+ ok runs in each: give the noise as a number (default 0.03)")  # fmt: skip
+        if not job_noise <= JOB_NOISE_CAP:  # bounded, whatever the data: the intervals use the cap
+            job_noise, beyond_cap = JOB_NOISE_CAP, job_noise
     if not (isinstance(job_noise, (int, float)) and 0 <= job_noise < 1):
         raise ValueError(f"job_noise must be in [0, 1) or {ESTIMATE!r}, not {job_noise!r}")
     both = pd.concat([base[cols], new[cols]], ignore_index=True)
@@ -215,7 +224,7 @@ def compare_frames(base: pd.DataFrame, new: pd.DataFrame, gates: dict[str, float
     table[["gate_failed", "unstable"]] = table[["gate_failed", "unstable"]].astype(bool)
     return Comparison(base_name, new_name, cols, label_axes, table, provenance_diff(base, new, ignore), gates,
                       load_warnings({base_name: b.runs[b.used_mask], new_name: n.runs[n.used_mask]}), job_noise,
-                      estimated_from)  # fmt: skip
+                      estimated_from, beyond_cap)  # fmt: skip
 
 
 def check_ignored(base: pd.DataFrame, new: pd.DataFrame, ignore: Iterable[str]) -> list[str]:
@@ -289,8 +298,12 @@ def cell_label(r, cols: list[str]) -> str:
     return label(r, cols) if cols else "all runs"
 
 
-def noise_text(job_noise: float, estimated_from: int = 0) -> str:
+def noise_text(job_noise: float, estimated_from: int = 0, beyond_cap: float | None = None) -> str:
     """How the intervals treat the two jobs, in words."""
+    if beyond_cap is not None:
+        return (f"from the repeats and a between-job noise of {100 * job_noise:.3g} % per side, the cap: the noise "
+                f"estimated from {estimated_from} cell(s) measured in several jobs is {100 * beyond_cap:.3g} %, too "
+                "much for any verdict or gate to be trusted")  # fmt: skip
     if estimated_from:
         return (f"from the repeats and a between-job noise of {100 * job_noise:.3g} % per side, estimated from "
                 f"{estimated_from} cell(s) measured in several jobs")  # fmt: skip

@@ -29,6 +29,11 @@ from ddpbench.analysis.tables import BASELINE_STRATEGY, IRRELEVANT_AT_BASELINE, 
 # 0.03 is what those pairs imply (docs/compare.md: how to measure it for another machine). Each
 # cell mean in a ratio carries it: twice for NEW/BASE, four times for a ratio of speedups.
 JOB_NOISE = 0.03
+# The most between-job noise an estimate from the data may put in the intervals (per side). The
+# gate judges slowdowns of a few percent; two jobs that differ by more than this say the data
+# (or a crafted side: two disagreeing jobs) is not fit to judge them. An estimate above it is
+# flagged, the intervals use the cap, and the gate answers "cannot judge" instead of passing.
+JOB_NOISE_CAP = 0.10
 
 FASTER, SLOWER = "faster", "slower"
 # NO_DIFFERENCE and NO_COMPARISON (fewer than 2 repeats on a side): analysis.cells' words

@@ -11,7 +11,9 @@ when an input is bad).
 The gate `--fail-on-slowdown 5%` (repeatable; `METRIC=5%` for one metric) exits 1 when a matched
 cell is slower by more than the threshold with the whole interval beyond it. Bad input (a
 missing or corrupt table, no runs, no common cells, different columns) exits 2 with a message
-naming the path and the problem. docs/compare.md explains the statistics and the gate.
+naming the path and the problem. With `--job-noise estimate`, a between-job noise estimated
+above JOB_NOISE_CAP (10 %) is flagged and the gate exits 3: it cannot judge.
+docs/compare.md explains the statistics and the gate.
 
 `comparison_section` is the report's `--compare-to`: these runs against a stored result set.
 """
@@ -39,7 +41,7 @@ from ddpbench.analysis.compare import (
     parse_gate,
     read_side,
 )
-from ddpbench.analysis.compare_cells import BY_NAME, COMPARE_METRICS, FASTER, JOB_NOISE, SLOWER
+from ddpbench.analysis.compare_cells import BY_NAME, COMPARE_METRICS, FASTER, JOB_NOISE, JOB_NOISE_CAP, SLOWER
 from ddpbench.core import safe_io
 from ddpbench.report.findings import Finding
 from ddpbench.report.render import inline_svg, jinja_env, plain
@@ -48,6 +50,7 @@ from ddpbench.report.text import num
 
 EXIT_GATE = 1
 EXIT_INPUT = 2
+EXIT_CANNOT_JUDGE = 3  # the gate was asked, but the estimated between-job noise is beyond JOB_NOISE_CAP
 
 
 # -- text ---------------------------------------------------------------------------------------
@@ -87,7 +90,7 @@ def summary_text(cmp: Comparison, out: pathlib.Path | None = None, max_rows: int
     lines += [f"WARNING: {plain(w, 400)}" for w in cmp.warnings]
     lines.append("")
     counts = cmp.counts()
-    lines.append(f"Verdicts per metric (NEW vs BASE; 95 % interval of the ratio decides, {noise_text(cmp.job_noise, cmp.job_noise_cells)}):")
+    lines.append(f"Verdicts per metric (NEW vs BASE; 95 % interval of the ratio decides, {noise_text(cmp.job_noise, cmp.job_noise_cells, cmp.job_noise_beyond_cap)}):")
     for _, c in counts.iterrows():
         extra = f", {c['not_compared']} not compared" if c["not_compared"] else ""
         lines.append(f"  {c['label']:<38} {c['faster']} faster, {c['slower']} slower, {c['undecided']} no detectable "
@@ -289,7 +292,7 @@ def comparison_section(base_path: str, runs: pd.DataFrame, out: pathlib.Path, ba
                       f"{f' ({len(changed) - COMPARISON_NAMED} more in comparison.csv)' if len(changed) > COMPARISON_NAMED else ''}"),
         one_sided=len(cmp.one_sided),
         warnings=cmp.warnings,
-        noise=noise_text(cmp.job_noise, cmp.job_noise_cells),
+        noise=noise_text(cmp.job_noise, cmp.job_noise_cells, cmp.job_noise_beyond_cap),
         finding=comparison_finding(counts, diff, len(cmp.one_sided), csv),
     )
 
@@ -316,7 +319,8 @@ def main(argv: list[str] | None = None) -> int:
         description="Compare two result sets (folders with aggregate/runs.csv, or runs.csv files): what differs in "
                     "their environments, and per matched cell whether NEW is faster, slower or not detectably "
                     "different from BASE (95 %% Welch interval of the ratio NEW/BASE). Exit 0; 1 when the "
-                    "--fail-on-slowdown gate fails; 2 on bad input.",
+                    "--fail-on-slowdown gate fails; 2 on bad input; 3 when the gate cannot judge (--job-noise "
+                    "estimate above 10 %%).",
         epilog="Metrics: " + ", ".join(f"{m.name} ({m.label})" for m in COMPARE_METRICS) + ". Details: docs/compare.md.",
     )  # fmt: skip
     ap.add_argument("base", metavar="BASE", help="the reference result set (folder or runs.csv)")
@@ -370,6 +374,12 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_INPUT
         out = args.out
     print(summary_text(cmp, out))
+    if gates and cmp.cannot_judge:  # never a pass (nor a fail) on intervals the data made this wide
+        print(f"ddpbench compare: the gate cannot judge: the between-job noise estimated from the data is "
+              f"{100 * cmp.job_noise_beyond_cap:.3g} % per side, beyond the {100 * JOB_NOISE_CAP:.3g} % a gate can "
+              "work with; measure both sides again (several repeats in each of two jobs), or give --job-noise "
+              "as a number", file=sys.stderr)  # fmt: skip
+        return EXIT_CANNOT_JUDGE
     return EXIT_GATE if len(cmp.failed_gate) else 0
 
 
