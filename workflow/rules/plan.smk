@@ -12,11 +12,17 @@ import time
 from pathlib import Path
 
 import yaml
+from snakemake.cli import get_argument_parser
 from snakemake.exceptions import WorkflowError
 from snakemake.logging import logger
 
 from ddpbench.core import storage
-from ddpbench.core.safe_io import atomic_write_text, open_log
+from ddpbench.core.safe_io import (
+    UnsafePathError,
+    atomic_write_text,
+    open_log,
+    refuse_linked_folders,
+)
 from ddpbench.core.sysinfo import code_fingerprint
 from ddpbench.plan.jobs import planned_runs, preflight_cells
 from ddpbench.plan.preflight import PREFIX as PLAN_PREFIX
@@ -116,16 +122,36 @@ def record_invocation():
         log.write(f"{stamp}\t{code_fingerprint()}\t{shlex.join(sys.argv)}\n")
 
 
+def dry_run():
+    """Whether this is `snakemake -n` (the workflow object knows only after the Snakefile is read)."""
+    try:
+        args, _ = get_argument_parser().parse_known_args(sys.argv[1:])
+    except SystemExit:  # not Snakemake's command line (the API)
+        return False
+    return bool(getattr(args, "dryrun", False))
+
+
 def heal_damaged_runs():
     """Before Snakemake decides what to run: a finished run whose files are damaged (an
     unreadable summary.json, an ok one whose step files are missing) has its summary moved
     aside (summary.json.damaged), so this workflow run measures it again; each is named.
+    A dry run changes nothing on disk: it only names them.
     """
+    damaged = [
+        (s, what)
+        for s in map(Path, run_summaries())
+        if s.exists() and (what := damage(s))
+    ]
+    if damaged and dry_run():
+        logger.warning(
+            f"ddpbench: {len(damaged)} damaged run(s) would be measured again (a real run moves "
+            "their summary aside; this dry run does not): "
+            + "; ".join(f"{s.parent}: {what}" for s, what in damaged[:5])
+        )
+        return
     healed, stuck = [], []
-    for summary in map(Path, run_summaries()):
-        what = damage(summary) if summary.exists() else None
-        if what:
-            (healed if heal(summary) else stuck).append(f"{summary.parent}: {what}")
+    for summary, what in damaged:
+        (healed if heal(summary) else stuck).append(f"{summary.parent}: {what}")
     if healed:
         logger.warning(
             f"ddpbench: {len(healed)} damaged run(s) will be measured again "
@@ -164,6 +190,10 @@ def save_plan():
 # Once per workflow, not again in every job a cluster executor starts (each re-reads the
 # Snakefile; reading every summary there would cost a grid's worth of I/O per job).
 if workflow.is_main_process:
+    try:  # before anything reads, writes, moves or deletes under it (docs/security.md)
+        refuse_linked_folders(RESULTS)
+    except UnsafePathError as err:
+        raise WorkflowError(f"ddpbench: {err}") from None
     check_stale_runs()
     if not os.environ.get(PLAN_ENV):  # ddpbench.plan.status only reads
         heal_damaged_runs()

@@ -6,7 +6,8 @@ output's name with os.replace. A reader never sees half a file, and a symlink pl
 the output's name is itself replaced by the new file: its target is left untouched. (The
 choice is replace, not refuse: a folder someone handed over still gets its report.) A
 folder made inside an output folder, e.g. figures/, must be a real folder; a symlink
-there is refused with UnsafePathError naming it. A log that streams while its process runs
+there is refused with UnsafePathError naming it. A whole results folder is checked once
+before a workflow touches it (refuse_linked_folders): no folder below it may be a symlink. A log that streams while its process runs
 (train.log, invocations.log) is opened by open_log: a link at its name is removed, never
 followed.
 
@@ -133,6 +134,29 @@ def real_dir(path: str | os.PathLike) -> pathlib.Path:
     if path.is_symlink() or not path.is_dir():
         raise UnsafePathError(f"refusing to write into {path}: it is a symlink or not a folder; remove it and run again")
     return path
+
+
+def linked_folders(root: str | os.PathLike) -> list[pathlib.Path]:
+    """The symlinks below `root` that lead to a folder, sorted (`root` itself may be one: the
+    user named it). Each would let a write, move or delete under `root` land outside it."""
+    found = []
+    for folder, dirs, _files in os.walk(root):  # followlinks=False: a link is listed, never entered
+        found += [pathlib.Path(folder, d) for d in dirs if os.path.islink(os.path.join(folder, d))]
+    return sorted(found)
+
+
+def refuse_linked_folders(root: str | os.PathLike) -> None:
+    """The results folder's one rule, checked before anything is written, moved or deleted under
+    it: every folder below `root` is a real one. A symlinked folder (aggregate/, superseded/, a
+    run folder, at any depth, to an absolute or relative target) raises UnsafePathError naming it."""
+    links = linked_folders(root)
+    if links:
+        named = ", ".join(f"{p} -> {os.readlink(p)}" for p in links[:5]) + (f" and {len(links) - 5} more" if len(links) > 5 else "")
+        raise UnsafePathError(
+            f"refusing to use the results folder {root}: {len(links)} folder(s) in it are symlinks, through which "
+            f"the workflow would write, move or delete outside it: {named}. Replace each with a real folder "
+            "(or remove it) and run again"
+        )
 
 
 def inside(path: str | os.PathLike, folder: str | os.PathLike) -> bool:
