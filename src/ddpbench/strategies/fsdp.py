@@ -187,16 +187,20 @@ def routed_reduce_scatter(output, input, op=dist.ReduceOp.SUM, group=None, async
     return ORIGINAL["reduce_scatter_tensor"](output, input, op=op, group=group, async_op=async_op)
 
 
-class CountingAllGather:
-    """FSDP's all-gather, counted (calls, ring bytes) and timed: the custom-communication
-    protocol of FSDPModule.set_custom_all_gather (`allocate`, then the call), running
-    `collective` (torch.distributed.all_gather_into_tensor, as FSDP's default does)."""
+class CountingComm:
+    """FSDP's custom-communication protocol (FSDPModule.set_custom_all_gather /
+    set_custom_reduce_scatter): `allocate` the buffer, then the call, which runs `collective`
+    (the torch.distributed function FSDP's default runs), counted and timed in `ctx`."""
 
     def __init__(self, ctx: Context, collective):
         self.ctx, self.collective = ctx, collective
 
     def allocate(self, size, *, dtype, device):
         return torch.empty(*size, dtype=dtype, device=device)
+
+
+class CountingAllGather(CountingComm):
+    """FSDP's all-gather (torch.distributed.all_gather_into_tensor): calls, ring bytes, time."""
 
     def __call__(self, output_tensor, input_tensor, group=None, async_op=False):
         self.ctx.meter.add(1, ring_bytes(output_tensor, self.ctx.world))
@@ -204,22 +208,13 @@ class CountingAllGather:
         return timed(call, self.ctx, self.ctx.phase)
 
 
-
-class CountingReduceScatter:
-    """FSDP's reduce-scatter of the gradients, counted and timed (FSDPModule.set_custom_reduce_scatter),
-    running `collective` (torch.distributed.reduce_scatter_tensor)."""
-
-    def __init__(self, ctx: Context, collective):
-        self.ctx, self.collective = ctx, collective
-
-    def allocate(self, size, *, dtype, device):
-        return torch.empty(*size, dtype=dtype, device=device)
+class CountingReduceScatter(CountingComm):
+    """FSDP's reduce-scatter of the gradients (torch.distributed.reduce_scatter_tensor): calls, ring bytes, time."""
 
     def __call__(self, output_tensor, input_tensor, group=None, op=dist.ReduceOp.SUM, async_op=False):
         self.ctx.meter.add(1, ring_bytes(input_tensor, self.ctx.world))
         call = functools.partial(self.collective, output_tensor, input_tensor, op=op, group=group, async_op=async_op)
         return timed(call, self.ctx, "backward")
-
 
 
 STRATEGY = FSDP()
