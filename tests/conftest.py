@@ -13,9 +13,14 @@ Under pytest-xdist (`-n 2`, what scripts/test.sh runs) on 2 cores, the work is h
   and no worker waits on a long one at the end (xdist hands the units out in this order).
 """
 
+import os
 import pathlib
 
 import pytest
+
+# The fault tests inject faults (DDPBENCH_INJECT); anywhere else a fault variable is refused without
+# this opt-in (ddpbench.run.faults.OPT_IN). Every process the tests start inherits it.
+os.environ["DDPBENCH_FAULTS"] = "1"
 
 # wall and CPU seconds per part and file at the end of every run (--suite-times FILE saves them)
 pytest_plugins = ["suite_times"]

@@ -280,3 +280,19 @@ def test_summary_json_appears_once_complete_and_an_interrupted_finish_leaves_non
     assert not (out / "summary.json").exists() and not (out / RANKS_SUMMARY).exists()
     summary, _, _ = launch(out, "--strategy", "ddp")  # the rerun publishes it, with the launcher's marks
     assert summary["status"] == "ok" and summary["timeline"]["launcher_exit"] and not (out / RANKS_SUMMARY).exists()
+
+
+def test_a_fault_variable_without_the_opt_in_is_refused_before_any_work(tmp_path):
+    """Issue 54: DDPBENCH_INJECT (or DDPBENCH_FILL) worked in production runs. Without
+    DDPBENCH_FAULTS=1 the launcher and the workflow refuse to start, naming it; with it, the run
+    records both (env.env_vars)."""
+    out = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k != "DDPBENCH_FAULTS"}
+    cmd = [sys.executable, "-m", "ddpbench.run.launch", "--nproc-per-node", "2", "--out", str(out), *FLAGS]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env={**env, "DDPBENCH_INJECT": "slow:1:1"})
+    assert proc.returncode == 2 and "DDPBENCH_INJECT is set" in proc.stderr and "DDPBENCH_FAULTS=1" in proc.stderr
+    assert not out.exists()
+    summary, _, _ = launch(out, env={"DDPBENCH_INJECT": "slow:1:1", "DDPBENCH_FAULTS": "1"})
+    assert summary["status"] == "ok"
+    assert {k: summary["env"]["env_vars"].get(k) for k in ("DDPBENCH_INJECT", "DDPBENCH_FAULTS")} == {
+        "DDPBENCH_INJECT": "slow:1:1", "DDPBENCH_FAULTS": "1"}

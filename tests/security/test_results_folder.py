@@ -124,3 +124,11 @@ def test_a_dry_run_names_a_damaged_run_and_changes_nothing(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "1 damaged run(s) would be measured again" in proc.stdout + proc.stderr
     assert files() == before
+
+
+def test_the_workflow_refuses_a_fault_variable_without_the_opt_in(tmp_path):
+    work = workdir(tmp_path / "work")
+    env = {k: v for k, v in ENV.items() if k != "DDPBENCH_FAULTS"}
+    proc = snakemake(work, "--cores", "2", env={**env, "DDPBENCH_FILL": str(tmp_path / "filler")})
+    assert proc.returncode != 0 and "DDPBENCH_FILL is set" in proc.stdout + proc.stderr
+    assert not (work / RESULTS / "runs").exists()

@@ -165,6 +165,34 @@ def test_a_kept_peak_of_other_torch_or_a_planted_link_is_measured_again(quick_pe
     assert elsewhere.read_text() == planted  # the link's target untouched
 
 
+def test_a_kept_peak_or_count_this_host_did_not_sign_is_measured_again(quick_peak, tmp_path, monkeypatch):
+    """Issue 54: a planted peaks/*.json (a received results folder, or an edited file) fed fake peaks
+    into new runs' MFU. Only a file signed with this host's key (peaks.host_key) is read back."""
+    monkeypatch.setenv(peaks.KEY_ENV, str(tmp_path / "mine" / "host.key"))
+    results = tmp_path / "results"
+    first = flops.cached_peak(results, CPU, "fp32")
+    path = results / first["file"]
+    kept = json.loads(path.read_text())
+    assert peaks.signed_here(kept) and os.stat(peaks.host_key_path()).st_mode & 0o777 == 0o600
+    assert flops.cached_peak(results, CPU, "fp32")["cached"] is True
+    path.write_text(json.dumps({**kept, "flops_per_s": kept["flops_per_s"] * 100}))  # edited: MFU 100x lower
+    again = flops.cached_peak(results, CPU, "fp32")
+    assert again["cached"] is False and again["flops_per_s"] < kept["flops_per_s"] * 10
+    monkeypatch.setenv(peaks.KEY_ENV, str(tmp_path / "elsewhere" / "host.key"))  # the folder moved to another host
+    assert flops.cached_peak(results, CPU, "fp32")["cached"] is False
+    calls = []
+    key = {"model": "mlp"}
+    assert flops.cached_count(results, key, lambda: calls.append(1) or 10.0)["cached"] is False
+    count_file = next((results / "peaks").glob("flops-*.json"))
+    count_file.write_text(json.dumps({"key": key, "flops_per_sample": 1.0}))  # planted, unsigned
+    assert flops.cached_count(results, key, lambda: calls.append(1) or 10.0) == {
+        "flops_per_sample": 10.0, "file": str(count_file.relative_to(results)), "cached": False}
+    assert flops.cached_count(results, key, lambda: calls.append(1) or 10.0)["cached"] is True and len(calls) == 2
+    monkeypatch.setenv(peaks.KEY_ENV, str(tmp_path / "no-such-folder-file" / "x" / "host.key"))
+    (tmp_path / "no-such-folder-file").write_text("")  # no key can be kept: nothing kept is trusted
+    assert peaks.host_key() is None and not peaks.signed_here(json.loads(count_file.read_text()))
+
+
 def test_results_folder_and_peak_file_names():
     assert peaks.results_folder("res/runs/device~cpu/strategy~ddp/repeat~0") == peaks.Path("res")
     assert peaks.results_folder("/tmp/cells/w2/ddp-mlp") == peaks.Path("/tmp/cells/w2")  # runs side by side

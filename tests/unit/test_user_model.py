@@ -112,6 +112,34 @@ def test_an_import_that_raises_names_the_model(tmp_path):
         user_model.load("um_raises:net", str(tmp_path / "missing"))
 
 
+def test_the_model_path_is_not_on_sys_path_during_the_check_forward(tmp_path):
+    """Issue 54: model_path stayed first on the import path for the whole build and forward of the
+    check, so a module there shadowed any the forward imported lazily."""
+    body = """
+        import os, sys
+        from torch import nn
+        HERE = os.path.dirname(os.path.abspath(__file__))
+
+        class Net(nn.Module):
+            def __init__(self, classes):
+                super().__init__()
+                self.head = nn.Linear(16, classes)
+
+            def forward(self, x):
+                if HERE in sys.path:
+                    raise RuntimeError("model_path is still on sys.path in the forward")
+                return self.head(x.flatten(1))
+
+        def net(shape, classes):
+            assert HERE in sys.path  # the call is part of the contract
+            return Net(classes)
+        """
+    folder = module_in(tmp_path / "lazy", "um_lazy", body)
+    before = list(sys.path)
+    assert user_model.check("um_lazy:net", str(folder), "image", **IMAGE) == 16 * 3 + 3
+    assert sys.path == before
+
+
 def test_check_counts_parameters_and_checks_the_output_shape(tmp_path):
     folder = str(module_in(tmp_path / "chk", "um_check"))
     assert user_model.check("um_check:net", folder, "image", **IMAGE) == 16 * 7 + 7 + 7 * 3 + 3

@@ -30,6 +30,7 @@ from ddpbench.plan.preflight import warnings as plan_warnings
 from ddpbench.plan.status import PLAN_ENV, stale_runs, write_plan
 from ddpbench.results import progress
 from ddpbench.results.aggregate import damage, heal
+from ddpbench.run import faults
 
 
 def runs_to_measure():
@@ -194,6 +195,8 @@ if workflow.is_main_process:
         refuse_linked_folders(RESULTS)
     except UnsafePathError as err:
         raise WorkflowError(f"ddpbench: {err}") from None
+    if faults.refusal():
+        raise WorkflowError(f"ddpbench: {faults.refusal()}")
     check_stale_runs()
     if not os.environ.get(PLAN_ENV):  # ddpbench.plan.status only reads
         heal_damaged_runs()

@@ -14,8 +14,13 @@ where the measured peak is the only honest reference.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 import math
+import os
 import re
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -122,6 +127,58 @@ def mfu_fields(
 # -- where a measured peak is kept -------------------------------------------------------------------
 
 PEAKS_FOLDER = "peaks"
+SIGNATURE = "signature"
+KEY_ENV = "DDPBENCH_HOST_KEY"  # where this host's key is kept, if not the user's cache folder
+
+
+def host_key_path() -> Path:
+    """$DDPBENCH_HOST_KEY, else $XDG_CACHE_HOME/ddpbench/host.key (~/.cache by default)."""
+    if os.environ.get(KEY_ENV):
+        return Path(os.environ[KEY_ENV])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ddpbench" / "host.key"
+
+
+def host_key() -> bytes | None:
+    """This user's secret on this machine, made once (32 random bytes, mode 0600, outside any results
+    folder). A kept peak or FLOP count is signed with it, so a peaks file this host's own benchmark did
+    not write (one in a received results folder, or edited) is never taken for a measurement here.
+    None where it cannot be kept: then nothing kept is trusted and everything is measured again."""
+    try:
+        path = host_key_path()
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(secrets.token_bytes(32))
+            try:
+                os.link(tmp, path)  # whole or not at all; another process may have made it first
+            except FileExistsError:
+                pass
+            finally:
+                os.unlink(tmp)
+        key = path.read_bytes()
+    except (OSError, RuntimeError):  # RuntimeError: no home folder
+        return None
+    return key if len(key) == 32 else None
+
+
+def _mac(key: bytes, record: dict[str, Any]) -> str:
+    body = {k: v for k, v in record.items() if k != SIGNATURE}
+    return hmac.new(key, json.dumps(body, sort_keys=True, default=str).encode(), hashlib.sha256).hexdigest()
+
+
+def signed(record: dict[str, Any]) -> dict[str, Any]:
+    """`record` with this host's signature (none where there is no key: it will not be trusted)."""
+    key = host_key()
+    return {**record, SIGNATURE: _mac(key, record)} if key else dict(record)
+
+
+def signed_here(record: Any) -> bool:
+    """Whether `record` (a kept peak or count) was written by this host's own benchmark, unchanged."""
+    key = host_key()
+    mark = record.get(SIGNATURE) if isinstance(record, dict) else None
+    return bool(key) and isinstance(mark, str) and hmac.compare_digest(mark, _mac(key, record))
 
 
 def results_folder(run_dir: str | Path) -> Path:

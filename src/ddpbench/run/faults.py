@@ -18,6 +18,9 @@ test can send its signal exactly then (`pause_point`; WHO a rank or `launcher`):
 summary is not yet completed), `RANK:rendezvous` (before the process group is joined: the
 other ranks wait in the rendezvous), `RANK:summary` (the run is measured, its summary not yet
 written). A stuck collective is `hang`. Torch is imported only where used: the launcher imports this.
+
+All of it acts only with DDPBENCH_FAULTS=1 (OPT_IN) set too; the launcher and the workflow refuse
+to start with a fault variable set without it (`refusal`).
 """
 
 from __future__ import annotations
@@ -29,11 +32,27 @@ import time
 from pathlib import Path
 
 
+#: The opt-in: fault injection acts only where this is "1" (the test suite sets it), and is recorded
+#: in each run's env.env_vars beside the fault. Without it a fault variable is refused (`refusal`).
+OPT_IN = "DDPBENCH_FAULTS"
+FAULT_VARS = ("DDPBENCH_INJECT", "DDPBENCH_FILL")
+
+
+def refusal() -> str | None:
+    """Why a run must not start here: a fault variable set without the opt-in (a test's tool left
+    in a shell, or a received environment, would make production runs fail or slow), or None."""
+    found = [v for v in FAULT_VARS if os.environ.get(v)]
+    if found and os.environ.get(OPT_IN) != "1":
+        return (f"{' and '.join(found)} is set, which injects faults into the runs (the fault tests' tool): unset it, "
+                f"or set {OPT_IN}=1 as well to mean it (recorded in every run)")  # fmt: skip
+    return None
+
+
 def injection(rank: int, params: object = None) -> tuple[str, int | str] | None:
     """This rank's planned fault from DDPBENCH_INJECT: (kind, step; for slow MS or "P%"), or None
     (also when a slow's KEY=VALUE does not match `params`, the cell's CellParams)."""
     spec = os.environ.get("DDPBENCH_INJECT", "")
-    if not spec or spec.startswith("pause:"):
+    if not spec or spec.startswith("pause:") or refusal():
         return None
     kind, r, s, *only = spec.split(":")
     if only:
@@ -80,7 +99,7 @@ def inject(kind: str, rank: int, step: int) -> None:
 def pause_point(who: str | int, moment: str, out: Path) -> None:
     """If DDPBENCH_INJECT is "pause:WHO:MOMENT": mark out/paused_WHO_MOMENT (the test's cue)
     and sleep until a signal ends the process. Else nothing."""
-    if os.environ.get("DDPBENCH_INJECT") == f"pause:{who}:{moment}":
+    if os.environ.get("DDPBENCH_INJECT") == f"pause:{who}:{moment}" and not refusal():
         out.mkdir(parents=True, exist_ok=True)
         (out / f"paused_{who}_{moment}").touch()
         time.sleep(10**6)

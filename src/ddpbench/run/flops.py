@@ -140,15 +140,16 @@ def matmul_peak(device: torch.device, precision: str, repeats: int = REPEATS, ma
 
 
 def _read_cached(path: Path, device: str, precision: str, threads: int | None) -> dict[str, Any] | None:
-    """A measured peak kept in `path`, if it is a regular file inside its folder holding one for this
-    device, precision, thread count and torch version (anything else is measured again)."""
+    """A measured peak kept in `path`, if it is a regular file inside its folder, signed by this host
+    (peaks.signed_here), holding one for this device, precision, thread count and torch version
+    (anything else is measured again)."""
     if not path.exists() or not safe_io.inside(path, path.parent):
         return None
     try:
         kept = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    if not isinstance(kept, dict):
+    if not peaks.signed_here(kept):  # written elsewhere (a received results folder) or edited
         return None
     same = [kept.get(k) for k in ("device", "precision", "threads", "torch")] == [device, precision, threads, torch.__version__]
     value = kept.get("flops_per_s") if same else None
@@ -170,7 +171,7 @@ def cached_peak(results: Path, device: torch.device, precision: str) -> dict[str
     found = {"host": host, "device": name, "precision": precision, **matmul_peak(device, precision)}
     try:
         safe_io.real_dir(path.parent)
-        safe_io.atomic_write_text(path, json.dumps(found, indent=1) + "\n")
+        safe_io.atomic_write_text(path, json.dumps(peaks.signed(found), indent=1) + "\n")
         found["file"] = where
     except OSError as err:
         found["file"] = None
@@ -204,7 +205,7 @@ def cached_count(results: Path, key: dict[str, Any], count) -> dict[str, Any]:
     if path.exists() and safe_io.inside(path, path.parent):
         try:
             kept = json.loads(path.read_text())
-            value = kept.get("flops_per_sample") if isinstance(kept, dict) and kept.get("key") == key else None
+            value = kept.get("flops_per_sample") if peaks.signed_here(kept) and kept.get("key") == key else None
             if isinstance(value, (int, float)) and math.isfinite(value) and value > 0:
                 return {"flops_per_sample": value, "file": where, "cached": True}
         except (OSError, ValueError):
@@ -213,7 +214,7 @@ def cached_count(results: Path, key: dict[str, Any], count) -> dict[str, Any]:
     found = {"flops_per_sample": value, "file": where, "cached": False}
     try:
         safe_io.real_dir(path.parent)
-        safe_io.atomic_write_text(path, json.dumps({"key": key, "flops_per_sample": value}, indent=1) + "\n")
+        safe_io.atomic_write_text(path, json.dumps(peaks.signed({"key": key, "flops_per_sample": value}), indent=1) + "\n")
     except OSError as err:
         found.update(file=None, not_kept=f"{type(err).__name__}: {err}")
     return found

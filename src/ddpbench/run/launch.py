@@ -77,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     args.command = shlex.join(["python", "-m", "ddpbench.run.launch", *map(str, sys.argv[1:] if argv is None else argv)])
     if args.nproc_per_node < 1 or args.nnodes < 1:
         parser.exit(2, "error: --nproc-per-node and --nnodes must be >= 1\n")
+    if faults.refusal():
+        parser.exit(2, f"error: {faults.refusal()}\n")
     if params.link != NO_LINK and args.nnodes != 2:
         parser.exit(2, f"error: --link {params.link} joins two nodes: it needs --nnodes 2 (not {args.nnodes})\n")
     if args.nnodes > 1 and not args.rdzv_endpoint and not on_lab(args, params):

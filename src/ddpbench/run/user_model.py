@@ -148,11 +148,13 @@ def check(spec: str, model_path: str, kind: str, **data: Any) -> int:
         x_shape, dtype, want = (1, kwargs["seq_len"]), torch.long, (1, kwargs["seq_len"], kwargs["vocab_size"])
     else:
         x_shape, dtype, want = (1, *kwargs["shape"]), torch.float32, (1, kwargs["classes"])
-    with contextlib.redirect_stdout(sys.stderr), _on_path(_folder(model_path)):
+    # model_path is on sys.path only while the module is imported and the function called (load,
+    # _on_path), not during the forward: a module there must not shadow one the forward imports.
+    with contextlib.redirect_stdout(sys.stderr):
         function = load(spec, model_path)
         for device in ("meta", "cpu"):
             try:
-                with torch.device(device):
+                with torch.device(device), _on_path(_folder(model_path)):
                     model = _call(spec, function, kwargs)
             except ValueError:
                 if device == "cpu":
