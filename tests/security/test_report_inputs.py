@@ -398,3 +398,28 @@ def test_odd_strings_figures_are_drawn_as_text(odd):
     assert "strategy=$x^2$" in speedup  # drawn literally, not parsed as mathtext
     assert "strategy=_hidden" in speedup  # not dropped from the legend as a '_'-label
     assert "\x1b" not in speedup and "&lt;script&gt;" in speedup
+
+
+def test_report_from_an_archive_stopped_by_sigterm_leaves_no_unpacked_folder(tmp_path):
+    """Issue 54, deliver 3: a SIGTERM while the archive is unpacked or checked (here: extract
+    sleeps) removes the private temporary folder on the way out."""
+    import signal
+    import sys
+    import time
+
+    (tmp_path / "study.tar.gz").write_bytes(b"")
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    code = ("import time; from ddpbench.results import archive\n"
+            "def slow(source, into):\n    print(into, flush=True)\n    time.sleep(60)\n"
+            "archive.extract = slow\n"
+            "from ddpbench.report import build\n"
+            f"build.main(['--from', {str(tmp_path / 'study.tar.gz')!r}, '--out', {str(tmp_path / 'out')!r}])\n")  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "TMPDIR": str(temp)}, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    unpacked = proc.stdout.readline().strip()
+    assert unpacked.startswith(str(temp)) and os.path.isdir(unpacked), proc.stderr.read()
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    assert not os.path.exists(unpacked) and list(temp.iterdir()) == []

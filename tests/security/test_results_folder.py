@@ -59,7 +59,7 @@ def unchanged(victim: Path, before: dict[str, str]) -> bool:
 # Where a link can sit: a top-level folder the workflow writes (aggregate/, report/, design/,
 # logs/), one it moves runs into (superseded/), a folder of the run tree; absolute or relative.
 PLANTS = [("aggregate", False), ("aggregate", True), ("report", True), ("logs", False), ("design", True),
-          ("runs/device~cpu", False), ("runs/device~cpu", True)]  # fmt: skip
+          ("peaks", False), ("data", True), ("runs/device~cpu", False), ("runs/device~cpu", True)]  # fmt: skip
 
 
 @pytest.mark.parametrize(("where", "relative"), PLANTS, ids=[f"{w}-{'relative' if r else 'absolute'}" for w, r in PLANTS])

@@ -309,6 +309,23 @@ def main(argv: list[str] | None = None) -> int:
             return storage.fail(output, err, what="report")
 
 
+@contextlib.contextmanager
+def terminated_as_exit():
+    """SIGTERM (and SIGHUP) raise SystemExit for the duration, so the unpacked archive's temporary
+    folder is removed on that exit path too (the default action would leave it behind)."""
+    import signal
+
+    def stop(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    before = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
 def rebuild_from_archive(args: argparse.Namespace) -> int:
     """Unpack the archive privately, aggregate its runs again (the same run folders the study
     aggregated, named as it named them), then build the report from those tables."""
@@ -316,7 +333,7 @@ def rebuild_from_archive(args: argparse.Namespace) -> int:
 
     out = pathlib.Path(args.out).resolve()
     source = pathlib.Path(args.archive).resolve()
-    with tempfile.TemporaryDirectory(prefix="ddpbench-archive-") as tmp, contextlib.chdir(tmp):
+    with terminated_as_exit(), tempfile.TemporaryDirectory(prefix="ddpbench-archive-") as tmp, contextlib.chdir(tmp):
         results = archive.extract(source, pathlib.Path(tmp)).relative_to(tmp)
         listed = results / "aggregate" / "runs.csv"
         if listed.is_file():
