@@ -144,10 +144,10 @@ def heal_damaged_runs():
         if s.exists() and (what := damage(s))
     ]
     if damaged and dry_run():
+        named = "; ".join(f"{s.parent}: {what}" for s, what in damaged[:5])
         logger.warning(
-            f"ddpbench: {len(damaged)} damaged run(s) would be measured again (a real run moves "
-            "their summary aside; this dry run does not): "
-            + "; ".join(f"{s.parent}: {what}" for s, what in damaged[:5])
+            f"ddpbench: {len(damaged)} damaged run(s) would be measured again (a real "
+            f"run moves their summary aside; this dry run does not): {named}"
         )
         return
     healed, stuck = [], []
@@ -185,7 +185,7 @@ PLAN_FILE = f"{RESULTS}/logs/plan.txt"
 def save_plan():
     """onstart: the plan the report repeats after its findings."""
     Path(PLAN_FILE).parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(Path(PLAN_FILE), "".join(line + "\n" for line in PLAN_LINES))
+    atomic_write_text(Path(PLAN_FILE), "".join(f"{line}\n" for line in PLAN_LINES))
 
 
 # Once per workflow, not again in every job a cluster executor starts (each re-reads the
