@@ -31,7 +31,8 @@ if [ "${1:-}" = "--torch" ]; then
     echo "== pytest on torch $("$env/bin/python" -c 'import torch; print(torch.__version__)')"
     exec "$env/bin/python" -m pytest -n 2 -p no:cacheprovider tests/unit/test_strategies.py \
         tests/integration/test_exact_strategies.py tests/integration/test_approx_strategies.py \
-        tests/integration/test_training_options.py tests/integration/test_language_model.py "$@"
+        tests/integration/test_training_options.py tests/integration/test_language_model.py \
+        tests/integration/test_compile.py tests/unit/test_transforms.py "$@"
 fi
 # The report tests open the HTML in headless Chromium, compile the PDF with latexmk and
 # render its pages with pdftoppm (poppler-utils) to find blank ones. Install them where we

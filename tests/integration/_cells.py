@@ -36,6 +36,7 @@ def main() -> None:
             strategy, model, *more = cell.split(":")
             overrides = dict(kv.split("=") for kv in more[0].split(",")) if more else {}
             params = CellParams.from_mapping({**base, "strategy": strategy, "model": model, **overrides})
+            torch.compiler.reset()  # each cell compiles afresh, as in a launch of its own
             threads = rank.configure_threads(params, ranks)
             run_dir = out / "-".join([strategy, model, *(f"{k}={v}" for k, v in overrides.items())])
             run_dir.mkdir(parents=True, exist_ok=True)

@@ -63,6 +63,12 @@ def test_the_default_estimate_counts_what_a_link_cell_adds(tmp_path):
     assert "8 s a run, a default: 4 s fixed (+ 4 s a cell over a link)" in line and "about 12 min" in line
 
 
+def test_the_default_estimate_counts_what_compiling_adds(tmp_path):
+    eager, compiled = cell(min_timed_s=1.0), cell(min_timed_s=1.0, compile="model")
+    line = plan.time_estimate([eager, compiled], 3, 6, tmp_path)
+    assert "10 s a run, a default: 4 s fixed (+ 10 s a compiled cell)" in line and "about 61 s" in line  # 4 + 5 + 1.2
+
+
 def test_the_default_estimate_counts_a_heavy_models_steps(tmp_path):
     """The sync-strategies preset said 'about 2 min' for a 30-minute study: VGG-11's steps count now."""
     vgg = dict(model="vgg11", dataset="synthetic", synthetic_shape="cifar10", batch_size=256, dataset_size=12800,

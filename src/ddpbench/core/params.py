@@ -34,6 +34,8 @@ SYNTHETIC_SHAPES = ("cifar10", "mnist", "imagenette")
 BACKENDS = ("auto", "gloo", "nccl")
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 OPTIMIZERS = ("sgd", "adamw")
+COMPILE_MODES = ("none", "model")
+CHECKPOINTING = ("none", "full", "selective")
 # Between the nodes of a multi-node cell: none (the machine's own network, or a cluster's),
 # or two network namespaces on this machine joined by a veth pair (ddpbench.cluster.netlab),
 # unshaped or shaped to a token-bucket rate.
@@ -133,6 +135,14 @@ class CellParams:
     grad_accum: int = _p(
         1, "micro-batches per optimizer step: each rank splits its share of the global batch into this many and "
         "synchronises once per step", minimum=1, maximum=4096,
+    )
+    compile: str = _p(
+        "none", "torch.compile: none (eager) or model (each block's forward compiled, fullgraph; the compile is in the "
+        "untimed first step, and a recompile in a timed step fails the run)", choices=COMPILE_MODES,
+    )
+    activation_checkpointing: str = _p(
+        "none", "recompute activations in the backward instead of keeping them: none, full (every block), selective "
+        "(every other block); the MFU counts the model's FLOPs, the HFU the recompute too", choices=CHECKPOINTING,
     )
     bucket_mb: float = _p(25.0, "bucket size in MiB (bucketed_allreduce; DDP bucket_cap_mb)", exclusive_minimum=0.0, maximum=65536.0)
     timeout_s: float = _p(600.0, "process-group timeout and wall-clock limit of the cell", exclusive_minimum=0.0, maximum=604800.0)

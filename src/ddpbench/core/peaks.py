@@ -93,7 +93,8 @@ def _positive(x: Any) -> float | None:
 
 
 MFU_FIELDS = ("train_flops_per_sample", "achieved_flops_per_s", "peak_flops_measured", "peak_flops_datasheet",
-              "peak_flops_datasheet_source", "mfu_measured", "mfu_datasheet")  # fmt: skip
+              "peak_flops_datasheet_source", "mfu_measured", "mfu_datasheet",
+              "hardware_flops_per_sample", "hfu_measured", "hfu_datasheet")  # fmt: skip
 
 
 def mfu_fields(
@@ -103,15 +104,20 @@ def mfu_fields(
     peak_measured: float | None,
     peak_datasheet: float | None,
     datasheet_source: str | None = None,
+    hardware_flops_per_sample: float | None = None,
 ) -> dict[str, Any]:
     """summary.json's MFU fields (MFU_FIELDS): each null where a factor is unknown. Peaks are per
-    rank (one device each): the whole run's reference is world x peak."""
+    rank (one device each): the whole run's reference is world x peak. The HFU counts the FLOPs the
+    hardware did, the recompute of activation checkpointing included (`hardware_flops_per_sample`;
+    without checkpointing the model's, so HFU = MFU)."""
     per_sample, rate = _positive(flops_per_sample), _positive(samples_per_s)
     achieved = per_sample * rate if per_sample and rate else None
     measured, sheet = _positive(peak_measured), _positive(peak_datasheet)
+    hardware = _positive(hardware_flops_per_sample) or per_sample
+    done = hardware * rate if hardware and rate else None
 
-    def mfu(peak):
-        return achieved / (peak * world) if achieved and peak and world > 0 else None
+    def mfu(peak, flops_per_s=achieved):
+        return flops_per_s / (peak * world) if flops_per_s and peak and world > 0 else None
 
     return {
         "train_flops_per_sample": per_sample,
@@ -121,6 +127,9 @@ def mfu_fields(
         "peak_flops_datasheet_source": datasheet_source if sheet else None,
         "mfu_measured": mfu(measured),
         "mfu_datasheet": mfu(sheet),
+        "hardware_flops_per_sample": hardware,
+        "hfu_measured": mfu(measured, done),
+        "hfu_datasheet": mfu(sheet, done),
     }
 
 

@@ -27,7 +27,7 @@ from ddpbench.core.container import image_identity
 #: devices or tune the communication libraries, and an injected fault or slowdown
 #: (DDPBENCH_INJECT, DDPBENCH_FILL, and the opt-in DDPBENCH_FAULTS), so a comparison names it as what differs.
 ENV_PREFIXES = ("OMP_", "MKL_", "KMP_", "OPENBLAS_", "TORCH_", "PYTORCH_", "CUDA_VISIBLE_DEVICES", "NCCL_", "GLOO_",
-                "DDPBENCH_INJECT", "DDPBENCH_FILL", "DDPBENCH_FAULTS")  # fmt: skip
+                "DDPBENCH_INJECT", "DDPBENCH_FILL", "DDPBENCH_FAULTS", "DDPBENCH_COMPILE_BACKEND")  # fmt: skip
 #: Packages whose versions shape a number, recorded by their names (torch's is
 #: torch.__version__, the others' from their metadata, without importing them).
 VERSIONED_PACKAGES = ("torchvision", "numpy", "scipy", "pandas", "psutil", "matplotlib", "snakemake")

@@ -36,6 +36,9 @@ FIXED_RUN_S = 4.0
 # ... and what a cell over a link adds (a second launcher per node, the namespaces, the bandwidth
 # probe): lab cells cost 5-11 s fixed against 3 s for one node (the interconnect preset, docs/clusters.md).
 LAB_RUN_S = 4.0
+# What compiling a cell's blocks adds to its run on a CPU (inductor, 2 cores): 10-17 s for an MLP's
+# three blocks with a cold cache, 1-3 s warm (measured 2026-11-27; docs/harness.md).
+COMPILE_RUN_S = 10.0
 PREFIX = "ddpbench plan: "
 # A CPU thread's pace, in a model's forward FLOPs (the catalog's) per second of training step
 # (forward, backward, update), for the estimate before anything is measured: one thread of the
@@ -220,8 +223,10 @@ def time_estimate(cells: list[dict[str, Any]], repeats: int | str, runs_to_do: i
         cores = os.cpu_count() or 1
         steps = [max(1.2 * float(p["min_timed_s"]), compute_s(p, cores)) for p in cells]
         on_link = sum(str(p.get("link", NO_LINK)) != NO_LINK for p in cells) / max(len(cells), 1)
-        per_run = FIXED_RUN_S + on_link * LAB_RUN_S + statistics.mean(steps or [0.0])
+        compiled = sum(str(p.get("compile", "none")) != "none" for p in cells) / max(len(cells), 1)
+        per_run = FIXED_RUN_S + on_link * LAB_RUN_S + compiled * COMPILE_RUN_S + statistics.mean(steps or [0.0])
         lab = f" (+ {LAB_RUN_S:g} s a cell over a link)" if on_link else ""
+        lab += f" (+ {COMPILE_RUN_S:g} s a compiled cell)" if compiled else ""
         source = (f"a default: {FIXED_RUN_S:g} s fixed{lab} + the steps, the longer of 1.2 x min_timed_s and the "
                   f"model's FLOPs at {CPU_FORWARD_FLOPS_PER_S / 1e9:g} GFLOP/s a CPU thread")  # fmt: skip
     total = runs_to_do * per_run

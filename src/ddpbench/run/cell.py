@@ -19,7 +19,7 @@ from ddpbench import strategies
 from ddpbench.core import run_output, safe_io, sysinfo
 from ddpbench.core.params import CellParams, is_user_model
 from ddpbench.core import timers
-from ddpbench.run import autobatch, diagnose, flops, models, precision, profiling, user_model
+from ddpbench.run import autobatch, diagnose, flops, models, precision, profiling, transforms, user_model
 from ddpbench.run import data as datamod
 from ddpbench.run.loop import planned_steps, train_loop
 from ddpbench.run.rank import Ranks, gather_to_rank0, oversubscribed, rank_spread
@@ -71,6 +71,7 @@ def execute(
         params, ranks.rank, ranks.world, device, timers.CommMeter(), timers.Clock(device.type), input_shape=data.shape,
         heartbeat=heartbeat,
     )  # fmt: skip
+    transformed = transforms.apply(model, params)  # checkpointing, compile: per block, before the wrap
     # Approximate strategies: rank 0 replays `single` from the same start afterwards (untimed).
     initial = copy.deepcopy(model) if not strategy.exact and ranks.rank == 0 else None
     model = strategy.wrap(model, ctx)
@@ -94,7 +95,8 @@ def execute(
     }
     peaks = {"peak_rss_mb": timers.peak_rss_mb(), "cuda_max_allocated_mb": timers.cuda_max_allocated_mb(device)}
     bare = strategy.bare(model)
-    test = evaluate(bare, data, ranks, device, per_rank_batch)
+    with transforms.eager(params):
+        test = evaluate(bare, data, ranks, device, per_rank_batch)
     marks["evaluation_done"] = time.time()
     flat = models.flat_parameters(bare)
     payload = {
@@ -111,7 +113,8 @@ def execute(
     extra = strategy.extra(model, ctx)
     if params.profile_steps:  # after everything above has read the trained model
         payload["profile"] = profile_steps(model, optimizer, strategy, ctx, loader, sampler, run.steps, global_batch, bare)
-    counted = flops.measure(bare, data, ctx, per_rank_batch, out)  # MFU: rank 0, untimed, between barriers
+    with transforms.eager(params):  # MFU: rank 0, untimed, between barriers
+        counted = flops.measure(bare, data, ctx, per_rank_batch, out)
     write_steps(out / f"steps_rank{ranks.rank}.csv", run.records)
     payloads = gather_to_rank0(payload)
     if ranks.rank != 0:
@@ -174,6 +177,8 @@ def execute(
         "grad_bytes": max(h["grad_bytes"] for h in held_per_rank),
         "held_bytes": max(sum(h.values()) for h in held_per_rank),
         "held_bytes_per_rank": [sum(h.values()) for h in held_per_rank],
+        **transformed,  # blocks, checkpointed_blocks, compiled_blocks
+        **compile_record(params, [p["records"] for p in payloads]),
         "loss_scale_final": run.scaler.scale if run.scaler and run.scaler.enabled else None,
         "skipped_steps": run.scaler.skipped if run.scaler and run.scaler.enabled else 0,
         **flops.fields(counted, stats.get("samples_per_s"), ranks.world),
@@ -181,7 +186,8 @@ def execute(
         **(autobatch.extra(auto) if auto else {}),
     }
     if initial is not None:
-        extra.update(deviation_from_single(initial, bare, data, params, device, run.steps, global_batch))
+        with transforms.eager(params):
+            extra.update(deviation_from_single(initial, bare, data, params, device, run.steps, global_batch))
         extra["accuracy_reached"] = stats["test_acc"]
     reason = "" if stats["timed_steps"] else "no timed steps: total steps <= 1 + warmup_steps"
     backend = dist.get_backend() if dist.is_initialized() else None
@@ -191,6 +197,21 @@ def execute(
         env["user_model_digest"] = user_model.source_digest(params.model, params.model_path)
     env.update(sysinfo.other_cpu([p["cpu"] for p in payloads], timed_wall), **flops.provenance(counted))
     return run_output.make_summary("ok", reason, params.as_dict(), ranks.world, ranks.nodes, env, stats, extra)
+
+
+def compile_record(params: CellParams, records: list[list[dict[str, Any]]]) -> dict[str, Any]:
+    """What compiling cost, apart from the timed steps: compile_s, the first step's wall beyond a
+    median timed step on the slowest rank (the compile happens in it, and it is never timed), and
+    the graphs dynamo compiled in rank 0 (none recompiled in a timed step: the stance forbids it)."""
+    if params.compile == "none":
+        return {"compile_s": None, "compiled_graphs": None}
+    extra_s = []
+    for rank in records:
+        first = [r["total_s"] for r in rank if r["step"] == 0]
+        timed = sorted(r["total_s"] for r in rank if r["timed"])
+        if first and timed:
+            extra_s.append(max(0.0, first[0] - timed[len(timed) // 2]))
+    return {"compile_s": max(extra_s) if extra_s else None, "compiled_graphs": transforms.compiled_graphs()}
 
 
 def deviation_from_single(

@@ -31,6 +31,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ddpbench.core import peaks, safe_io, sysinfo
+from ddpbench.run import transforms
 from ddpbench.run.data import TensorData
 from ddpbench.strategies.base import Context
 
@@ -236,8 +237,16 @@ def measure(model: nn.Module, data, ctx: Context, batch: int, out: Path) -> dict
         try:
             x, y = real_batch(data.train, min(batch, COUNT_BATCH))
             result["count"]["batch"] = len(x)
-            result["count"].update(cached_count(peaks.results_folder(out), count_key(ctx.params, data, len(x)),
-                                                lambda: training_flops_per_sample(model, x.to(ctx.device), y.to(ctx.device), ctx)))  # fmt: skip
+            x, y, key, folder = x.to(ctx.device), y.to(ctx.device), count_key(ctx.params, data, len(x)), peaks.results_folder(out)
+
+            def model_flops():  # without the recompute of checkpointed blocks
+                with transforms.without_recompute():
+                    return training_flops_per_sample(model, x, y, ctx)
+
+            result["count"].update(cached_count(folder, key, model_flops))
+            if ctx.params.activation_checkpointing != "none":  # the hardware's: with the recompute
+                recompute = {**key, "activation_checkpointing": ctx.params.activation_checkpointing}
+                result["hardware_count"] = cached_count(folder, recompute, lambda: training_flops_per_sample(model, x, y, ctx))
         except Exception as err:  # noqa: BLE001 - provenance-like: never fails the run
             result["count"]["error"] = f"{type(err).__name__}: {err}"
         try:
@@ -255,8 +264,9 @@ def fields(result: dict[str, Any] | None, samples_per_s: float | None, world: in
     result = result or {}
     peak = result.get("peak", {})
     per_sample = result.get("count", {}).get("flops_per_sample")
+    hardware = result.get("hardware_count", {}).get("flops_per_sample")
     measured, sheet, source = (peak.get(k) for k in ("flops_per_s", "datasheet_flops_per_s", "datasheet_source"))
-    return peaks.mfu_fields(per_sample, samples_per_s, world, measured, sheet, source)
+    return peaks.mfu_fields(per_sample, samples_per_s, world, measured, sheet, source, hardware)
 
 
 def provenance(result: dict[str, Any] | None) -> dict[str, Any]:

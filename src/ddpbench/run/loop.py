@@ -17,7 +17,7 @@ from ddpbench.core import sysinfo
 from ddpbench.core.params import CellParams
 from ddpbench.run import data as datamod
 from ddpbench.core import timers
-from ddpbench.run import faults
+from ddpbench.run import faults, transforms
 from ddpbench.run.precision import LossScaler
 from ddpbench.run.rank import agreed_max
 from ddpbench.strategies.base import Context, Strategy, gradient_bytes
@@ -191,6 +191,7 @@ def train_loop(
         timed = instrument and step >= first_timed
         if timed and not timing:
             timing = True
+            transforms.timed_steps(ctx.params)  # compiled: no recompile from here on
             result.timing_started = time.time()
             result.cpu["start"] = sysinfo.cpu_snapshot()
         timer.begin()
@@ -224,6 +225,7 @@ def train_loop(
     if timing:
         result.timed_wall_s = recorder.timed_wall_s
         result.cpu["end"] = sysinfo.cpu_snapshot()
+        transforms.untimed(ctx.params)
     return result
 
 

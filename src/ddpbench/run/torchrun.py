@@ -48,7 +48,7 @@ def forks_ranks(argv: list[str]) -> bool:
 
 def zygote_preload(argv: list[str]) -> list[str]:
     """The modules the zygote imports for the cell in torchrun's arguments: the harness, and
-    torch._dynamo where the cell imports it anyway (its strategy's wrap, torch's AdamW, a
+    torch._dynamo where the cell imports it anyway (its strategy's wrap, torch's AdamW, compile, a
     torchvision model: torchvision.models imports it; 1.7-1.8 s a rank on 2 cores, paid once
     here). Not for the others: they never import it, and a process that has it starts 1.3 s
     later and exits slower (ddpbench.run.quick_exit)."""
@@ -59,7 +59,8 @@ def zygote_preload(argv: list[str]) -> list[str]:
     strategy = _after(cell, "--strategy") or CellParams.strategy
     adamw = _after(cell, "--optimizer") == "adamw"
     torchvision = (_after(cell, "--model") or CellParams.model) in TORCHVISION_MODELS
-    dynamo = adamw or (strategy in names() and strategy_traits(strategy).imports_dynamo)
+    compiled = _after(cell, "--compile") not in (None, "none")
+    dynamo = adamw or compiled or (strategy in names() and strategy_traits(strategy).imports_dynamo)
     extra = ["torchvision.models"] if torchvision else ["torch._dynamo"] if dynamo else []
     return [FORKED_MODULE, ENTRY_MODULE, *extra]
 

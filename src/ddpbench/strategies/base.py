@@ -67,6 +67,23 @@ class Context:
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+def blocks(model: nn.Module) -> list[nn.Module]:
+    """A model's blocks: the units FSDP shards one by one, and those activation checkpointing
+    recomputes and torch.compile compiles (run.transforms). The model's own `fsdp_units()` where
+    it has one (a GPT's blocks: its tied embedding is used again by the head, so it must stay in
+    the root's unit), else its children that hold parameters, with containers (Sequential,
+    ModuleList) opened, so a stack of layers becomes one unit per layer."""
+    if hasattr(model, "fsdp_units"):
+        return list(model.fsdp_units())
+    units = []
+    for child in model.children():
+        if isinstance(child, (nn.Sequential, nn.ModuleList)):
+            units += blocks(child)
+        elif any(True for _ in child.parameters()):
+            units.append(child)
+    return units
+
+
 class Strategy:
     """Base class: no communication. Subclasses override the hooks they need."""
 

@@ -36,27 +36,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ddpbench.strategies.base import Context, Strategy, timed_blocking
+from ddpbench.strategies.base import Context, Strategy, blocks, timed_blocking
 
 SETTINGS = ()  # the strategy-specific cell parameters it reads
 
 LOW_PRECISION = {"bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def blocks(model: nn.Module) -> list[nn.Module]:
-    """The units FSDP shards one by one: the model's own `fsdp_units()` where it has one (a
-    GPT's blocks: its tied embedding is used again by the head, so it must stay in the
-    root's unit), else its children that hold parameters, with containers (Sequential,
-    ModuleList) opened, so a stack of layers becomes one unit per layer."""
-    if hasattr(model, "fsdp_units"):
-        return list(model.fsdp_units())
-    units = []
-    for child in model.children():
-        if isinstance(child, (nn.Sequential, nn.ModuleList)):
-            units += blocks(child)
-        elif any(True for _ in child.parameters()):
-            units.append(child)
-    return units
 
 
 def ring_bytes(t: torch.Tensor, world: int) -> int:

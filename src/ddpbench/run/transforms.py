@@ -1,0 +1,147 @@
+"""The model as it is trained beyond its layers: activation checkpointing and torch.compile,
+applied to each block (strategies.base.blocks: a GPT's transformer blocks, a ResNet's, an MLP's
+layers) before the strategy wraps the model (`apply`).
+
+Each block's forward is replaced on the instance by a method bound to it:
+- `activation_checkpointing: full` runs every block's forward under torch.utils.checkpoint
+  (non-reentrant): its activations are freed after the forward and recomputed in the backward;
+  `selective` does so for every other block (the 1st, 3rd, ...): half the recompute for half
+  the memory saved.
+- `compile: model` compiles each block's forward (checkpointed or not) with
+  torch.compile(fullgraph=True): a graph break fails the first step with dynamo's reason.
+
+Why per block, on the forward: the hooks of the strategies stay outside the compiled graphs, as
+PyTorch documents for FSDP2 (compile each block, then fully_shard it: the all-gather before a
+block's forward and the reduce-scatter after its backward run between graphs); DDP's gradient
+hooks fire as each block's compiled backward hands its gradients over, so no graph needs
+splitting at bucket boundaries (dynamo's DDPOptimizer is turned off). The state dict's keys are unchanged, and a bound
+method survives a deep copy bound to the copy (the replay's initial model, FSDP's skeleton).
+
+Compilation happens in the first step, which is never timed; from the first timed step on the
+compiler's stance is `fail_on_recompile` (`timed_steps`), so a recompile in a timed step fails
+the run instead of being measured. Evaluation, the replay of single and the FLOP count run eager
+(`eager`); the model FLOPs are counted without the recompute (`without_recompute`), the hardware
+FLOPs with it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import types
+from typing import Any, Iterator
+
+import torch
+from torch import nn
+
+from ddpbench.core.params import CellParams
+from ddpbench.strategies.base import blocks
+
+BACKEND_ENV = "DDPBENCH_COMPILE_BACKEND"
+_recompute = {"on": True}  # off while the model FLOPs are counted (without_recompute)
+_graphs = {"at_apply": 0}  # dynamo's graph count when the blocks were compiled
+
+
+def checkpointed_blocks(params: CellParams, n: int) -> list[int]:
+    """Indices of the blocks (of `n`) whose activations are recomputed."""
+    if params.activation_checkpointing == "full":
+        return list(range(n))
+    if params.activation_checkpointing == "selective":
+        return list(range(0, n, 2))
+    return []
+
+
+def apply(model: nn.Module, params: CellParams) -> dict[str, Any]:
+    """Checkpoint and compile `model`'s blocks in place as `params` asks; what was done, for the
+    run's record (extra: the block counts)."""
+    units = blocks(model)
+    recomputed = set(checkpointed_blocks(params, len(units)))
+    compiled = params.compile == "model"
+    for i, block in enumerate(units):
+        forward = type(block).forward  # the class's: a block transformed twice is not stacked
+        if i in recomputed:
+            forward = _checkpointed(forward)
+        if compiled:
+            forward = torch.compile(forward, fullgraph=True, backend=compile_backend())
+        if i in recomputed or compiled:
+            block.forward = types.MethodType(forward, block)
+    if compiled:
+        _blocks_hand_ddp_their_gradients()
+        _graphs["at_apply"] = _dynamo_graphs() or 0
+    return {"blocks": len(units), "checkpointed_blocks": len(recomputed), "compiled_blocks": len(units) if compiled else 0,
+            "compile_backend": compile_backend() if compiled else None}  # fmt: skip
+
+
+def compile_backend() -> str:
+    """torch.compile's backend: inductor (what training uses), or $DDPBENCH_COMPILE_BACKEND (e.g.
+    aot_eager: dynamo and AOTAutograd without code generation, which the tests use to check in
+    seconds that every strategy composes with compile; recorded in env.env_vars and extra)."""
+    return os.environ.get(BACKEND_ENV) or "inductor"
+
+
+def _blocks_hand_ddp_their_gradients() -> None:
+    """Dynamo's DDPOptimizer splits a graph compiled inside DDP's forward at bucket boundaries, so
+    that DDP's all-reduces overlap the backward of a whole-model graph. Blocks compiled one by
+    one already hand DDP their gradients block by block (its C++ reducer overlaps them as in
+    eager), so it is turned off; it would also refuse buckets smaller than DDP's first (1 MiB).
+    A private setting (torch._dynamo.config, where PyTorch's DDP docs name it), set guarded:
+    a torch without it is left as it is."""
+    config = getattr(getattr(torch, "_dynamo", None), "config", None)
+    if config is not None and hasattr(config, "optimize_ddp"):
+        config.optimize_ddp = False
+
+
+def _checkpointed(forward):
+    from torch.utils.checkpoint import checkpoint
+
+    def recomputing(self, *args, **kwargs):
+        if not _recompute["on"]:
+            return forward(self, *args, **kwargs)
+        return checkpoint(forward, self, *args, use_reentrant=False, **kwargs)
+
+    return recomputing
+
+
+@contextlib.contextmanager
+def without_recompute() -> Iterator[None]:
+    """Checkpointed blocks keep their activations for the duration (the model FLOPs' count)."""
+    before, _recompute["on"] = _recompute["on"], False
+    try:
+        yield
+    finally:
+        _recompute["on"] = before
+
+
+def eager(params: CellParams):
+    """The context in which compiled blocks run eager (evaluation, the replay, the FLOP count)."""
+    return torch.compiler.set_stance("force_eager") if params.compile != "none" else contextlib.nullcontext()
+
+
+def timed_steps(params: CellParams) -> None:
+    """From the first timed step on: a recompile fails the run instead of landing in a timed step."""
+    if params.compile != "none":
+        torch.compiler.set_stance("fail_on_recompile")
+
+
+def untimed(params: CellParams) -> None:
+    """After the loop: the compiler's stance back to the default."""
+    if params.compile != "none":
+        torch.compiler.set_stance("default")
+
+
+def compiled_graphs() -> int | None:
+    """Graphs dynamo has compiled since `apply` (all before the timed steps), or None where this
+    torch does not count them."""
+    graphs = _dynamo_graphs()
+    return None if graphs is None else graphs - _graphs["at_apply"]
+
+
+def _dynamo_graphs() -> int | None:
+    """Graphs dynamo has compiled in this process: a private counter, read guarded (the record
+    says None rather than the run failing on a torch without it)."""
+    try:
+        from torch._dynamo.utils import counters
+
+        return int(counters["stats"]["unique_graphs"])
+    except (ImportError, AttributeError, KeyError, TypeError, ValueError):
+        return None

@@ -1,0 +1,124 @@
+"""run.transforms: activation checkpointing and compile applied per block, in place, keeping the
+state dict's names, surviving a deep copy, with the compiler's stances around the timed steps.
+(Compiled training end to end, every strategy: tests/integration/test_compile.py.)"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from ddpbench.core.params import CellParams, ParamError
+from ddpbench.run import transforms
+
+
+class Block(nn.Module):
+    def __init__(self, d: int = 8):
+        super().__init__()
+        self.a, self.b = nn.Linear(d, 2 * d), nn.Linear(2 * d, d)
+
+    def forward(self, x):
+        return x + self.b(torch.tanh(self.a(x)))
+
+
+def model() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(Block(), Block(), Block(), Block(), nn.Linear(8, 3))
+
+
+def train_two_steps(m: nn.Module) -> dict[str, torch.Tensor]:
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    x, y = torch.randn(6, 8, generator=torch.Generator().manual_seed(1)), torch.tensor([0, 1, 2, 0, 1, 2])
+    for _ in range(2):
+        opt.zero_grad()
+        nn.functional.cross_entropy(m(x), y).backward()
+        opt.step()
+    return {k: v.detach().clone() for k, v in m.state_dict().items()}
+
+
+@pytest.fixture
+def quick_compile(monkeypatch):
+    """dynamo and AOTAutograd without inductor's code generation: the composition, in seconds."""
+    monkeypatch.setenv(transforms.BACKEND_ENV, "aot_eager")
+    yield
+    torch.compiler.reset()
+    torch.compiler.set_stance("default")
+
+
+@pytest.mark.parametrize(("mode", "expected"), [("none", []), ("full", [0, 1, 2, 3, 4]), ("selective", [0, 2, 4])])
+def test_which_blocks_are_recomputed(mode, expected):
+    assert transforms.checkpointed_blocks(CellParams(activation_checkpointing=mode), 5) == expected
+
+
+@pytest.mark.parametrize("mode", ["full", "selective"])
+def test_checkpointing_changes_no_result_and_keeps_the_names(mode):
+    plain, checkpointed = model(), model()
+    record = transforms.apply(checkpointed, CellParams(activation_checkpointing=mode))
+    assert record == {"blocks": 5, "checkpointed_blocks": 5 if mode == "full" else 3, "compiled_blocks": 0,
+                      "compile_backend": None}  # fmt: skip
+    assert list(checkpointed.state_dict()) == list(plain.state_dict())
+    ours, ref = train_two_steps(checkpointed), train_two_steps(plain)
+    assert all(torch.equal(ours[k], ref[k]) for k in ref)
+
+
+def test_the_recompute_is_counted_only_in_the_hardware_flops():
+    from torch.utils.flop_counter import FlopCounterMode
+
+    m = model()
+    transforms.apply(m, CellParams(activation_checkpointing="full"))
+    x = torch.randn(4, 8)
+
+    def flops() -> int:
+        with FlopCounterMode(display=False) as counter:
+            m(x).sum().backward()
+        return counter.get_total_flops()
+
+    hardware = flops()
+    with transforms.without_recompute():
+        model_flops = flops()
+    # each Block's first Linear runs again in the backward (its output feeds tanh); the second's
+    # output is not needed (checkpointing stops early), nor is the plain last Linear's
+    recompute = 4 * 2 * 4 * 8 * 16
+    assert hardware == model_flops + recompute
+
+
+def test_compiled_blocks_train_as_eager_ones_and_a_deep_copy_stays_its_own(quick_compile):
+    plain, compiled = model(), model()
+    record = transforms.apply(compiled, CellParams(compile="model", activation_checkpointing="selective"))
+    assert record["compiled_blocks"] == 5 and record["compile_backend"] == "aot_eager"
+    assert list(compiled.state_dict()) == list(plain.state_dict())
+    twin = copy.deepcopy(compiled)  # the replay's initial model, FSDP's skeleton
+    assert twin[0].forward.__self__ is twin[0] and compiled[0].forward.__self__ is compiled[0]
+    ours, ref = train_two_steps(compiled), train_two_steps(plain)
+    assert all(torch.allclose(ours[k], ref[k], rtol=1e-5, atol=1e-7) for k in ref)
+    assert transforms.compiled_graphs() >= 1
+    with torch.no_grad():
+        twin_out = twin(torch.ones(2, 8))
+    assert not torch.equal(twin_out, compiled(torch.ones(2, 8)).detach())  # the copy kept its own (untrained) weights
+
+
+def test_a_recompile_in_the_timed_steps_fails_and_eager_never_compiles(quick_compile):
+    params = CellParams(compile="model")
+    m = model()
+    transforms.apply(m, params)
+    m(torch.randn(4, 8)).sum().backward()  # the untimed first step compiles
+    transforms.timed_steps(params)
+    try:
+        m(torch.randn(4, 8)).sum().backward()  # the same shapes: no recompile
+        with pytest.raises(Exception, match="(?i)recompil"):
+            m(torch.randn(5, 8))  # another batch size: a new graph
+    finally:
+        transforms.untimed(params)
+    graphs = transforms.compiled_graphs()
+    with transforms.eager(params), torch.no_grad():
+        m.eval()(torch.randn(3, 8))  # eval mode and a new shape: would recompile, runs eager
+    assert transforms.compiled_graphs() == graphs
+
+
+def test_the_axes_take_only_their_values():
+    with pytest.raises(ParamError, match="compile"):
+        CellParams(compile="max-autotune")
+    with pytest.raises(ParamError, match="activation_checkpointing"):
+        CellParams(activation_checkpointing="every")
