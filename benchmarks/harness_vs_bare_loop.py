@@ -1,11 +1,12 @@
 """The harness against a bare training loop of the same model: tokens/s (or samples/s) of a
 `single` cell run by `ddpbench.run.train` and of the plainest loop that trains the same
-model on the same batches (forward under the cell's autocast, loss, backward, optimizer
-step; no timers, no records), side by side in one process, alternating (ABBA), printed as
+model on the same batches, compiled and checkpointed as the cell asks (run.transforms; forward
+under the cell's autocast, loss, backward, optimizer step; no timers, no records), side by side in one process, alternating (ABBA), printed as
 the median ratio harness / bare over rounds (target >= 0.98). Also prints each side's MFU
 where the harness measured it.
 
     python benchmarks/harness_vs_bare_loop.py                                  # gpt_tiny on CPU
+    python benchmarks/harness_vs_bare_loop.py --compile model --rounds 2       # both sides compiled
     python benchmarks/harness_vs_bare_loop.py --device cuda --model gpt2_small --seq-len 1024 \
         --vocab-size 50257 --batch-size 8 --precision bf16 --rounds 3            # docs/gpu.md
 
@@ -25,7 +26,7 @@ import torch
 
 from ddpbench.core.params import CellParams
 from ddpbench.run import data as datamod
-from ddpbench.run import models, precision, train
+from ddpbench.run import models, precision, train, transforms
 from ddpbench.strategies.base import make_optimizer, task_loss
 from ddpbench.strategies.fsdp import LOW_PRECISION
 
@@ -37,6 +38,7 @@ def bare_rate(params: CellParams, steps: int, warmup: int) -> float:
     torch.manual_seed(params.seed)
     data = datamod.load(params)
     model = models.build(params.model, data.shape, data.classes, kind=data.kind, model_path=params.model_path).to(device)
+    transforms.apply(model, params)  # the same compile and checkpointing as the harness's cell
     optimizer = make_optimizer(model.parameters(), params)
     low = LOW_PRECISION.get(params.precision)
     batches = [
@@ -92,6 +94,7 @@ def main() -> None:
             order = ("harness", "bare") if r % 2 == 0 else ("bare", "harness")  # ABBA
             rate = {}
             for side in order:
+                torch.compiler.reset()  # each side compiles its own blocks (in its untimed warm-up)
                 if side == "bare":
                     rate[side] = bare_rate(params, steps, params.warmup_steps + 1)
                 else:
@@ -104,7 +107,11 @@ def main() -> None:
     extra = summaries[-1]["extra"]
     print(f"median harness/bare over {rounds} rounds: {statistics.median(ratios):.3f} (target >= 0.98); "
           f"torch {torch.__version__}, {params.device}, {params.model}, {params.precision}")  # fmt: skip
-    for key in ("train_flops_per_sample", "peak_flops_measured", "peak_flops_datasheet", "mfu_measured", "mfu_datasheet"):
+    print(f"  compile {params.compile}, activation_checkpointing {params.activation_checkpointing}, "
+          f"peak CUDA allocation {summaries[-1].get('cuda_max_allocated_mb')} MiB, peak RSS {summaries[-1].get('peak_rss_mb')} MiB")
+    for key in ("train_flops_per_sample", "hardware_flops_per_sample", "peak_flops_measured", "peak_flops_datasheet",
+                "mfu_measured", "mfu_datasheet", "hfu_measured", "hfu_datasheet", "compile_s", "compiled_graphs",
+                "optimizer_impl"):
         if key in extra:
             print(f"  {key}: {extra[key]}")
 
