@@ -268,20 +268,23 @@ SHARDING_STRATEGIES = ("single", "ddp", "zero", "fsdp_grad_op", "fsdp")
 
 
 def make_sharding_runs(slowdown=None, precisions=("fp32", "bf16"), grad_accums=(1, 4), bf16_speedup=1.25, repeats=3,
-                       noise=0.03, param_bytes=PARAM_BYTES, state_per_param=2.0, seed=0) -> pd.DataFrame:
+                       noise=0.03, param_bytes=PARAM_BYTES, state_per_param=2.0, seed=0, compiles=("none",),
+                       compile_speedup=2.0) -> pd.DataFrame:  # fmt: skip
     """The sharding study's grid (configs/studies/sharding.yaml): `single` at p = 1 and ddp, zero,
     fsdp_grad_op, fsdp at p = 2, at every precision x grad_accum, AdamW (two state values per
     parameter). Each strategy's epoch takes `slowdown[strategy]` times ddp's (default: zero as ddp,
     fsdp_grad_op 1.3x, fsdp 1.5x), bf16 `bf16_speedup` times faster than fp32; held bytes as the
-    harness counts them (`held_bytes`)."""
+    harness counts them (`held_bytes`); with several `compiles`, compile=model `compile_speedup` times faster."""
     slowdown = {"zero": 1.0, "fsdp_grad_op": 1.3, "fsdp": 1.5} if slowdown is None else slowdown
     frames = []
-    for i, (precision, accum) in enumerate(itertools.product(precisions, grad_accums)):
+    for i, (precision, accum, compiled) in enumerate(itertools.product(precisions, grad_accums, compiles)):
         r = make_runs(strategies=SHARDING_STRATEGIES, world_sizes=(1, 2), repeats=repeats, noise=noise, failures=False,
                       others_at_1=False, seed=seed + i)  # fmt: skip
         r["precision"], r["grad_accum"], r["optimizer"], r["lr"] = precision, accum, "adamw", 0.001
-        r["run_dir"] = r["run_dir"].str.replace("/r", f"-{precision}-a{accum}/r", regex=False)
+        r["compile"] = compiled
+        r["run_dir"] = r["run_dir"].str.replace("/r", f"-{precision}-a{accum}-c{compiled}/r", regex=False)
         f = r["strategy"].map(lambda s: slowdown.get(s, 1.0)) / (bf16_speedup if precision == "bf16" else 1.0)
+        f /= compile_speedup if compiled != "none" else 1.0
         r["samples_per_s"] /= f
         for col in ("epoch_time_s", "step_time_median_s", "step_time_mean_s", "step_time_p95_s", "timed_wall_s"):
             r[col] *= f

@@ -453,6 +453,17 @@ def test_sharding_states_what_bf16_and_grad_accum_change():
     assert "throughput is lower in all 10 cells measured: 0.500× [0.500, 0.500]" in bf16
 
 
+def test_sharding_states_what_compiling_changes():
+    from report_synth import make_sharding_runs
+
+    sec = _section("sharding", make_sharding_runs(noise=0.0, precisions=("fp32",), grad_accums=(1,), compiles=("none", "model")))
+    (compiled,) = [f for f in sec.findings if f.startswith("With compile=model instead of none")]
+    assert "throughput is higher in all 5 cells measured: 2.00× [2.00, 2.00]" in compiled
+    assert "The memory held per rank does not change" in compiled
+    costs = [f for f in sec.findings if f.startswith("What it costs in time")]
+    assert len(costs) == 2 and all(_verdict_matches_interval(c) for c in costs)  # per compile setting, eager and compiled
+
+
 def test_sharding_says_what_it_cannot_answer():
     from report_synth import make_sharding_runs
 

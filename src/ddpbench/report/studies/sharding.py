@@ -6,7 +6,8 @@ same settings, the measured peak, the throughput against ddp's (Welch interval) 
 over one process. The answer: per sharded strategy (zero: ZeRO-1, fsdp_grad_op: ZeRO-2, fsdp:
 ZeRO-3) the memory it saves per rank; per precision and grad_accum what it costs in time
 (faster or slower only where the interval of the throughput ratio excludes 1); then what bf16
-(against fp32) and gradient accumulation (against none) change for every strategy.
+(against fp32), gradient accumulation (against none) and compile (against eager) change for
+every strategy.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from ddpbench.report.text import finite, listing, num, ratio_text, sig3
 REFERENCE = "ddp"
 # The settings whose effect the answer states, with the value each is compared against
 # (a grid that lacks one, or has only one value of it, gets no such sentence).
-EFFECTS = (("precision", "fp32"), ("grad_accum", 1))
+EFFECTS = (("precision", "fp32"), ("grad_accum", 1), ("compile", "none"))
 VERDICT_WORDS = {"A faster": "faster", "B faster": "slower", A.NO_DIFFERENCE: "no detectable difference"}
 NAMED = 8  # items a listing names before "and N more"
 
