@@ -301,13 +301,29 @@ GPT_TINY_FLOPS_PER_TOKEN = 6 * 460_000  # ~6 x parameters (gpt_tiny: 0.46 M)
 
 
 def make_token_runs(slowdown=None, longer=0.8, comm_longer=0.5, repeats=3, noise=0.03, vocab_size=256,
-                    final_loss=1.2, peak=5e12, seed=0) -> pd.DataFrame:  # fmt: skip
+                    final_loss=1.2, peak=5e12, seed=0, compiled=None) -> pd.DataFrame:  # fmt: skip
     """The language-model study's grid (configs/studies/language-model.yaml): gpt_tiny on synthetic_tokens,
     `single` at p = 1 and ddp, fsdp, bucketed_allreduce at p = 2, at seq_len 128 x batch 64 and 512 x 16.
     Each strategy's epoch takes `slowdown[strategy]` times its own (default: fsdp 1.4x, the others 1x); at
     seq_len 512 the tokens/s are `longer` times those at 128 and the communication shares `comm_longer`
-    times; tokens_per_s = samples_per_s x seq_len, MFU columns as the harness writes them on CPU."""
+    times; tokens_per_s = samples_per_s x seq_len, MFU columns as the harness writes them on CPU.
+    `compiled`: (compute speedup, comm share factor) to add every cell again at compile=model, its
+    steps that much faster and its communication share that much larger (compute shrank, the bytes
+    did not); the first set is compile=none."""
     slowdown = {"fsdp": 1.4} if slowdown is None else slowdown
+    if compiled is not None:
+        eager = make_token_runs(slowdown, longer, comm_longer, repeats, noise, vocab_size, final_loss, peak, seed)
+        fast = make_token_runs(slowdown, longer, comm_longer, repeats, noise, vocab_size, final_loss, peak, seed + 10)
+        speedup, comm = compiled
+        fast["run_dir"] = fast["run_dir"].str.replace("/r", "-compiled/r", regex=False)
+        for col in ("samples_per_s", "tokens_per_s", "extra_achieved_flops_per_s", "extra_mfu_measured"):
+            fast[col] *= speedup
+        for col in ("epoch_time_s", "step_time_median_s", "step_time_mean_s", "step_time_p95_s", "timed_wall_s"):
+            fast[col] /= speedup
+        multi = fast["world_size"] > 1
+        for col in ("frac_comm", "frac_exposed_comm"):
+            fast.loc[multi, col] *= comm
+        return pd.concat([eager.assign(compile="none"), fast.assign(compile="model")], ignore_index=True)
     frames = []
     for i, (seq, batch) in enumerate(TOKEN_CELLS):
         r = make_runs(strategies=TOKEN_STRATEGIES, world_sizes=(1, 2), repeats=repeats, batch_sizes=(batch,),

@@ -544,6 +544,28 @@ def test_language_model_table_and_answer_in_tokens_per_s():
                                 "1.30, from ln 256 = 5.55")  # fmt: skip
 
 
+def test_language_model_states_what_compiling_changes_with_intervals():
+    """Issue 53, part 7: compiled steps 2x faster, the same bytes, so communication takes a larger share of
+    each step; the answer says so per strategy, and how each strategy stands against ddp eager and compiled."""
+    from report_synth import make_token_runs
+
+    runs = A.load_runs_frame(make_token_runs(seed=2, noise=0.0, compiled=(2.0, 1.6)))
+    found = _section("language-model", runs).findings
+    changed = [f for f in found if f.startswith("With compile=model instead of none")]
+    assert [f.split(",")[0] for f in changed] == ["With compile=model instead of none at seq_len=128",
+                                                  "With compile=model instead of none at seq_len=512"]
+    for text in changed:
+        assert _judged_as_the_interval_says(text.split(" Against ")[0]) == ["higher"] * 4  # single and the 3 at p = 2
+        assert re.search(r"ddp \(p = 2\): \d+ → \d+ tokens/s, 2\.00× .*communication 15\.0 % .*→ 24\.0 %", changed[0]), text
+        against = text.split(" Against ddp at the same settings (throughput ratio): ")[1]
+        assert re.search(r"fsdp \(p = 2\) 0\.714× \[[\d.]+, [\d.]+\] \(slower\) eager, 0\.714× \[[\d.]+, [\d.]+\] "
+                         r"\(slower\) compiled", against), against
+        assert "single" not in against  # p = 1: not a data-parallel strategy against ddp
+    # a grid with one compile mode says nothing of it
+    assert not [f for f in _section("language-model", A.load_runs_frame(make_token_runs(seed=2))).findings
+                if f.startswith("With compile")]
+
+
 def test_language_model_says_what_it_cannot_answer():
     from report_synth import make_token_runs
 

@@ -8,7 +8,8 @@ of it, and the exposed part), the final train loss and the test loss. The answer
 strategy with the highest throughput and every other cell against ddp (faster or slower only where
 the interval of the throughput ratio excludes 1) and where the step's time goes; what longer
 sequences at the same tokens per step change, per strategy, in tokens/s and in the communication
-share; the highest and lowest MFU; and whether the loss fell below ln(vocab_size), the loss of a
+share; what compiling changes (tokens/s, the communication share, each strategy against ddp, eager
+and compiled); the highest and lowest MFU; and whether the loss fell below ln(vocab_size), the loss of a
 uniform guess over the vocabulary, where an untrained model starts.
 """
 
@@ -171,6 +172,48 @@ def _longer(t: pd.DataFrame, cols: list[str], thr: str, unit: str, values: dict)
             for (a, b, how), items in by.items()]
 
 
+def _compiled(t: pd.DataFrame, cols: list[str], thr: str, unit: str, values: dict) -> list[str]:
+    """What compiling changes, per strategy at each other setting: its throughput compiled against eager (the
+    interval decides the word) and its communication share; then each strategy against ddp, eager and compiled."""
+    if "compile" not in cols or t["compile"].astype(str).nunique() < 2:
+        return []
+    keys = [c for c in cols if c != "compile"]
+    setting = sorted((c for c in keys if c not in ("strategy", "world_size")), key=lambda c: c != "seq_len")
+    eager = t[t["compile"].astype(str) == "none"].dropna(subset=[thr])
+
+    def twin(r, frame=eager, **fixed):
+        want = {**{c: str(r[c]) for c in keys}, **fixed}
+        match = frame[np.logical_and.reduce([frame[c].astype(str) == v for c, v in want.items()])]
+        return match.iloc[0] if len(match) else None
+
+    changed: dict[tuple, list[str]] = {}
+    against: dict[tuple, list[str]] = {}
+    compiled = t[t["compile"].astype(str) != "none"].dropna(subset=[thr])
+    for _, hi in compiled.sort_values(["_s", "_p", "strategy"], kind="stable").iterrows():
+        where = (value_text(hi["compile"]), _setting_text(hi, setting) if setting else "")
+        lo = twin(hi)
+        if lo is None:
+            continue
+        comm = ""
+        if to_float(hi["_p"]) > 1 and finite(lo.get("frac_comm")) and finite(hi.get("frac_comm")):
+            comm = f", communication {comm_share(lo)} → {comm_share(hi)} of a step"
+        changed.setdefault(where, []).append(f"{_where(hi)}: {num(to_float(lo[thr]))} → {num(to_float(hi[thr]))} {unit}, "
+                                             f"{_judged(values, hi, lo, cols, SETTING_WORDS)}{comm}")  # fmt: skip
+        ref_hi, ref_lo = twin(hi, compiled, strategy=REFERENCE), twin(hi, strategy=REFERENCE)
+        if str(hi["strategy"]) != REFERENCE and to_float(hi["_p"]) > 1 and ref_hi is not None and ref_lo is not None:
+            against.setdefault(where, []).append(
+                f"{_where(hi)} {_judged(values, lo, ref_lo, cols, STRATEGY_WORDS)} eager, "
+                f"{_judged(values, hi, ref_hi, cols, STRATEGY_WORDS)} compiled")
+    found = []
+    for (mode, at), items in changed.items():
+        text = f"With compile={mode} instead of none{f' at {at}' if at else ''}, the throughput per strategy: "
+        text += "; ".join(items) + "."
+        if against.get((mode, at)):
+            text += f" Against {REFERENCE} at the same settings (throughput ratio): " + "; ".join(against[(mode, at)]) + "."
+        found.append(text)
+    return found
+
+
 def _mfu(t: pd.DataFrame) -> list[str]:
     """The highest and lowest MFU against the measured peak (and the datasheet's range where recorded)."""
     m = pd.to_numeric(t[MFU], errors="coerce") if MFU in t else pd.Series(np.nan, index=t.index)
@@ -245,6 +288,7 @@ def build(d: StudyData):
                  "nothing yet."]  # fmt: skip
     else:
         found = _fastest(t, setting, thr, unit, values, cols) + _comm(t, setting) + _longer(t, cols, thr, unit, values)
+        found += _compiled(t, cols, thr, unit, values)
         found += _mfu(t) + _loss(t, cols)
     per = "samples/s × seq_len" if thr == "tokens_per_s" else "global samples per second"
     note = (f"Throughput ({unit}: {per}), speedup (over single at p = 1 with the same seq_len and batch) and "
