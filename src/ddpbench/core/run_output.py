@@ -293,16 +293,6 @@ def failure_summary(
     return summary
 
 
-def write_failure(
-    out: Path,
-    params: CellParams,
-    world: int,
-    nodes: int,
-    status: str,
-    reason: str,
-    threads_per_rank: int | None = None,
-    command: str | None = None,
-    failure: dict | None = None,
-) -> None:
-    """failure_summary written as the run's summary.json."""
-    write_json(out / "summary.json", failure_summary(params, world, nodes, status, reason, threads_per_rank, command, failure))
+def write_failure(out: Path, *args: Any, **kwargs: Any) -> None:
+    """failure_summary(*args, **kwargs) written as the run's summary.json."""
+    write_json(out / "summary.json", failure_summary(*args, **kwargs))
