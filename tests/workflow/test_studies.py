@@ -81,17 +81,25 @@ def test_sync_strategies_profiles_and_runs_two_nodes(plan):
     assert any("--nnodes 2" in c and "--link unshaped" in c for c in commands)
 
 
+def compiled(command: str) -> str:
+    """A train command's compile mode (the flag is left out at its default, none)."""
+    found = re.search(r"--compile (\S+)", command)
+    return found.group(1) if found else "none"
+
+
 def test_sharding_plans_its_grid_offline_as_written(plan):
     """sharding trains on synthetic data already (no real dataset to fetch): single at p = 1 and the
-    four strategies at p = 2, at fp32 and bf16 x grad_accum 1 and 4, AdamW; its report answers in its section."""
+    four strategies at p = 2, at fp32 and bf16 x grad_accum 1 and 4, AdamW, and compiled at fp32 without
+    accumulation; its report answers in its section."""
     commands, out = plan("sharding")
-    assert len(commands) == 60, out[-3000:]  # 20 cells x 3 repeats
+    assert len(commands) == 75, out[-3000:]  # 25 cells x 3 repeats
     assert "prepare_data" not in out and all("--dataset synthetic --synthetic-shape cifar10" in c for c in commands)
     assert all("--optimizer adamw" in c and "--lr 0.001" in c for c in commands)
     cells = {tuple(re.search(rf"--{k} (\S+)", c).group(1) for k in ("strategy", "precision", "grad-accum", "nproc-per-node"))
-             for c in commands}  # fmt: skip
-    assert len(cells) == 20 and {c[0] for c in cells} == {"single", "ddp", "zero", "fsdp_grad_op", "fsdp"}
+             + (compiled(c),) for c in commands}  # fmt: skip
+    assert len(cells) == 25 and {c[0] for c in cells} == {"single", "ddp", "zero", "fsdp_grad_op", "fsdp"}
     assert all((c[3] == "1") == (c[0] == "single") for c in cells)
+    assert {c[1:3] for c in cells if c[4] == "model"} == {("fp32", "1")} and sum(c[4] == "model" for c in cells) == 5
     (report,) = [line for line in out.splitlines() if "ddpbench.report" in line]
     assert "--study sharding" in report
 
@@ -101,13 +109,14 @@ def test_language_model_plans_its_grid_as_written(plan):
     p = 1 and ddp, fsdp, bucketed_allreduce at p = 2, at seq_len 128 x 64 sequences and 512 x 16 (8,192
     tokens per step each); its report answers in its section."""
     commands, out = plan("language-model")
-    assert len(commands) == 24, out[-3000:]  # 8 cells x 3 repeats
+    assert len(commands) == 48, out[-3000:]  # 16 cells x 3 repeats: 8, eager and compiled
     assert "prepare_data" not in out and "ddpbench.run.data" not in out
     assert all("--dataset synthetic_tokens " in c and "--model gpt_tiny " in c and "--vocab-size 256 " in c
                for c in commands)  # fmt: skip
     cells = {tuple(re.search(rf"--{k} (\S+)", c).group(1) for k in ("strategy", "nproc-per-node", "seq-len", "batch-size"))
-             for c in commands}  # fmt: skip
-    assert len(cells) == 8 and {c[0] for c in cells} == {"single", "ddp", "fsdp", "bucketed_allreduce"}
+             + (compiled(c),) for c in commands}  # fmt: skip
+    assert len(cells) == 16 and {c[0] for c in cells} == {"single", "ddp", "fsdp", "bucketed_allreduce"}
+    assert {c[4] for c in cells} == {"none", "model"}
     assert all((c[1] == "1") == (c[0] == "single") for c in cells)
     assert {(c[2], c[3]) for c in cells} == {("128", "64"), ("512", "16")}  # the same tokens per step
     (report,) = [line for line in out.splitlines() if "ddpbench.report" in line]
@@ -160,10 +169,10 @@ MINIATURE = [
       'timing={"warmup_steps": 1, "min_timed_steps": 2, "min_timed_s": 0.0, "max_steps": 4, "epochs": 1, "profile_steps": 2}']),
     # fp32, no accumulation: single and the four strategies at p = 2 (5 runs)
     ("sharding", ["memory_held.svg", "strategy_bars.svg"], "fsdp shards its parameters, gradients and optimizer state",
-     ['grid={"world_size": [1, 2], "dataset_size": [256], "precision": ["fp32"], "grad_accum": [1]}']),
+     ['grid={"world_size": [1, 2], "dataset_size": [256], "precision": ["fp32"], "grad_accum": [1], "compile": ["none"]}']),
     # the simple CNN: batch 32, 128 and auto x 0 and 2 DataLoader workers, the strategies at 2; two epochs
-    # gpt_tiny: single and ddp, both sequence lengths at 8,192 tokens per step (4 runs)
-    ("language-model", ["throughput.svg", "speedup.svg"], "at the same 8,192 tokens per step",
+    # gpt_tiny: single and ddp, both sequence lengths at 8,192 tokens per step, eager and compiled (8 runs)
+    ("language-model", ["throughput.svg", "speedup.svg"], "With compile=model instead of none at seq_len=128",
      ['grid={"world_size": [1, 2], "dataset_size": [256], "strategy": ["single", "ddp"]}']),
     ("accelerators", ["epoch_throughput.svg", "strategy_bars.svg", "memory_vs_batch.svg"],
      "the batch × DataLoader-workers sweep peaks at",
