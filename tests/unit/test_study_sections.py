@@ -561,6 +561,9 @@ def test_language_model_states_what_compiling_changes_with_intervals():
         assert re.search(r"fsdp \(p = 2\) 0\.714× \[[\d.]+, [\d.]+\] \(slower\) eager, 0\.714× \[[\d.]+, [\d.]+\] "
                          r"\(slower\) compiled", against), against
         assert "single" not in against  # p = 1: not a data-parallel strategy against ddp
+    # the longer-sequence sentence names the compile mode beside each strategy (each appears twice)
+    (longer,) = [f for f in found if f.startswith("From seq_len=128 to 512")]
+    assert "ddp (p = 2, compile=none): " in longer and "ddp (p = 2, compile=model): " in longer
     # a grid with one compile mode says nothing of it
     assert not [f for f in _section("language-model", A.load_runs_frame(make_token_runs(seed=2))).findings
                 if f.startswith("With compile")]

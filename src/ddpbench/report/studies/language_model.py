@@ -155,6 +155,7 @@ def _longer(t: pd.DataFrame, cols: list[str], thr: str, unit: str, values: dict)
     if "seq_len" not in cols or thr != "tokens_per_s" or t["_s"].nunique() < 2:
         return []
     keys = [c for c in cols if c not in ("seq_len", "batch_size")]
+    others = [c for c in keys if c not in ("strategy", "world_size")]  # e.g. compile: named beside each strategy
     by: dict[tuple, list[str]] = {}
     for _, g in t.dropna(subset=[thr]).groupby(keys, dropna=False, sort=False):
         for lo, hi, same in _pairs(g):
@@ -165,7 +166,8 @@ def _longer(t: pd.DataFrame, cols: list[str], thr: str, unit: str, values: dict)
             comm = ""
             if to_float(lo["_p"]) > 1 and finite(lo.get("frac_comm")) and finite(hi.get("frac_comm")):
                 comm = f", communication {comm_share(lo)} → {comm_share(hi)} of a step"
-            item = (f"{_where(hi)}: {num(to_float(lo[thr]))} → {num(to_float(hi[thr]))} {unit}, "
+            where = _where(hi) if not others else f"{_where(hi)[:-1]}, {_setting_text(hi, others)})"
+            item = (f"{where}: {num(to_float(lo[thr]))} → {num(to_float(hi[thr]))} {unit}, "
                     f"{_judged(values, hi, lo, cols, SETTING_WORDS)}{comm}")  # fmt: skip
             by.setdefault((value_text(lo["seq_len"]), value_text(hi["seq_len"]), how), []).append(item)
     return [f"From seq_len={a} to {b} {how}, the throughput per strategy: " + "; ".join(items) + "."
