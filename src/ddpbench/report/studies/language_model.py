@@ -309,7 +309,7 @@ STUDY = Study(
     "language-model",
     "Language model: what data-parallel training of a small GPT costs, and where the time goes",
     "How many tokens per second does each strategy train a small GPT at, against one process and against DDP, "
-    "where does a step's time go, what do longer sequences at the same tokens per step change, and does the "
+    "where does a step's time go, what do longer sequences at the same tokens per step and compiling change, and does the "
     "model learn?",
     ("throughput", "phases", "mfu", "speedup", "loss"),
     build,

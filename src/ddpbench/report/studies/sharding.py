@@ -230,7 +230,7 @@ STUDY = Study(
     "sharding",
     "Sharding: what it saves in memory per rank, and what it costs in time",
     "How much memory per rank do ZeRO-1 (zero), ZeRO-2 (fsdp_grad_op) and ZeRO-3 (fsdp) save against DDP, what "
-    "does it cost in throughput, and what do bf16 and gradient accumulation change?",
+    "does it cost in throughput, and what do bf16, gradient accumulation and compiling change?",
     ("memory_held", "strategy_bars", "phases", "speedup"),
     build,
 )
