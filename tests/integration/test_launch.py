@@ -84,6 +84,34 @@ def test_cpu_ranks_are_forked_from_a_single_threaded_zygote(tmp_path):
     assert summary["timeline_s"]["imports"] == 0  # forked with the harness imported: no imports of its own
 
 
+AGENT_PROBE = """
+import runpy, sys
+sys.argv = ["ddpbench.run.torchrun", *sys.argv[2:]]
+try:
+    runpy.run_module("ddpbench.run.torchrun", run_name="__main__")
+finally:
+    open(PROBE, "w").write(str("torch" in sys.modules))
+"""
+
+
+def test_a_cpu_cells_torchrun_agent_is_forked_too_so_the_cell_imports_torch_once(tmp_path):
+    """torchrun's agent imported torch in its own process (2 CPU s of a 4-5.5 s cell) beside the
+    zygote's import: it is forked from the zygote now, and the process the launcher starts and
+    waits for never imports torch. Its exit code is the agent's: 0 here, a rank's failure in
+    tests/faults."""
+    probe, out = tmp_path / "probe.txt", tmp_path / "run"
+    cmd = [
+        sys.executable, "-c", AGENT_PROBE.replace("PROBE", repr(str(probe))), "x", "--standalone",
+        "--nproc-per-node", "2", "--max-restarts", "0", "--start-method", "fork",
+        "-m", "ddpbench.run.train", "--out", str(out), "--strategy", "allreduce", *FLAGS,
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert probe.read_text() == "False"  # this process: no torch
+    summary = json.loads((out / "summary.json").read_text())  # rank 0's own, without the launcher
+    assert summary["status"] == "ok" and summary["extra"]["forked_from_threads"] == 1
+
+
 def test_the_zygote_is_started_only_for_forked_harness_ranks():
     from ddpbench.run import torchrun
 

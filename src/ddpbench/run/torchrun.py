@@ -17,22 +17,27 @@ rendezvous store's two server threads, the rendezvous keep-alive timer), and a f
 lock another thread holds, locked, with no thread left to release it. A 4-rank cell hung so,
 one rank blocked for good in its TCPStore client's constructor and the others waiting for it
 until the run's timeout. The zygote is multiprocessing's fork server, started first thing,
-before this process imports torch (so its import of torch and the harness runs beside the
-agent's own), single-threaded when it forks. Where the cell imports torch._dynamo anyway (DDP's
-constructor, fully_shard, pipelining, torch's AdamW), the zygote imports it too (`zygote_preload`):
-a ddp cell's setup fell from 2.0-2.3 s to 0.3 s and its launch from 4.5-5.0 s to 4.0-4.5 s here.
+single-threaded when it forks, with torch, torchrun and the harness imported. The agent is
+forked from it too (`run_agent_forked`), so a CPU cell imports torch once, not twice: this
+process never imports it (a cell's CPU fell from 3.9 to 2.5 s for single, 5.5 to 3.9 s for ddp
+at p = 2, on 2 cores). Where the cell imports torch._dynamo anyway (DDP's constructor,
+fully_shard, pipelining, torch's AdamW), the zygote imports it too (`zygote_preload`): a ddp
+cell's setup fell from 2.0-2.3 s to 0.3 s and its launch from 4.5-5.0 s to 4.0-4.5 s here.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import signal
 import sys
 
 from ddpbench.run.quick_exit import freeze_for_exit
 
 
 FORKED_MODULE = "ddpbench.run.train"
-ENTRY_MODULE = "ddpbench.run.torchrun"  # this module by its name (run with -m it is __main__): forked_rank's home
+AGENT_MODULE = "torch.distributed.run"  # what the agent imports: the zygote imports it once for both
+ENTRY_MODULE = "ddpbench.run.torchrun"  # this module by its name (run with -m it is __main__): the forked entrypoints' home
 
 
 def _after(argv: list[str], flag: str) -> str | None:
@@ -78,19 +83,60 @@ def start_zygote(preload: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    forked = forks_ranks(argv)
-    if forked:
-        start_zygote(zygote_preload(argv))  # before torch is imported here: nothing is threaded yet
+    if forks_ranks(argv):
+        start_zygote([*zygote_preload(argv), AGENT_MODULE])  # before anything here imports torch or starts a thread
+        raise SystemExit(run_agent_forked(argv))
     from torch.distributed.run import parse_args, run
 
-    args = parse_args(argv)
     try:
-        if forked:
-            run_forked(args)
-        else:
-            run(args)  # raises (ChildFailedError, SystemExit) when a rank fails
+        run(parse_args(argv))  # raises (ChildFailedError, SystemExit) when a rank fails
     finally:
         freeze_for_exit()
+
+
+def run_agent_forked(argv: list[str]) -> int:
+    """Run torchrun's agent in a process forked from the zygote, which has torch imported, and
+    return its exit code (128 + N for signal N, as a shell says). This process never imports
+    torch: the agent's own import was 2 CPU s of every cell's 4-5.5. It stays the session's
+    leader that the launcher waits for and signals; the launcher stops a cell by signalling its
+    whole process group, which reaches the agent directly, so a signal is passed on to the
+    agent only when the launcher is gone (the parent-death signal: only this process gets it)."""
+    import multiprocessing
+
+    launcher = os.getppid()
+
+    def pass_on(signum, frame):
+        if os.getppid() != launcher:
+            os.kill(agent.pid, signum)
+
+    entry = importlib.import_module(ENTRY_MODULE).forked_agent  # pickled by name: not __main__'s copy
+    agent = multiprocessing.get_context("forkserver").Process(target=entry, args=(argv,), name="torchrun")
+    agent.start()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, pass_on)
+    agent.join()
+    return 128 - agent.exitcode if agent.exitcode < 0 else agent.exitcode
+
+
+def forked_agent(argv: list[str]) -> None:
+    """torchrun's agent (`torch.distributed.run.run`), forked from the zygote: its ranks are
+    forked from the same zygote (`forked_rank` is their entrypoint, passed by name, so the agent
+    needs nothing of the harness). The fork server answers only its first client's requests
+    unless told it is running: this process is one of its children, which it knows by address."""
+    import uuid
+    import multiprocessing.forkserver
+
+    from torch.distributed.launcher.api import elastic_launch
+    from torch.distributed.run import config_from_args, parse_args
+
+    multiprocessing.forkserver._forkserver.ensure_running = lambda: None  # the zygote this process came from
+    args = parse_args(argv)
+    if args.standalone:  # as torch's run() does
+        args.rdzv_backend, args.rdzv_endpoint, args.rdzv_id = "c10d", "localhost:0", str(uuid.uuid4())
+    args.start_method = "forkserver"
+    config, _, _ = config_from_args(args)
+    entry = importlib.import_module(ENTRY_MODULE).forked_rank  # pickled by name
+    elastic_launch(config=config, entrypoint=entry)(*args.training_script_args)
 
 
 def forked_rank(*argv: str) -> None:
@@ -98,22 +144,6 @@ def forked_rank(*argv: str) -> None:
     from ddpbench.run import train
 
     train.forked_main(*argv)
-
-
-def run_forked(args) -> None:
-    """torch.distributed.run.run(args) with the ranks forked from the zygote (start_zygote):
-    `forked_rank` is their entrypoint, passed by name, so this agent never imports the harness."""
-    import uuid
-
-    from torch.distributed.launcher.api import elastic_launch
-    from torch.distributed.run import config_from_args
-
-    if args.standalone:  # as torch's run() does
-        args.rdzv_backend, args.rdzv_endpoint, args.rdzv_id = "c10d", "localhost:0", str(uuid.uuid4())
-    args.start_method = "forkserver"
-    config, _, _ = config_from_args(args)
-    entry = importlib.import_module(ENTRY_MODULE).forked_rank  # pickled by name: not __main__'s copy
-    elastic_launch(config=config, entrypoint=entry)(*args.training_script_args)
 
 
 if __name__ == "__main__":
