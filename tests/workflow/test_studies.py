@@ -171,9 +171,10 @@ MINIATURE = [
     ("sharding", ["memory_held.svg", "strategy_bars.svg"], "fsdp shards its parameters, gradients and optimizer state",
      ['grid={"world_size": [1, 2], "dataset_size": [256], "precision": ["fp32"], "grad_accum": [1], "compile": ["none"]}']),
     # the simple CNN: batch 32, 128 and auto x 0 and 2 DataLoader workers, the strategies at 2; two epochs
-    # gpt_tiny: single and ddp, both sequence lengths at 8,192 tokens per step, eager and compiled (8 runs)
+    # gpt_tiny: single and ddp at sequence length 128, eager and compiled (4 runs; the longer
+    # sequences' sentence is the section's unit test's)
     ("language-model", ["throughput.svg", "speedup.svg"], "With compile=model instead of none at seq_len=128",
-     ['grid={"world_size": [1, 2], "dataset_size": [256], "strategy": ["single", "ddp"]}']),
+     ['grid={"world_size": [1, 2], "dataset_size": [256], "strategy": ["single", "ddp"], "seq_len": [128], "batch_size": [64]}']),
     ("accelerators", ["epoch_throughput.svg", "strategy_bars.svg", "memory_vs_batch.svg"],
      "the batch × DataLoader-workers sweep peaks at",
      ['grid={"world_size": [1, 2], "dataset_size": [256], "model": ["simple_cnn"], "batch_size": [32, 128, "auto"]}',
