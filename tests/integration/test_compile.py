@@ -1,6 +1,6 @@
 """Compiled training (compile: model, run.transforms): every strategy composes with it, the exact
 ones end where `single` ends, and compiled ddp and fsdp at world sizes 2 and 3 end where compiled
-single ends, with inductor, the backend training uses (aot_eager at 3). The compile is recorded apart from the
+single ends, with inductor, the backend training uses. The compile is recorded apart from the
 timed steps. Tiny models: inductor's first compile of a graph takes seconds on 2 cores."""
 
 import json
@@ -18,9 +18,7 @@ from ddpbench.run import transforms
 HERE = os.path.dirname(os.path.abspath(__file__))
 CELLS = os.path.join(HERE, "_cells.py")
 COMPILED = "compile=model"
-# world size -> (strategies, backend): inductor's code generation at 1 and 2; at 3 (FSDP's uneven
-# shards) aot_eager, the same graphs without it (an inductor launch at 3 cost 25 s of the suite)
-COMPILED_WORLDS = {1: (["single"], None), 2: (["ddp", "fsdp"], None), 3: (["ddp", "fsdp"], "aot_eager")}
+INDUCTOR = {1: ["single"], 2: ["ddp", "fsdp"], 3: ["ddp", "fsdp"]}
 
 
 def every_strategy() -> list[str]:
@@ -59,10 +57,10 @@ def composed(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def inductor(tmp_path_factory):
-    """single, and ddp and fsdp at world sizes 2 and 3, compiled (COMPILED_WORLDS)."""
+    """single, and ddp and fsdp at world sizes 2 and 3, compiled with inductor."""
     root = tmp_path_factory.mktemp("inductor")
-    for world, (names, backend) in COMPILED_WORLDS.items():
-        launch(world, root / f"w{world}", [cell(s) for s in names], backend=backend)
+    for world, names in INDUCTOR.items():
+        launch(world, root / f"w{world}", [cell(s) for s in names])
     return root
 
 
@@ -90,8 +88,7 @@ def test_compiled_ddp_and_fsdp_end_where_compiled_single_ends(strategy, world, i
     single = summary_of(inductor / "w1" / f"single-mlp-{COMPILED}")
     run = inductor / f"w{world}" / f"{strategy}-mlp-{COMPILED}"
     summary = summary_of(run)
-    backend = COMPILED_WORLDS[world][1] or "inductor"
-    assert summary["extra"]["compile_backend"] == backend and single["extra"]["compile_backend"] == "inductor"
+    assert summary["extra"]["compile_backend"] == "inductor" and single["extra"]["compile_backend"] == "inductor"
     ours, ref = torch.load(run / "params.pt"), torch.load(inductor / "w1" / f"single-mlp-{COMPILED}" / "params.pt")
     assert max_relative_difference(ours, ref) <= RTOL
     # The compile happens in the untimed first step: it costs more than a timed step, never in one.

@@ -173,7 +173,7 @@ MINIATURE = [
     # the simple CNN: batch 32, 128 and auto x 0 and 2 DataLoader workers, the strategies at 2; two epochs
     # gpt_tiny: single and ddp at sequence length 128, eager and compiled (4 runs; the longer
     # sequences' sentence is the section's unit test's)
-    ("language-model", ["throughput.svg", "speedup.svg"], "With compile=model instead of none at seq_len=128",
+    ("language-model", ["throughput.svg", "speedup.svg"], "With compile=model instead of none, the throughput per strategy",
      ['grid={"world_size": [1, 2], "dataset_size": [256], "strategy": ["single", "ddp"], "seq_len": [128], "batch_size": [64]}']),
     ("accelerators", ["epoch_throughput.svg", "strategy_bars.svg", "memory_vs_batch.svg"],
      "the batch × DataLoader-workers sweep peaks at",

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import optimize, stats
+from scipy import optimize, special
 
 from ddpbench.analysis.intervals import LEVEL, Interval
 
@@ -31,7 +31,7 @@ def gustafson_speedup(p, alpha):
 def _t_interval(est: np.ndarray, cov: np.ndarray, dof: int, level: float = LEVEL):
     """(low, high): the Student-t intervals of fitted parameters `est` from their covariance."""
     se = np.sqrt(np.clip(np.diag(cov), 0, None))
-    q = stats.t.ppf(0.5 + level / 2, dof)
+    q = special.stdtrit(dof, 0.5 + level / 2)
     return est - q * se, est + q * se
 
 

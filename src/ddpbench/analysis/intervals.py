@@ -12,11 +12,12 @@ Ratios (speedup, strategy vs strategy) get the Welch t-interval of the differenc
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+from scipy import special  # the t distribution's functions: scipy.stats would add 0.55 s to every import
 
 LEVEL = 0.95
 
@@ -56,8 +57,8 @@ def t_halfwidth(y: np.ndarray, level: float = LEVEL) -> np.ndarray:
 
 @functools.lru_cache(maxsize=1024)
 def _t_ppf(q: float, dof: int) -> float:
-    """stats.t.ppf, remembered: thousands of cells share a handful of repeat counts."""
-    return stats.t.ppf(q, dof)
+    """The t quantile (scipy.stats.t.ppf), remembered: thousands of cells share a handful of repeat counts."""
+    return special.stdtrit(dof, q)
 
 
 def welch_halfwidth(ya: np.ndarray, yb: np.ndarray, level: float = LEVEL) -> np.ndarray:
@@ -74,7 +75,7 @@ def welch_halfwidth(ya: np.ndarray, yb: np.ndarray, level: float = LEVEL) -> np.
         dof = (va + vb) ** 2 / (va**2 / (na - 1) + vb**2 / (nb - 1))
         if na != nb:  # where both sides vary (one alone: Satterthwaite's is already its n − 1)
             dof = np.where((va > 0) & (vb > 0), np.minimum(dof, min(na, nb) - 1), dof)
-        return np.where(se > 0, stats.t.ppf(0.5 + level / 2, np.where(se > 0, dof, 1.0)) * se, 0.0)
+        return np.where(se > 0, special.stdtrit(np.where(se > 0, dof, 1.0), 0.5 + level / 2) * se, 0.0)
 
 
 def log_t_interval(values, level: float = LEVEL) -> Interval:
@@ -112,7 +113,7 @@ def welch_log_ratio(a, b, level: float = LEVEL) -> Interval:
 def order_stat_rank(n: int, level: float = LEVEL) -> tuple[int, float]:
     """(k, exact level) of the median interval [x_(k), x_(n−k+1)]: the largest k whose
     distribution-free coverage 1 − 2·BinomCDF(k−1; n, 1/2) reaches `level`, else k = 1 (min..max)."""
-    coverage = lambda k: float(1 - 2 * stats.binom.cdf(k - 1, n, 0.5))  # noqa: E731
+    coverage = lambda k: 1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2**n  # BinomCDF(k-1; n, 1/2), exact  # noqa: E731
     ks = [k for k in range(1, n // 2 + 1) if coverage(k) >= level]
     k = max(ks, default=1)
     return k, coverage(k)
