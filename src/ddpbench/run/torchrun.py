@@ -121,15 +121,18 @@ def run_agent_forked(argv: list[str]) -> int:
 def forked_agent(argv: list[str]) -> None:
     """torchrun's agent (`torch.distributed.run.run`), forked from the zygote: its ranks are
     forked from the same zygote (`forked_rank` is their entrypoint, passed by name, so the agent
-    needs nothing of the harness). The fork server answers only its first client's requests
-    unless told it is running: this process is one of its children, which it knows by address."""
+    needs nothing of the harness). multiprocessing would start a second fork server for this
+    process's requests, since it did not start the first itself; the first's address and the pipe
+    that keeps it alive are inherited (Python 3.11-3.13), so it is told that one is running."""
     import uuid
     import multiprocessing.forkserver
 
     from torch.distributed.launcher.api import elastic_launch
     from torch.distributed.run import config_from_args, parse_args
 
-    multiprocessing.forkserver._forkserver.ensure_running = lambda: None  # the zygote this process came from
+    zygote = multiprocessing.forkserver._forkserver  # its state as the zygote left it to this child
+    if zygote._forkserver_address is not None and zygote._forkserver_alive_fd is not None:
+        zygote.ensure_running = lambda: None  # it runs: it forked this process (else a new one starts: slower, same result)
     args = parse_args(argv)
     if args.standalone:  # as torch's run() does
         args.rdzv_backend, args.rdzv_endpoint, args.rdzv_id = "c10d", "localhost:0", str(uuid.uuid4())
