@@ -138,8 +138,8 @@ def forked_agent(argv: list[str]) -> None:
         args.rdzv_backend, args.rdzv_endpoint, args.rdzv_id = "c10d", "localhost:0", str(uuid.uuid4())
     args.start_method = "forkserver"
     config, _, _ = config_from_args(args)
-    entry = importlib.import_module(ENTRY_MODULE).forked_rank  # pickled by name
-    elastic_launch(config=config, entrypoint=entry)(*args.training_script_args)
+    # forked_rank is ENTRY_MODULE's here (this function came from it by name), so it pickles by name
+    elastic_launch(config=config, entrypoint=forked_rank)(*args.training_script_args)
 
 
 def forked_rank(*argv: str) -> None:

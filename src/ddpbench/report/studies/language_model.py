@@ -72,9 +72,10 @@ def _tokens_text(x: float) -> str:
     return f"{int(round(x)):,}" if finite(x) else "–"
 
 
-def _where(r) -> str:
-    """'ddp (p = 2)'."""
-    return f"{r['strategy']} (p = {value_text(r['world_size'])})"
+def _where(r, setting: list[str] | None = None) -> str:
+    """'ddp (p = 2)', or with the cell's `setting` named: 'ddp (p = 2, compile=model)'."""
+    named = f", {_setting_text(r, setting)}" if setting else ""
+    return f"{r['strategy']} (p = {value_text(r['world_size'])}{named})"
 
 
 def _fastest(t: pd.DataFrame, setting: list[str], thr: str, unit: str, values: dict, cols: list[str]) -> list[str]:
@@ -166,8 +167,7 @@ def _longer(t: pd.DataFrame, cols: list[str], thr: str, unit: str, values: dict)
             comm = ""
             if to_float(lo["_p"]) > 1 and finite(lo.get("frac_comm")) and finite(hi.get("frac_comm")):
                 comm = f", communication {comm_share(lo)} → {comm_share(hi)} of a step"
-            where = _where(hi) if not others else f"{_where(hi)[:-1]}, {_setting_text(hi, others)})"
-            item = (f"{where}: {num(to_float(lo[thr]))} → {num(to_float(hi[thr]))} {unit}, "
+            item = (f"{_where(hi, others)}: {num(to_float(lo[thr]))} → {num(to_float(hi[thr]))} {unit}, "
                     f"{_judged(values, hi, lo, cols, SETTING_WORDS)}{comm}")  # fmt: skip
             by.setdefault((value_text(lo["seq_len"]), value_text(hi["seq_len"]), how), []).append(item)
     return [f"From seq_len={a} to {b} {how}, the throughput per strategy: " + "; ".join(items) + "."
