@@ -149,6 +149,7 @@ def test_the_config_knows_the_studies_that_have_a_report_section():
 # data of the real shape, a few steps, one repeat, world sizes that fit 2 cores; end to end.
 MINIATURE = [
     "--config", "dataset=synthetic", "repeats=1", "allow_oversubscribe=false", "results=results/miniature",
+    "report_pdf=false",  # the HTML report is the one read; report.tex's PDF has its own tests
     'grid={"world_size": [1, 2], "dataset_size": [256, 512]}',
     'timing={"warmup_steps": 1, "min_timed_steps": 2, "min_timed_s": 0.0, "max_steps": 4, "epochs": 1}',
     'params={"test_size": 32}',  # the held-out set evaluated once a run: enough for its loss and accuracy
@@ -191,3 +192,5 @@ def test_a_studys_miniature_runs_end_to_end_and_answers_in_its_section(tmp_path,
     assert 'id="study-table"' in section and section.count("<tr>") >= 3  # a header and the cells
     for name in figures:  # (gNN-<name> in a grid of figure groups, e.g. one per device)
         assert [f for f in (out / "report" / "figures").iterdir() if f.name == name or f.name[4:] == name], name
+    # report_pdf: false reached the report: no PDF, no figure drawn for one
+    assert not list((out / "report").rglob("*.pdf")) and "switched off" in html

@@ -69,6 +69,7 @@ rule report:
             f"--compare-to {shlex.quote(input.baseline[0])}" if input.baseline else ""
         ),
         study=f"--study {shlex.quote(config['study'])}" if config.get("study") else "",
+        pdf="" if config["report_pdf"] else "--no-pdf",
         design=lambda wildcards, input: (
             f"--design {shlex.quote(input.design[0])}" if input.design else ""
         ),
@@ -76,7 +77,7 @@ rule report:
         "python -m ddpbench.report --runs {input.runs:q} --steps {input.steps:q}"
         " --baseline-strategy {params.baseline_strategy:q} --max-rel-ci {params.max_rel_ci}"
         " --out {params.out_dir:q} --plan {params.plan:q} --log {log:q} {params.compare_to} {params.study}"
-        " {params.design}"
+        " {params.design} {params.pdf}"
 
 
 # `snakemake archive`: the whole study in one file (runs, tables, report, config, lock)

@@ -335,6 +335,15 @@ def build_schema() -> dict[str, Any]:
                     "comparison.csv and comparison.html beside it ('': no comparison)"
                 ),
             },
+            "report_pdf": {
+                "type": "boolean",
+                "default": True,
+                "description": (
+                    "Also compile the report as a PDF (report.tex with latexmk, where it is "
+                    "installed) and draw each figure as a PDF for it (false: the HTML report "
+                    "and the tables only, a few seconds sooner)"
+                ),
+            },
             "allow_low_space": {
                 "type": "boolean",
                 "default": False,
