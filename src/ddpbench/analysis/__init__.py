@@ -17,99 +17,32 @@ This package re-exports the names the report uses as `analysis.<name>`.
 
 from __future__ import annotations
 
-from ddpbench.analysis.breakdowns import auto_batch, epoch_throughput, profile_cells, profile_comm_shares, round_time
-from ddpbench.analysis.cells import (
-    COMPARISON_COLUMNS,
-    METRICS,
-    NO_DIFFERENCE,
-    cell_stats,
-    comparisons_table,
-    verdict,
-)
-from ddpbench.analysis.cost_model import N_BOOT, SEED
-from ddpbench.analysis.fits import amdahl_time, gustafson_speedup
-from ddpbench.analysis.health import (
-    MAX_REL_CI,
-    THROUGHPUT,
-    busy_runs,
-    likely_causes,
-    oversubscribed_runs,
-    stability,
-    timed_runs,
-    truthy,
-)
-from ddpbench.analysis.intervals import (
-    LEVEL,
-    TESTED_COVERAGE,
-    TIMING_METRICS,
-    Interval,
-    log_t_interval,
-    numeric_values,
-    order_stat_rank,
-    rel_halfwidth,
-    welch_log_ratio,
-)
-from ddpbench.analysis.links import (
-    ACHIEVED,
-    ALWAYS_LOSES,
-    LINK_TABLE_COLUMNS,
-    LOSES_BELOW,
-    NEVER_LOSES,
-    link_group_axes,
-    link_runs,
-    links_table,
-)
-from ddpbench.analysis.memory import (
-    HELD,
-    HELD_PARTS,
-    MIB,
-    PEAKS,
-    SAVING_COLUMNS,
-    SHARDED,
-    axis_effects,
-    cell_key,
-    has_held,
-    memory_savings,
-    peaks,
-    runs_by_cell,
-)
-from ddpbench.analysis.scaling import FIT_COLUMNS, SPEEDUP_COLUMNS, fits_table, speedup_table
-from ddpbench.analysis.tables import (
-    BASELINE_STRATEGY,
-    IRRELEVANT_AT_BASELINE,
-    LAUNCH_AXES,
-    SUPERSEDED,
-    TIME,
-    axes,
-    group_axes,
-    label,
-    load_runs,
-    load_runs_frame,
-    matching,
-    run_version,
-    text_column,
-    throughput_metric,
-    varying,
-)
+import importlib
 
-__all__ = [
-    # tables
-    "BASELINE_STRATEGY", "IRRELEVANT_AT_BASELINE", "LAUNCH_AXES", "SUPERSEDED", "TIME", "axes", "group_axes", "label",
-    "load_runs", "load_runs_frame", "matching", "run_version", "text_column", "throughput_metric", "varying",
-    # intervals
-    "LEVEL", "TESTED_COVERAGE", "TIMING_METRICS", "Interval", "log_t_interval", "numeric_values", "order_stat_rank",
-    "rel_halfwidth", "welch_log_ratio",
-    # health
-    "MAX_REL_CI", "THROUGHPUT", "busy_runs", "likely_causes", "oversubscribed_runs", "stability", "timed_runs", "truthy",
-    # cells
-    "COMPARISON_COLUMNS", "METRICS", "NO_DIFFERENCE", "cell_stats", "comparisons_table", "verdict",
-    # scaling, fits, cost_model
-    "FIT_COLUMNS", "SPEEDUP_COLUMNS", "fits_table", "speedup_table", "amdahl_time", "gustafson_speedup", "N_BOOT", "SEED",
-    # links
-    "ACHIEVED", "ALWAYS_LOSES", "LINK_TABLE_COLUMNS", "LOSES_BELOW", "NEVER_LOSES", "link_group_axes", "link_runs",
-    "links_table",
-    # memory
-    "HELD", "HELD_PARTS", "MIB", "PEAKS", "SAVING_COLUMNS", "SHARDED", "axis_effects", "cell_key", "has_held", "memory_savings", "peaks", "runs_by_cell",
-    # breakdowns
-    "auto_batch", "epoch_throughput", "profile_cells", "profile_comm_shares", "round_time",
-]  # fmt: skip
+# Each name's submodule: imported on first use (PEP 562), so `from ddpbench.analysis import design`
+# at plan time (every Snakemake start) does not load pandas and scipy.optimize for the report's names.
+_EXPORTS = {
+    "breakdowns": ("auto_batch", "epoch_throughput", "profile_cells", "profile_comm_shares", "round_time"),
+    "cells": ("COMPARISON_COLUMNS", "METRICS", "NO_DIFFERENCE", "cell_stats", "comparisons_table", "verdict"),
+    "cost_model": ("N_BOOT", "SEED"),
+    "fits": ("amdahl_time", "gustafson_speedup"),
+    "health": ("MAX_REL_CI", "THROUGHPUT", "busy_runs", "likely_causes", "oversubscribed_runs", "stability", "timed_runs", "truthy"),
+    "intervals": ("LEVEL", "TESTED_COVERAGE", "TIMING_METRICS", "Interval", "log_t_interval", "numeric_values", "order_stat_rank", "rel_halfwidth", "welch_log_ratio"),
+    "links": ("ACHIEVED", "ALWAYS_LOSES", "LINK_TABLE_COLUMNS", "LOSES_BELOW", "NEVER_LOSES", "link_group_axes", "link_runs", "links_table"),
+    "memory": ("HELD", "HELD_PARTS", "MIB", "PEAKS", "SAVING_COLUMNS", "SHARDED", "axis_effects", "cell_key", "has_held", "memory_savings", "peaks", "runs_by_cell"),
+    "scaling": ("FIT_COLUMNS", "SPEEDUP_COLUMNS", "fits_table", "speedup_table"),
+    "tables": ("BASELINE_STRATEGY", "IRRELEVANT_AT_BASELINE", "LAUNCH_AXES", "SUPERSEDED", "TIME", "axes", "group_axes", "label", "load_runs", "load_runs_frame", "matching", "run_version", "text_column", "throughput_metric", "varying"),
+}  # fmt: skip
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+
+
+def __getattr__(name: str):
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ddpbench.analysis' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"ddpbench.analysis.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+__all__ = list(_MODULE_OF)
