@@ -44,7 +44,7 @@ def rendered(tmp_path_factory):
     make_steps(runs[runs["repeat"] == 0], n_steps=6).to_csv(tmp / "steps.csv", index=False)
     make_comm().to_csv(tmp / "comm.csv", index=False)
     argv = ["--runs", str(tmp / "runs.csv"), "--steps", str(tmp / "steps.csv"), "--comm", str(tmp / "comm.csv"),
-            "--out", str(tmp / "out"), "--bootstrap", "500"]  # fmt: skip
+            "--out", str(tmp / "out"), "--bootstrap", "500", "--study", "language-model", "--study", "sharding"]  # fmt: skip
     if not shutil.which("latexmk"):
         argv.append("--no-pdf")
     assert report.main(argv) == 0
@@ -145,6 +145,11 @@ def test_html_loads_in_headless_chromium_and_figures_render(rendered, tmp_path):
                           "Math.min(...Array.from(s.querySelectorAll('text')).map(t => {"
                           "  const m = t.getScreenCTM(); return parseFloat(getComputedStyle(t).fontSize) * Math.hypot(m.a, m.b); }))])",
             "returnByValue": True}, session)["result"]["value"]  # fmt: skip
+        # a study's table fits the page's width (its cells wrap): no sideways scrolling beside its answer
+        study_tables = browser.send("Runtime.evaluate", {
+            "expression": "Array.from(document.querySelectorAll('section.study .scroll'))"
+                          ".map(d => [d.querySelector('table').id, d.scrollWidth, d.clientWidth])",
+            "returnByValue": True}, session)["result"]["value"]  # fmt: skip
         height = browser.send("Page.getLayoutMetrics", session=session)["cssContentSize"]["height"]
         browser.send("Emulation.setDeviceMetricsOverride",
                      {"width": 1280, "height": int(min(height, 16000)), "deviceScaleFactor": 1, "mobile": False},
@@ -176,6 +181,7 @@ def test_html_loads_in_headless_chromium_and_figures_render(rendered, tmp_path):
     print(f"report.html: {html.stat().st_size / 1e6:.2f} MB, {n_figures} figures, "
           f"smallest text {min(px for *_, px in reader):.1f} px, largest legend {max(n for _, n, _ in reader)} entries")
     assert len(reader) == n_figures
+    assert len(study_tables) == 2 and all(scroll <= client + 1 for _, scroll, client in study_tables), study_tables
     for fig_id, legend_entries, smallest_px in reader:
         assert 0 < legend_entries <= 10, (fig_id, legend_entries)
         assert smallest_px >= MIN_TEXT_PX, (fig_id, smallest_px)

@@ -1031,6 +1031,32 @@ def test_cells_have_the_held_bytes_with_an_interval_that_holds_only_the_exact_co
     assert all("[bytes]" in A.METRICS[c] for c in ("extra_param_bytes", "extra_held_bytes"))
 
 
+def test_cells_are_twins_across_strategies_on_the_settings_both_read():
+    """bucket_mb 0.43 in params: ddp and zero read it, fsdp and fsdp_grad_op ran at the held default
+    (issue 58): the analysis still pairs fsdp with ddp, while runs.csv keeps what ran."""
+    from report_synth import make_sharding_runs
+
+    raw = make_sharding_runs(precisions=("fp32",), grad_accums=(1,))
+    reads = raw["strategy"].isin(["ddp", "zero"])
+    raw["bucket_mb"] = raw["bucket_mb"].astype(float).where(~reads, 0.43)
+    runs = A.load_runs_frame(raw)
+    assert set(runs["bucket_mb"].astype(float)) == {0.43} and set(raw.loc[~reads, "bucket_mb"]) == {25.0}
+    pairs = A.comparisons_table(runs)
+    assert {("ddp", "fsdp"), ("ddp", "fsdp_grad_op"), ("ddp", "zero")} <= set(zip(pairs["strategy_a"], pairs["strategy_b"]))
+    assert set(A.memory_savings(runs, A.cell_stats(runs))["strategy"]) == {"zero", "fsdp_grad_op", "fsdp"}
+    assert "bucket_mb" not in A.varying(runs, A.axes(runs))
+    # several values read (an axis): the held default pairs with the read cells at it only
+    axis = pd.concat([raw, raw[reads].assign(bucket_mb=25.0, run_dir=raw.loc[reads, "run_dir"] + "-b25")], ignore_index=True)
+    runs = A.load_runs_frame(axis)
+    assert set(runs.loc[runs["strategy"] == "fsdp", "bucket_mb"]) == {25.0}
+    pairs = A.comparisons_table(runs)
+    ddp_fsdp = pairs[(pairs["strategy_a"] == "ddp") & (pairs["strategy_b"] == "fsdp")]
+    assert list(ddp_fsdp["bucket_mb"]) == [25.0]
+    # a strategy this checkout lacks is left as it ran
+    odd = A.load_runs_frame(raw.assign(strategy=raw["strategy"].replace({"fsdp": "../old_strategy"})))
+    assert set(odd.loc[odd["strategy"] == "../old_strategy", "bucket_mb"]) == {25.0}
+
+
 def test_memory_savings_against_ddp_with_the_comparisons_interval():
     from report_synth import PARAM_BYTES, make_sharding_runs
 

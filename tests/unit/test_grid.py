@@ -282,6 +282,26 @@ def test_link_cells_warn_only_when_namespaces_cannot_be_made():
     assert len(warned) == 1
 
 
+def test_a_strategy_setting_some_strategies_do_not_read_is_named_at_plan_time():
+    """The language-model preset's bucket_mb 0.43: fsdp and single do not read it (issue 58)."""
+    warned = []
+    axes = {"strategy": ["single", "ddp", "fsdp", "bucketed_allreduce"]}
+    plan_cells.warn_unread_settings({"bucket_mb": 0.43, "lr": 0.003}, axes, warned.append)
+    assert warned == ["ddpbench: params.bucket_mb 0.43 is read by bucketed_allreduce, ddp only: fsdp, single run at its "
+                      "default 25 (it cannot change their runs) and are compared with the others as their twins"]  # fmt: skip
+    warned.clear()
+    plan_cells.warn_unread_settings({}, {**axes, "bucket_mb": [0.43, 25.0]}, warned.append)
+    assert warned == ["ddpbench: grid.bucket_mb [0.43, 25] is read by bucketed_allreduce, ddp only: fsdp, single run "
+                      "once, at its default 25, and are compared only with the cells at 25"]  # fmt: skip
+    warned.clear()
+    plan_cells.warn_unread_settings({"sync_period": 8}, {"strategy": ["ddp", "fsdp"]}, warned.append)
+    assert warned == ["ddpbench: params.sync_period 8 is read by none of this grid's strategies (ddp, fsdp): it changes no run"]
+    warned.clear()
+    plan_cells.warn_unread_settings({"bucket_mb": 25.0}, axes, warned.append)  # the default: nothing to say
+    plan_cells.warn_unread_settings({"bucket_mb": 1.0}, {"strategy": ["ddp", "zero"]}, warned.append)  # both read it
+    assert warned == []
+
+
 def test_compare_to_table(tmp_path):
     assert plan_cells.compare_to_table(None, "results") is None
     other = tmp_path / "other"

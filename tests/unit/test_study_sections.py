@@ -116,12 +116,28 @@ def test_report_has_the_study_section_and_rejects_an_unknown_study(tmp_path, cap
     assert not (tmp_path / "out").exists()  # refused before any work
     assert report.main([*argv, "--study", "sync-dp"]) == 0
     html = (tmp_path / "out" / "report.html").read_text()
-    assert html.index('id="findings"') < html.index('id="study"') < html.index('id="speedup"')
-    assert "Study: Synchronous data parallelism" in html and 'id="study-table"' in html
+    assert html.index('id="findings"') < html.index('id="study-sync-dp"') < html.index('id="speedup"')
+    assert "Study: Synchronous data parallelism" in html and 'id="study-sync-dp-table"' in html
     assert 'href="#fig-phases"' in html
     tex = (tmp_path / "out" / "report.tex").read_text()
     assert "\\section{Study: Synchronous data parallelism" in tex
-    assert report.main(argv) == 0 and 'id="study"' not in (tmp_path / "out" / "report.html").read_text()
+    assert report.main(argv) == 0 and 'class="study"' not in (tmp_path / "out" / "report.html").read_text()
+
+
+def test_a_report_answers_several_studies_each_in_its_own_section(tmp_path):
+    """A GPT's DDP-or-FSDP question is the language-model and the sharding study at once (issue 58)."""
+    from report_synth import make_token_runs
+
+    runs = make_token_runs()
+    path = tmp_path / "runs.csv"
+    runs.to_csv(path, index=False)
+    argv = ["--runs", str(path), "--out", str(tmp_path / "out"), "--no-pdf", "--bootstrap", "100"]
+    assert report.main([*argv, "--study", "language-model", "--study", "sharding"]) == 0
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert html.index('id="study-language-model"') < html.index('id="study-sharding"') < html.index('id="speedup"')
+    assert 'href="#study-language-model"' in html and 'href="#study-sharding"' in html
+    tex = (tmp_path / "out" / "report.tex").read_text()
+    assert tex.count("\\section{Study: ") == 2
 
 
 @pytest.mark.parametrize("name", sorted(studies.STUDIES))
@@ -418,6 +434,21 @@ def test_sharding_states_the_memory_each_strategy_saves_from_the_held_bytes():
     (zero,) = [f for f in _section("sharding", runs).findings if f.startswith("zero shards")]
     assert "(0.960×): " in zero and "(its optimizer state 0.920× ddp's rather than 1/2: ZeroRedundancyOptimizer" in zero
     assert "rather than" not in saved["fsdp"]  # fsdp's shards are even: 1/p
+
+
+def test_sharding_compares_with_ddp_where_a_setting_only_ddp_reads_was_set():
+    """The newcomer's grid of issue 58: bucket_mb 0.43 (the language-model preset's) held ddp and zero
+    apart from fsdp's held default, and the section said no sharded strategy ran beside ddp."""
+    from report_synth import make_sharding_runs
+
+    raw = make_sharding_runs(noise=0.0)
+    raw.loc[raw["strategy"].isin(["ddp", "zero"]), "bucket_mb"] = 0.43
+    sec = _section("sharding", A.load_runs_frame(raw))
+    assert not any("No sharded strategy" in f for f in sec.findings), sec.findings
+    assert [f.split(" ")[0] for f in sec.findings if " shards " in f] == ["zero", "fsdp_grad_op", "fsdp"]
+    rows = {(r[0], r[1]): dict(zip(sec.columns, r)) for r in sec.rows}
+    assert rows["fsdp", "p=2, precision=fp32, grad_accum=1"]["held vs ddp"] == "0.500×"
+    assert rows["fsdp", "p=2, precision=fp32, grad_accum=1"]["throughput vs ddp"].endswith("(slower)")
 
 
 def test_sharding_states_the_time_per_precision_and_grad_accum_only_as_the_interval_allows():

@@ -121,6 +121,8 @@ def test_language_model_plans_its_grid_as_written(plan):
     assert {(c[2], c[3]) for c in cells} == {("128", "64"), ("512", "16")}  # the same tokens per step
     (report,) = [line for line in out.splitlines() if "ddpbench.report" in line]
     assert "--study language-model" in report
+    # its bucket_mb (for ddp's overlap) is one fsdp and single do not read: said, and twins kept (issue 58)
+    assert "params.bucket_mb 0.43 is read by bucketed_allreduce, ddp only: fsdp, single run at its default 25" in out
 
 
 def test_bad_dataset_override_fails_naming_the_key(tmp_path):
@@ -187,9 +189,10 @@ def test_a_studys_miniature_runs_end_to_end_and_answers_in_its_section(tmp_path,
     runs = list((out / "runs").rglob("summary.json"))
     assert runs and all(json.loads(p.read_text())["status"] in ("ok", "skipped") for p in runs)
     html = (out / "report" / "report.html").read_text()
-    section = html[html.index('<section id="study">') : html.index("</section>", html.index('<section id="study">'))]
+    start = html.index(f'<section id="study-{study}"')
+    section = html[start : html.index("</section>", start)]
     assert "The answer." in section and answer in section, section[:2000]
-    assert 'id="study-table"' in section and section.count("<tr>") >= 3  # a header and the cells
+    assert f'id="study-{study}-table"' in section and section.count("<tr>") >= 3  # a header and the cells
     for name in figures:  # (gNN-<name> in a grid of figure groups, e.g. one per device)
         assert [f for f in (out / "report" / "figures").iterdir() if f.name == name or f.name[4:] == name], name
     # report_pdf: false reached the report: no PDF, no figure drawn for one

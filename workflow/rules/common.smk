@@ -33,10 +33,12 @@ from ddpbench.plan.cells import (  # noqa: E402
     synthetic_stand_ins,
     warn_link_cells,
     warn_oversubscribed_cells,
+    warn_unread_settings,
 )
 from ddpbench.plan.config_schema import (  # noqa: E402
     coerce_typed_strings,
     non_finite_key,
+    study_names,
 )
 from ddpbench.plan.grid import (  # noqa: E402
     ConfigError,
@@ -150,6 +152,7 @@ try:
         CELLS, FIXED_PARAMS, config["allow_oversubscribe"], logger.warning
     )
     warn_link_cells(CELLS, FIXED_PARAMS, logger.warning)
+    warn_unread_settings(config["params"], AXES, logger.warning)
     RESULTS = config["results"].rstrip("/")
     COMPARE_TO = compare_to_table(config["compare_to"], RESULTS)
 except ConfigError as err:

@@ -68,7 +68,7 @@ rule report:
         compare_to=lambda wildcards, input: (
             f"--compare-to {shlex.quote(input.baseline[0])}" if input.baseline else ""
         ),
-        study=f"--study {shlex.quote(config['study'])}" if config.get("study") else "",
+        study=" ".join(f"--study {shlex.quote(name)}" for name in study_names(config)),
         pdf="" if config["report_pdf"] else "--no-pdf",
         design=lambda wildcards, input: (
             f"--design {shlex.quote(input.design[0])}" if input.design else ""

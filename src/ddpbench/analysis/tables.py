@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ddpbench.core.params import CellParams
-from ddpbench.strategies import STRATEGY_SETTINGS
+from ddpbench.strategies import STRATEGY_SETTINGS, names as strategy_names, strategy_settings
 
 # seed may be varied per repeat by the workflow, so it is never part of a cell's identity.
 NOT_AXES = ("seed",)
@@ -40,7 +40,28 @@ def load_runs_frame(runs: pd.DataFrame) -> pd.DataFrame:
     runs["status"] = runs["status"].fillna("failed").astype(str)
     if TIME not in runs and "samples_per_s" in runs and "dataset_size" in runs:
         runs[TIME] = runs["dataset_size"] / runs["samples_per_s"]
-    return supersede_other_versions(runs)
+    return supersede_other_versions(settings_as_read(runs))
+
+
+def settings_as_read(runs: pd.DataFrame) -> pd.DataFrame:
+    """A strategy setting that a row's strategy does not read (fsdp and bucket_mb) takes the value
+    the strategies that read it ran at, where they all ran at one: the plan held it at its default
+    (one measurement whatever it is), and recorded there it would split twins apart (fsdp's rows
+    at bucket_mb 25 would match no ddp cell at 0.43). With several values read (an axis),
+    the held default is kept: the twin of the read cell at that value. runs.csv keeps what ran."""
+    if "strategy" not in runs:
+        return runs
+    known, original = set(strategy_names()), runs
+    strategy = runs["strategy"].astype(str)
+    for setting in (s for s in STRATEGY_SETTINGS if s in runs):
+        # a strategy this checkout lacks (an old results folder) is taken to read everything
+        reads = strategy.map(lambda name: name not in known or setting in strategy_settings(name)).to_numpy(bool)
+        read = runs.loc[reads, setting].dropna()
+        if reads.all() or read.empty or read.astype(str).nunique() > 1:
+            continue
+        runs = runs.copy() if runs is original else runs
+        runs.loc[~reads, setting] = read.iloc[0]
+    return runs
 
 
 # -- versions: never pool runs of different code or environment ------------------------------

@@ -16,10 +16,11 @@ from typing import Any, Callable, Mapping
 
 import pandas as pd
 
-from ddpbench.core.params import NO_LINK, ParamError, check_auto_batch_scaling, check_backend, check_cell
+from ddpbench.core.params import NO_LINK, CellParams, ParamError, check_auto_batch_scaling, check_backend, check_cell
 from ddpbench.core.sysinfo import oversubscription, usable_cores
 from ddpbench.plan.config_schema import OFFLINE_DATASET, TIMING_KEYS
 from ddpbench.plan.grid import ConfigError, Warn, axis_order, effective_cells
+from ddpbench.strategies import STRATEGY_SETTINGS, strategy_settings
 
 REAL_DATASETS = ("cifar10", "mnist", "imagenette")
 # Values per sample of the synthetic stand-ins (imagenette: 3 x image_size^2).
@@ -186,6 +187,32 @@ def warn_link_cells(
             f"ddpbench: {count} cell(s) over a link will be recorded as skipped on this machine: "
             f"two network namespaces {reason}"
         )
+
+
+def warn_unread_settings(params: Mapping[str, Any], axes: Mapping[str, list], warn: Warn) -> None:
+    """A strategy setting the config sets (params.bucket_mb, or a grid axis of it) that some of the
+    grid's strategies do not read: they run once, at the setting's default (it cannot change their
+    runs), and the report compares them as twins of the cells of the strategies that read it
+    (analysis.tables.settings_as_read) at one value; at several, only at the default."""
+    defaults = CellParams().as_dict()
+    grid_strategies = sorted({str(s) for s in axes.get("strategy", [defaults["strategy"]])})
+    for setting in STRATEGY_SETTINGS:
+        values = list(axes[setting]) if setting in axes else [params[setting]] if setting in params else []
+        if not values or values == [defaults[setting]]:
+            continue
+        readers = [s for s in grid_strategies if setting in strategy_settings(s)]
+        others = [s for s in grid_strategies if s not in readers]
+        if not others:
+            continue
+        key, shown = key_of(setting, axes), ", ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in values)
+        if not readers:
+            warn(f"ddpbench: {key} {shown} is read by none of this grid's strategies ({', '.join(others)}): it changes no run")
+        elif len(values) == 1:
+            warn(f"ddpbench: {key} {shown} is read by {', '.join(readers)} only: {', '.join(others)} run at its default "
+                 f"{defaults[setting]:g} (it cannot change their runs) and are compared with the others as their twins")  # fmt: skip
+        else:
+            warn(f"ddpbench: {key} [{shown}] is read by {', '.join(readers)} only: {', '.join(others)} run once, at its "
+                 f"default {defaults[setting]:g}, and are compared only with the cells at {defaults[setting]:g}")  # fmt: skip
 
 
 def compare_to_table(path: str | None, results: str) -> str | None:

@@ -37,6 +37,7 @@ from ddpbench.analysis import design
 from ddpbench.results import aggregate
 from ddpbench.report import decisions, figures as plots, studies
 from ddpbench.core import safe_io, storage
+from ddpbench.plan.config_schema import study_names
 from ddpbench.report.compare_page import comparison_section
 from ddpbench.report.context import DEFINITIONS, environment, grid, methodology, provenance_warnings
 from ddpbench.report.findings import findings
@@ -68,7 +69,7 @@ class Inputs:
     plan: list[str] = field(default_factory=list)  # the workflow's `ddpbench plan:` lines (ddpbench.plan.preflight)
     compare_to: str | None = None  # a stored result set: this report compares its runs against it
     profile: pd.DataFrame | None = None  # aggregate's profile.csv (runs with profile_steps > 0)
-    study: str | None = None  # a study preset's name (studies.STUDIES): its section follows the findings
+    studies: tuple[str, ...] = ()  # study presets' names (studies.STUDIES): their sections follow the findings
     design: dict | None = None  # a sequential design's last decision (report.decisions), None for fixed repeats
 
 
@@ -77,16 +78,16 @@ class Inputs:
 PAGE_ANCHORS = ("comparisons", "speedup-table", "cells", "fits", "problems", "links", decisions.ANCHOR)
 
 
-def study_section(inp: Inputs, cells: pd.DataFrame, speed: pd.DataFrame, figures: list) -> dict:
-    """The study's section for the templates: its question, answer, table and the figures it points
+def study_section(name: str, inp: Inputs, cells: pd.DataFrame, speed: pd.DataFrame, figures: list) -> dict:
+    """A study's section for the templates: its question, answer, table and the figures it points
     to that this report has (in a grid of figure groups, the first group's)."""
-    sec = studies.section(inp.study, inp.runs, cells, speed, inp.steps, inp.profile)
+    sec = studies.section(name, inp.runs, cells, speed, inp.steps, inp.profile)
     anchors = {}
     for f in figures:
         anchors.setdefault(f.kind, ("fig-" + pathlib.Path(f.svg).stem, f.title))
     shown = [(anchors[k][1], anchors[k][0]) for k in sec.figures if k in anchors]
-    return dict(name=sec.name, title=sec.title, question=sec.question, findings=sec.findings, figures=shown,
-                table=Table(sec.columns, sec.rows, sec.note))
+    return dict(name=sec.name, anchor=f"study-{sec.name}", title=sec.title, question=sec.question,
+                findings=sec.findings, figures=shown, table=Table(sec.columns, sec.rows, sec.note))
 
 
 def linked_findings(found: list, figures: list) -> list:
@@ -169,7 +170,7 @@ def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.P
         cells = pending["cells"]()
         # The figures of the runs and cells are drawn while the fits are still being computed
         none = pd.DataFrame()
-        kinds = plots.kinds_for(studies.STUDIES[inp.study].figures if inp.study else ())
+        kinds = plots.kinds_for([k for name in inp.studies for k in studies.STUDIES[name].figures])
         early = plots.start_figures(plots.Data(runs, cells, none, none, inp.steps, inp.comm, profile=inp.profile), out, formats,
                                     [k for k in kinds if k not in plots.FITTED_KINDS], pool)  # fmt: skip
         speed, fits = pending["speedup+fits"]()
@@ -208,7 +209,7 @@ def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.P
         )
         figures = plots.collect(early, late)
     found = linked_findings(found, figures)
-    ctx["study"] = study_section(inp, cells, speed, figures) if inp.study else None
+    ctx["studies"] = [study_section(name, inp, cells, speed, figures) for name in inp.studies]
     if against and not against["error"]:
         found.insert(0, against["finding"])
     caps = captions()
@@ -269,8 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", help="aggregated steps.csv (loss and step-time figures)")
     ap.add_argument("--comm", help="collective sweep CSV (latency/bandwidth for the cost model)")
     ap.add_argument("--profile", help="aggregated profile.csv (default: profile.csv beside --runs, when there)")
-    ap.add_argument("--study", choices=sorted(studies.STUDIES),
-                    help="a study preset's name: the report answers its question in a section after the findings")
+    ap.add_argument("--study", choices=sorted(studies.STUDIES), action="append", default=[],
+                    help="a study preset's name: the report answers its question in a section after the findings "
+                         "(repeat it for several, each its own section)")
     ap.add_argument("--out", required=True, help="output folder")
     ap.add_argument("--title", default="ddpbench report")
     ap.add_argument("--bootstrap", type=int, default=A.N_BOOT,
@@ -357,6 +359,8 @@ def rebuild_from_archive(args: argparse.Namespace) -> int:
     args.baseline_strategy = args.baseline_strategy or (config.get("baseline") or {}).get("strategy") or A.BASELINE_STRATEGY
     if args.max_rel_ci is None:
         args.max_rel_ci = (config.get("timing") or {}).get("max_rel_ci", A.MAX_REL_CI)
+    # the study sections the workflow's report had (names this checkout has a section for)
+    args.study = args.study or [name for name in study_names(config) if name in studies.STUDIES]
     return build_from_args(args)
 
 
@@ -381,7 +385,7 @@ def build_from_args(args: argparse.Namespace) -> int:
     inp = Inputs(runs, _read_optional(args.steps), _read_optional(args.comm), args.title, args.bootstrap,
                  {"runs": args.runs, "steps": args.steps or "–", "comm": args.comm or "–", **({"profile": profile} if profile else {})},
                  args.baseline_strategy, args.max_rel_ci, read_plan(getattr(args, "plan", None)),
-                 getattr(args, "compare_to", None), _read_optional(profile), getattr(args, "study", None),
+                 getattr(args, "compare_to", None), _read_optional(profile), tuple(getattr(args, "study", None) or ()),
                  decisions.read(getattr(args, "design", None)))  # fmt: skip
     try:
         path = build(inp, pathlib.Path(args.out), pdf=not args.no_pdf)
