@@ -10,6 +10,9 @@
   a Snakemake dry run.
 - The configuration reference in docs/configuration.md is what
   `python -m ddpbench.plan.config_schema --markdown` prints today.
+- report/workflow.rst (`snakemake --report`'s description) names the entry points the rules
+  call, the schema's repeat designs and the interval methods analysis.intervals computes.
+- Every study preset is listed in the README's docs table and docs/report.md.
 """
 
 import os
@@ -163,3 +166,149 @@ def test_configuration_reference_is_current():
     assert config_schema.render_markdown().strip() in text, (
         "docs/configuration.md's reference is stale: paste `python -m ddpbench.plan.config_schema --markdown` over it"
     )
+
+
+WORKFLOW_RST = ROOT / "report" / "workflow.rst"  # `snakemake --report`'s workflow description
+RULE_FILES = sorted((ROOT / "workflow" / "rules").glob("*.smk"))
+
+
+def _rst():
+    """workflow.rst as one line of text (its sentences wrap anywhere)."""
+    return " ".join(_text(WORKFLOW_RST).split())
+
+
+def _rule_shell_commands():
+    """The lines of every rule's `shell:` block (comments left out)."""
+    for path in RULE_FILES:
+        lines = _text(path).splitlines()
+        for i, line in enumerate(lines):
+            if line.strip() != "shell:":
+                continue
+            indent = len(line) - len(line.lstrip())
+            for body in lines[i + 1 :]:
+                if body.strip() and len(body) - len(body.lstrip()) <= indent:
+                    break
+                if not body.strip().startswith("#"):
+                    yield body
+
+
+def test_workflow_description_names_the_modules_and_files_the_rules_use():
+    """workflow.rst's `python -m` entry points are exactly those the rules' shell commands call;
+    every module, checkpoint and repository file it names exists."""
+    import importlib.util
+
+    rst = _rst()
+    called = set(re.findall(r"python -m (ddpbench(?:\.\w+)+)", "\n".join(_rule_shell_commands())))
+    assert called, "no `python -m ddpbench...` found in the rules' shell commands"
+    assert set(re.findall(r"python -m (ddpbench(?:\.\w+)+)", rst)) == called
+    for module in set(re.findall(r"``(?:python -m )?(ddpbench(?:\.\w+)+)``", rst)):
+        assert importlib.util.find_spec(module), f"workflow.rst names {module}, which does not exist"
+    checkpoints = set(re.findall(r"^checkpoint (\w+):", "".join(map(_text, RULE_FILES)), re.M))
+    named = set(re.findall(r"checkpoint ``(\w+)``", rst))
+    assert named and named <= checkpoints, f"workflow.rst names checkpoints {named}; the rules have {checkpoints}"
+    for path in re.findall(r"``((?:workflow|docs|src|report|configs)/[\w./-]+|config\.yaml)``", rst):
+        assert (ROOT / path).exists(), f"workflow.rst names {path}, which does not exist"
+
+
+def test_workflow_description_names_the_schemas_repeat_designs():
+    """The designs of `repeats` workflow.rst names (``repeats: N``, ``repeats: until_decided``)
+    are the schema's, and the sequential design's numbers it quotes are the code's."""
+    import yaml
+
+    from ddpbench.analysis import sequential
+
+    schema = yaml.safe_load(_text(ROOT / "workflow" / "schemas" / "config.schema.yaml"))["properties"]
+    choices = schema["repeats"]["anyOf"]
+    modes = {c["const"] for c in choices if "const" in c} | ({"N"} if any(c.get("type") == "integer" for c in choices) else set())
+    rst = _rst()
+    assert set(re.findall(r"``repeats: (\w+)``", rst)) == modes
+    settings = schema["until_decided"]["properties"]
+    first = re.search(r"runs ``first`` \((\d+)\) times", rst)
+    assert first and int(first.group(1)) == settings["first"]["default"]
+    assert set(re.findall(r"``(\w+)``", rst)) & set(settings) >= {"first", "max_per_cell", "compare"}
+    along = re.search(r"along ((?:\d+, )+\d+)", rst)
+    assert along and tuple(int(n) for n in along.group(1).split(", ")) == sequential.SCHEDULE
+    together = re.search(r"cover the truth together at (\d+) %", rst)
+    assert together and int(together.group(1)) / 100 == sequential.LEVEL
+
+
+def test_workflow_description_states_the_intervals_the_code_computes():
+    """The interval methods workflow.rst states are what analysis.intervals computes: a 95 %
+    Student-t interval of the mean log (geometric mean) for timing metrics, the median with an
+    order-statistic interval of its exact level for the others, Welch on log differences for
+    ratios; a bootstrap only where the code has one (the cost model)."""
+    import numpy as np
+    from scipy import stats
+
+    from ddpbench.analysis import cells, cost_model, intervals
+
+    rst = _rst()
+    level = re.search(r"(\d+) % Student-t interval on the log scale", rst)
+    assert level and int(level.group(1)) / 100 == intervals.LEVEL
+    assert "geometric mean of each timing metric" in rst and "the median of every other metric" in rst
+    named = re.search(r"each timing metric \(([^)]*)\)", rst).group(1).split(", ")
+    words = {"step_time_median_s": "step time", "samples_per_s": "throughput", "tokens_per_s": "throughput", "epoch_time_s": "epoch time"}
+    assert set(intervals.TIMING_METRICS) <= set(words), "a new timing metric: say it in workflow.rst and here"
+    assert sorted(named) == sorted({words[m] for m in intervals.TIMING_METRICS})
+    assert cells.metric_interval is intervals.metric_interval  # the per-cell statistics use these
+
+    x = np.array([1.0, 2.0, 8.0])  # geometric mean 16 ** (1/3), median 2
+    y, half = np.log(x), stats.t.ppf(0.5 + intervals.LEVEL / 2, len(x) - 1) * np.log(x).std(ddof=1) / np.sqrt(len(x))
+    for metric in intervals.TIMING_METRICS:
+        iv = intervals.metric_interval(metric, x)
+        assert np.allclose([iv.estimate, iv.low, iv.high], np.exp([y.mean(), y.mean() - half, y.mean() + half]))
+        assert iv.level == intervals.LEVEL
+    stated = re.search(r"order-statistic interval at its exact level \((\d+) % at (\d+) repeats\)", rst)
+    assert stated, "workflow.rst states the order-statistic interval's level at a repeat count"
+    n = int(stated.group(2))
+    other = next(m for m in cells.METRICS if m not in intervals.TIMING_METRICS)
+    iv = intervals.metric_interval(other, np.arange(1.0, n + 1))
+    assert iv.estimate == np.median(np.arange(1.0, n + 1)) and iv.level == int(stated.group(1)) / 100
+
+    assert "Welch t-intervals on the difference of the log means" in rst
+    a, b = np.log([1.0, 2.0, 4.0]), np.log([2.0, 3.0, 8.0, 9.0])
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    dof = min((va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1)), min(len(a), len(b)) - 1)  # Hsu's at unequal n
+    half = stats.t.ppf(0.5 + intervals.LEVEL / 2, dof) * np.sqrt(va + vb)
+    iv = intervals.welch_log_ratio(np.exp(a), np.exp(b))
+    assert np.allclose([iv.estimate, iv.low, iv.high], np.exp(a.mean() - b.mean() + np.array([0, -half, half])))
+
+    for sentence in re.split(r"(?<=\.) ", rst):
+        if "bootstrap" in sentence:
+            assert "cost model" in sentence, f"workflow.rst's bootstrap is the cost model's only: {sentence!r}"
+    assert cost_model.N_BOOT > 0
+
+
+def test_workflow_description_is_valid_restructuredtext():
+    """`snakemake --report` renders workflow.rst with docutils: no warning or error."""
+    import io
+
+    from docutils.core import publish_doctree
+    from docutils.nodes import system_message
+
+    quiet = {"report_level": 2, "halt_level": 5, "warning_stream": io.StringIO()}  # messages kept in the tree
+    doctree = publish_doctree(_text(WORKFLOW_RST), settings_overrides=quiet)
+    problems = [m.astext() for m in doctree.findall(system_message) if m["level"] >= 2]
+    assert not problems, problems
+
+
+def _listed(pattern, text):
+    """The names of the comma-separated list (last item after `or`/`and` too) `pattern` captures."""
+    found = re.search(pattern, text)
+    assert found, f"no list matching {pattern!r}"
+    return {n.strip() for n in re.split(r",\s*|\s+(?:or|and)\s+", found.group(1)) if n.strip()}
+
+
+def test_every_study_preset_is_listed_in_the_readme_and_docs_report():
+    """Every preset in configs/studies/ is named in the README's documentation table (the row of
+    docs/studies.md), and every study with a report section (STUDIES, the presets' `study:`) in
+    docs/report.md's list of `study:` values; neither list names one that does not exist."""
+    import yaml
+
+    presets = {p.stem for p in (ROOT / "configs" / "studies").glob("*.yaml")}
+    readme = _listed(r"\| \[docs/studies\.md\]\(docs/studies\.md\) \| the study presets \(([^)]*)\)", _text(README))
+    assert readme == presets, f"README's docs table: missing {presets - readme}, unknown {readme - presets}"
+    studies = {yaml.safe_load(_text(ROOT / "configs" / "studies" / f"{p}.yaml")).get("study") for p in presets} - {None}
+    assert studies == set(config_schema.STUDIES), "a study without a preset, or a preset's study unknown to the schema"
+    report = _listed(r"\(`study:` ([^;]*); `--study NAME`\)", _text(ROOT / "docs" / "report.md"))
+    assert report == set(config_schema.STUDIES), f"docs/report.md: missing {set(config_schema.STUDIES) - report}, unknown {report - set(config_schema.STUDIES)}"

@@ -303,6 +303,17 @@ def test_every_preset_plans(tmp_path, preset):
     assert "train" in out
 
 
+def test_dry_run_ends_with_the_plan(tmp_path):
+    """`snakemake -n` prints the plan at include time, then the jobs; the plan's lines come
+    again, together, as its last lines (plan.smk: repeat_plan_after_dry_run)."""
+    lines = snakemake(tmp_path, "-n", "--quiet", "rules").stdout.rstrip("\n").splitlines()
+    at = [i for i, line in enumerate(lines) if line.startswith("ddpbench plan: ")]
+    n = len(at) // 2
+    assert n and len(at) == 2 * n, "\n".join(lines[-40:])
+    assert lines[-n:] == [lines[i] for i in at[:n]], "\n".join(lines[-40:])  # the same lines, last
+    assert any("Job stats" in line for line in lines[at[n - 1] : at[n]])  # the jobs in between
+
+
 def test_interconnect_plans_link_cells_on_two_nodes_and_one_node_cells_once(tmp_path):
     out = snakemake(tmp_path, "-n", "-p", configfile=ROOT / "configs" / "studies" / "interconnect.yaml").stdout
     runs = set(re.findall(r"results/interconnect/runs/(\S+?)/repeat~\d+/summary\.json", out))

@@ -1,10 +1,12 @@
 """The checks and handlers around a whole workflow run (no rules), on the grid that
 common.smk planned: runs made by other code (ddpbench.plan.status), damaged runs healed,
-the plan's warnings (ddpbench.plan.preflight) at include time; and the onstart/onerror
-handlers the Snakefile calls: the results folder's space, the invocation record, the
-saved plan and the progress counter.
+the plan's warnings (ddpbench.plan.preflight) at include time, and again last in a dry
+run; and the onstart/onerror handlers the Snakefile calls: the results folder's space, the
+invocation record, the saved plan and the progress counter.
 """
 
+import atexit
+import logging
 import os
 import shlex
 import sys
@@ -188,6 +190,26 @@ def save_plan():
     atomic_write_text(Path(PLAN_FILE), "".join(f"{line}\n" for line in PLAN_LINES))
 
 
+class ErrorRecords(logging.Handler):
+    """Counts the errors Snakemake logs, so that a failed dry run ends on its error."""
+
+    def __init__(self):
+        super().__init__(logging.ERROR)
+        self.count = 0
+
+    def emit(self, record):
+        self.count += 1
+
+
+def repeat_plan_after_dry_run(errors):
+    """atexit: `snakemake -n` prints the plan at include time, then every job below it, and
+    runs no onstart/onsuccess handler; so a dry run that planned its jobs and did not fail
+    says the plan's lines again, last (not `-n --dag`, whose output is a graph; real runs save
+    them: save_plan)."""
+    if PLAN_LINES and workflow.dryrun and not errors.count:
+        print("".join(f"{line}\n" for line in PLAN_LINES), end="", flush=True)
+
+
 # Once per workflow, not again in every job a cluster executor starts (each re-reads the
 # Snakefile; reading every summary there would cost a grid's worth of I/O per job).
 if workflow.is_main_process:
@@ -201,3 +223,8 @@ if workflow.is_main_process:
     if not os.environ.get(PLAN_ENV):  # ddpbench.plan.status only reads
         heal_damaged_runs()
         print_plan()
+        # The command line's -n is known now, whether jobs were planned only at exit.
+        if getattr(workflow.output_settings, "dryrun", False):
+            DRY_RUN_ERRORS = ErrorRecords()
+            logger.addHandler(DRY_RUN_ERRORS)
+            atexit.register(repeat_plan_after_dry_run, DRY_RUN_ERRORS)
