@@ -19,6 +19,7 @@ import shutil
 import subprocess
 
 import pytest
+import yaml
 from report_synth import make_runs, make_steps
 
 from ddpbench.results import aggregate
@@ -176,13 +177,16 @@ def test_the_image_digest_cache_is_written_through_no_guessable_name(tmp_path):
     assert (tmp_path / "ddpbench-cpu.sif.sha256").read_text().split()[-1] == digest
 
 
-def _archived_study(tmp_path, run_dir_of):
+def _archived_study(tmp_path, run_dir_of, config=None):
     """A results folder with one run, its tables listing that run as `run_dir_of(real run folder)`,
-    packed as an archive (the manifest covers the crafted table: its author wrote both)."""
+    packed as an archive (the manifest covers the crafted table: its author wrote both); `config`:
+    the study's recorded config.yaml."""
     from ddpbench.results import archive
 
     results = tmp_path / "study" / "results"
     summary = _run(results / "runs", "a", marker=1.0, extra_summary={"env": {"host": "archived-host"}})
+    if config is not None:
+        (results / "config.yaml").write_text(yaml.safe_dump(config))
     (results / "aggregate").mkdir()
     aggregate.aggregate([summary], results / "aggregate" / "runs.csv", results / "aggregate" / "steps.csv")
     rows = _read(results / "aggregate" / "runs.csv")
@@ -214,6 +218,23 @@ def test_report_from_an_archive_of_an_absolute_results_folder_reads_the_archived
     assert report.main(["--from", str(archived), "--out", str(tmp_path / "out"), "--no-pdf"]) == 0
     (row,) = _read(tmp_path / "out" / "aggregate" / "runs.csv")
     assert row["env_host"] == "archived-host"
+
+
+@pytest.mark.parametrize("config, threshold", [
+    ({"repeats": "until_decided", "until_decided": {"precision": 0.10}, "timing": {"max_rel_ci": 0.05}}, 0.10),
+    ({"repeats": "until_decided", "until_decided": {"precision": 0}, "timing": {"max_rel_ci": 0.07}}, 0.07),
+    ({"repeats": 3, "until_decided": {"precision": 0.10}, "timing": {"max_rel_ci": 0.05}}, 0.05),
+])  # fmt: skip
+def test_report_from_an_archive_flags_unstable_cells_at_the_workflows_threshold(tmp_path, monkeypatch, config, threshold):
+    """report --from took timing.max_rel_ci (0.05) where the workflow's report had taken a
+    sequential design's precision (0.10): a rebuilt report flagged other cells (issue 56)."""
+    from ddpbench.plan import config_schema
+
+    archived, _ = _archived_study(tmp_path, lambda real: str(real), config=config)
+    used = []
+    monkeypatch.setattr(report, "build_from_args", lambda args: used.append(args.max_rel_ci) or 0)
+    assert report.main(["--from", str(archived), "--out", str(tmp_path / "out"), "--no-pdf"]) == 0
+    assert used == [threshold] == [config_schema.stability_threshold(config)]
 
 
 def test_an_archive_bomb_is_refused_before_anything_is_unpacked(tmp_path, monkeypatch):

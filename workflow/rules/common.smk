@@ -38,6 +38,7 @@ from ddpbench.plan.cells import (  # noqa: E402
 from ddpbench.plan.config_schema import (  # noqa: E402
     coerce_typed_strings,
     non_finite_key,
+    stability_threshold,
     study_names,
 )
 from ddpbench.plan.grid import (  # noqa: E402
@@ -233,15 +234,6 @@ def repeat_priority(wildcards):
 def runtime_minutes_for_cell(wildcards):
     """A scheduler limit a little above the launcher's own wall-clock limit."""
     return runtime_minutes(cell_params(wildcards))
-
-
-def stability_threshold():
-    """The report flags a cell unstable above this relative half-width: timing.max_rel_ci, or
-    in a sequential design that asks it, the precision the design sought for every cell.
-    """
-    if SEQUENTIAL and DESIGN.precision > 0:
-        return DESIGN.precision
-    return config["timing"].get("max_rel_ci", 0.05)
 
 
 def image_for_cell(wildcards):

@@ -63,7 +63,7 @@ rule report:
     params:
         out_dir=subpath(output.html, parent=True),
         baseline_strategy=config["baseline"]["strategy"],
-        max_rel_ci=stability_threshold(),
+        max_rel_ci=stability_threshold(config),
         plan=PLAN_FILE,
         compare_to=lambda wildcards, input: (
             f"--compare-to {shlex.quote(input.baseline[0])}" if input.baseline else ""

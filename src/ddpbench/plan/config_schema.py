@@ -105,6 +105,18 @@ def study_names(config: Mapping[str, Any]) -> list[str]:
     return [] if not study else [study] if isinstance(study, str) else list(study)
 
 
+def stability_threshold(config: Mapping[str, Any]) -> float:
+    """The relative half-width above which the report flags a cell unstable: in a sequential design
+    that asks each cell's precision, that precision; else timing.max_rel_ci. The workflow's report
+    rule and `report --from` (a study's recorded config) both read it here, so a rebuilt report
+    flags the cells the workflow's did."""
+    if config.get("repeats") == "until_decided":
+        asked = (config.get("until_decided") or {}).get("precision", UNTIL_DECIDED["properties"]["precision"]["default"])
+        if float(asked) > 0:
+            return float(asked)
+    return float((config.get("timing") or {}).get("max_rel_ci", TIMING_SETTINGS["max_rel_ci"]["default"]))
+
+
 def _value_schema(f: dataclasses.Field) -> dict[str, Any]:
     """JSON schema of one value of cell parameter `f` (no description/default)."""
     kind = {int: "integer", float: "number", str: "string"}[_base_type(f)]

@@ -37,7 +37,7 @@ from ddpbench.analysis import design
 from ddpbench.results import aggregate
 from ddpbench.report import decisions, figures as plots, studies
 from ddpbench.core import safe_io, storage
-from ddpbench.plan.config_schema import study_names
+from ddpbench.plan.config_schema import stability_threshold, study_names
 from ddpbench.report.compare_page import comparison_section
 from ddpbench.report.context import DEFINITIONS, environment, grid, methodology, provenance_warnings
 from ddpbench.report.findings import findings
@@ -358,7 +358,7 @@ def rebuild_from_archive(args: argparse.Namespace) -> int:
     args.runs, args.steps = str(tables / "runs.csv"), str(tables / "steps.csv")
     args.baseline_strategy = args.baseline_strategy or (config.get("baseline") or {}).get("strategy") or A.BASELINE_STRATEGY
     if args.max_rel_ci is None:
-        args.max_rel_ci = (config.get("timing") or {}).get("max_rel_ci", A.MAX_REL_CI)
+        args.max_rel_ci = stability_threshold(config)
     # the study sections the workflow's report had (names this checkout has a section for)
     args.study = args.study or [name for name in study_names(config) if name in studies.STUDIES]
     return build_from_args(args)
