@@ -228,13 +228,13 @@ def test_report_from_an_archive_of_an_absolute_results_folder_reads_the_archived
 def test_report_from_an_archive_flags_unstable_cells_at_the_workflows_threshold(tmp_path, monkeypatch, config, threshold):
     """report --from took timing.max_rel_ci (0.05) where the workflow's report had taken a
     sequential design's precision (0.10): a rebuilt report flagged other cells (issue 56)."""
-    from ddpbench.plan import config_schema
+    from ddpbench.core import study_config
 
     archived, _ = _archived_study(tmp_path, lambda real: str(real), config=config)
     used = []
     monkeypatch.setattr(report, "build_from_args", lambda args: used.append(args.max_rel_ci) or 0)
     assert report.main(["--from", str(archived), "--out", str(tmp_path / "out"), "--no-pdf"]) == 0
-    assert used == [threshold] == [config_schema.stability_threshold(config)]
+    assert used == [threshold] == [study_config.stability_threshold(config)]
 
 
 def test_an_archive_bomb_is_refused_before_anything_is_unpacked(tmp_path, monkeypatch):

@@ -38,9 +38,8 @@ from ddpbench.plan.cells import (  # noqa: E402
 from ddpbench.plan.config_schema import (  # noqa: E402
     coerce_typed_strings,
     non_finite_key,
-    stability_threshold,
-    study_names,
 )
+from ddpbench.core.study_config import stability_threshold, study_names  # noqa: E402
 from ddpbench.plan.grid import (  # noqa: E402
     ConfigError,
     base_cell_params,

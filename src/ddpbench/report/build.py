@@ -37,7 +37,7 @@ from ddpbench.analysis import design
 from ddpbench.results import aggregate
 from ddpbench.report import decisions, figures as plots, studies
 from ddpbench.core import safe_io, storage
-from ddpbench.plan.config_schema import stability_threshold, study_names
+from ddpbench.core.study_config import stability_threshold, study_names
 from ddpbench.report.compare_page import comparison_section
 from ddpbench.report.context import DEFINITIONS, environment, grid, methodology, provenance_warnings
 from ddpbench.report.findings import findings
