@@ -3,8 +3,11 @@
 import json
 import os
 
-from ddpbench.plan import catalog, preflight as plan
+from ddpbench.plan import catalog, estimate, preflight as plan
 from ddpbench.core.params import CellParams
+
+
+QUIET = (0.0, "")  # the machine's load now, for the time estimate: as if quiet
 
 
 def cell(**changes):
@@ -13,10 +16,10 @@ def cell(**changes):
 
 def test_timed_steps_follow_epochs_minimums_and_the_cap():
     # 2048 samples / batch 128 = 16 steps an epoch; 1 + 2 warm-up steps are not timed
-    assert plan.timed_steps(cell(dataset_size=2048, batch_size=128, epochs=1, warmup_steps=2, min_timed_steps=5, max_steps=0)) == 13
-    assert plan.timed_steps(cell(dataset_size=512, batch_size=128, epochs=1, warmup_steps=2, min_timed_steps=20, max_steps=0)) == 20
-    assert plan.timed_steps(cell(dataset_size=512, batch_size=128, epochs=1, warmup_steps=2, min_timed_steps=20, max_steps=10)) == 7
-    assert plan.timed_steps(cell(batch_size="auto")) is None
+    assert estimate.timed_steps(cell(dataset_size=2048, batch_size=128, epochs=1, warmup_steps=2, min_timed_steps=5, max_steps=0)) == 13
+    assert estimate.timed_steps(cell(dataset_size=512, batch_size=128, epochs=1, warmup_steps=2, min_timed_steps=20, max_steps=0)) == 20
+    assert estimate.timed_steps(cell(dataset_size=512, batch_size=128, epochs=1, warmup_steps=2, min_timed_steps=20, max_steps=10)) == 7
+    assert estimate.timed_steps(cell(batch_size="auto")) is None
 
 
 def test_capped_cells_are_named_with_the_setting_to_change():
@@ -42,31 +45,35 @@ def test_fits_the_world_sizes_cannot_support_are_named_with_what_to_add():
     assert plan.fit_warnings(weak + [cell(world_size=3, scaling="weak")]) == []
 
 
-def test_the_time_estimate_uses_measured_runs_when_there_are_some(tmp_path):
-    cells = [cell(min_timed_s=5.0)]
-    assert "10 s a run, a default" in plan.time_estimate(cells, 3, 3, tmp_path)
-    runs = tmp_path / "runs" / "a"
+def test_the_time_estimate_learns_only_from_summaries_it_can_place(tmp_path):
+    """Summaries without a host (or failed) are not this host's runs: the default stays (the
+    learning itself: test_plan_estimate.py)."""
+    cells, results = [cell(min_timed_s=5.0)], tmp_path / "results"
+    assert "12 s a run, a default" in estimate.time_estimate(cells, 3, 3, results, now=QUIET)  # 6 + 1.2 x 5
+    runs = results / "runs" / "a"
     for i, s in enumerate((20.0, 30.0, 40.0)):
         (runs / f"repeat~{i}").mkdir(parents=True)
         timeline = {"launcher_start": 1000.0, "launcher_exit": 1000.0 + s}
         (runs / f"repeat~{i}" / "summary.json").write_text(json.dumps({"status": "ok", "timeline": timeline}))
     (runs / "repeat~9").mkdir()
-    (runs / "repeat~9" / "summary.json").write_text(json.dumps({"status": "failed"}))  # no timeline: left out
-    line = plan.time_estimate(cells, 3, 10, tmp_path)
-    assert "30 s a run, the median of 3 runs measured here" in line and "about 5 min" in line
+    (runs / "repeat~9" / "summary.json").write_text(json.dumps({"status": "failed"}))
+    line = estimate.time_estimate(cells, 3, 10, results, now=QUIET)
+    assert "12 s a run, a default, no run of this host in" in line and "about 2 min" in line, line
 
 
 def test_the_default_estimate_counts_what_a_link_cell_adds(tmp_path):
     one_node, on_link = cell(min_timed_s=1.0), cell(min_timed_s=1.0, link="100mbit")
-    assert "5 s a run, a default: 4 s fixed + the steps" in plan.time_estimate([one_node], 3, 3, tmp_path)
-    line = plan.time_estimate([one_node, on_link, on_link, on_link], 3, 90, tmp_path)
-    assert "8 s a run, a default: 4 s fixed (+ 4 s a cell over a link)" in line and "about 12 min" in line
+    line = estimate.time_estimate([one_node], 3, 3, tmp_path / "results", now=QUIET)
+    assert "7 s a run, a default" in line and ": 6 s fixed + the steps" in line, line
+    line = estimate.time_estimate([one_node, on_link, on_link, on_link], 3, 90, tmp_path / "results", now=QUIET)
+    assert "10 s a run, a default" in line and "6 s fixed (+ 4 s a cell over a link)" in line and "about 15 min" in line
 
 
 def test_the_default_estimate_counts_what_compiling_adds(tmp_path):
     eager, compiled = cell(min_timed_s=1.0), cell(min_timed_s=1.0, compile="model")
-    line = plan.time_estimate([eager, compiled], 3, 6, tmp_path)
-    assert "10 s a run, a default: 4 s fixed (+ 10 s a compiled cell)" in line and "about 61 s" in line  # 4 + 5 + 1.2
+    line = estimate.time_estimate([eager, compiled], 3, 6, tmp_path / "results", now=QUIET)
+    assert "12 s a run, a default" in line and "6 s fixed (+ 10 s a compiled cell)" in line, line
+    assert "about 73 s" in line  # 6 x (6 + 10 / 2 + 1.2)
 
 
 def test_the_default_estimate_counts_a_heavy_models_steps(tmp_path):
@@ -76,15 +83,15 @@ def test_the_default_estimate_counts_a_heavy_models_steps(tmp_path):
                test_size=1000, threads_per_rank=1, scaling="strong")  # fmt: skip
     one, four = cell(**vgg, strategy="single", world_size=1), cell(**vgg, strategy="ddp", world_size=4)
     flops = catalog.forward_flops("vgg11", "cifar10")
-    expected = (46 * 256 + 1000 / 3) * flops / plan.CPU_FORWARD_FLOPS_PER_S
-    assert plan.compute_s(one, cores=2) == expected  # ~154 s; measured 122 s (31 GFLOP/s on this VM)
+    expected = (46 * 256 + 1000 / 3) * flops / estimate.CPU_FORWARD_FLOPS_PER_S
+    assert estimate.compute_s(one, cores=2) == expected  # ~154 s; measured 122 s (31 GFLOP/s on this VM)
     # 4 ranks of 64 on 2 cores: a quarter of the work each, two ranks to a core
-    assert plan.compute_s(four, cores=2) == (46 * 64 + 1000 / 3) * flops / plan.CPU_FORWARD_FLOPS_PER_S * 2
-    assert plan.compute_s({**one, "device": "cuda"}, cores=2) == 0 and plan.compute_s({**one, "batch_size": "auto"}, cores=2) == 0
-    line = plan.time_estimate([one] + [four] * 6, 3, 21, tmp_path)  # 30 min measured for its 21 runs on 2 cores
+    assert estimate.compute_s(four, cores=2) == (46 * 64 + 1000 / 3) * flops / estimate.CPU_FORWARD_FLOPS_PER_S * 2
+    assert estimate.compute_s({**one, "device": "cuda"}, cores=2) == 0 and estimate.compute_s({**one, "batch_size": "auto"}, cores=2) == 0
+    line = estimate.time_estimate([one] + [four] * 6, 3, 21, tmp_path / "results", now=QUIET)  # 30 min measured for its 21 runs on 2 cores
     cores = os.cpu_count()
-    per_run = plan.FIXED_RUN_S + (plan.compute_s(one, cores) + 6 * plan.compute_s(four, cores)) / 7
-    assert f"({per_run:.0f} s a run, a default: 4 s fixed + the steps" in line, line
+    per_run = estimate.FIXED_RUN_S + (estimate.compute_s(one, cores) + 6 * estimate.compute_s(four, cores)) / 7
+    assert f"({per_run:.0f} s a run, a default" in line and "6 s fixed + the steps" in line, line
     # imagenette's FLOPs follow the image's area
     assert catalog.forward_flops("densenet121", "imagenette", 80) == catalog.forward_flops("densenet121", "imagenette") / 4
 

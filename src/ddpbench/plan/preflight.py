@@ -1,8 +1,9 @@
 """What a grid will measure, said before it runs: the warnings a newcomer needs.
 
 The workflow calls `warnings(cells, ...)` while planning (so `snakemake -n` and
-scripts/main.sh print them before any run). Each warning names the cells and the setting
-to change:
+scripts/main.sh print them before any run). The first line is the grid's estimated wall
+time (ddpbench.plan.estimate); each warning after it names the cells and the setting to
+change:
 
 - timed steps each run gets with the current timing settings, and the cells that
   `max_steps` caps below `min_timed_steps`;
@@ -11,40 +12,22 @@ to change:
 - scaling-law fits the grid's world sizes cannot support, with what to add;
 - training settings that measure something else than the user likely means: bf16 or fp16
   on a CPU (this machine's) without native arithmetic for it (emulated: slower than
-  fp32), AdamW at an SGD-sized learning rate (likely diverges);
-- the grid's estimated wall time, from this results folder's measured runs or a
-  documented default.
+  fp32), AdamW at an SGD-sized learning rate (likely diverges).
 
 Pure Python (no torch): gradient sizes come from the committed catalog.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import statistics
 from pathlib import Path
 from typing import Any, Iterable
 
+from ddpbench.core.params import CellParams
 from ddpbench.plan import catalog
-from ddpbench.core.params import NO_LINK, CellParams
+from ddpbench.plan.estimate import time_estimate, timed_steps
 
 BUCKETED = ("ddp", "ddp_fp16", "powersgd", "bucketed_allreduce")
-# Seconds a run costs beyond its timed steps before any is measured here: launch, imports,
-# process group, data, warm-up, evaluation (the default grid's runs on a 2-core VM: 3-5 s).
-FIXED_RUN_S = 4.0
-# ... and what a cell over a link adds (a second launcher per node, the namespaces, the bandwidth
-# probe): lab cells cost 5-11 s fixed against 3 s for one node (the interconnect preset, docs/clusters.md).
-LAB_RUN_S = 4.0
-# What compiling a cell's blocks adds to its run on a CPU (inductor, 2 cores): 10-17 s for an MLP's
-# three blocks with a cold cache, 1-3 s warm (measured 2026-11-27; docs/harness.md).
-COMPILE_RUN_S = 10.0
 PREFIX = "ddpbench plan: "
-# A CPU thread's pace, in a model's forward FLOPs (the catalog's) per second of training step
-# (forward, backward, update), for the estimate before anything is measured: one thread of the
-# 2-core VM measured 16 G for DenseNet-121 at 160 px and 31 G for VGG-11 on 32 px, so this
-# middle is within 1.5x of either.
-CPU_FORWARD_FLOPS_PER_S = 24e9
 # Low precisions and the CPU flags (/proc/cpuinfo: x86 "flags", Arm "Features") that give a
 # CPU native arithmetic in them. Without one, autocast's bf16/fp16 CPU kernels convert to and
 # from fp32 around fp32 arithmetic: slower than fp32, not faster.
@@ -55,38 +38,6 @@ NATIVE_CPU_FLAGS = {
 # AdamW moves each parameter by about lr a step whatever its gradient's size, so an SGD-sized lr
 # (the default 0.05) blows the weights up; AdamW's usual lr is 1e-4..1e-3.
 ADAMW_MAX_LR = 0.01
-
-
-def timed_steps(p: dict[str, Any]) -> int | None:
-    """Timed steps a run gets before `min_timed_s` adds any (None: batch size auto)."""
-    try:
-        batch, world = int(p["batch_size"]), int(p["world_size"])
-    except (TypeError, ValueError):
-        return None
-    global_batch = batch * world if p.get("scaling") == "weak" else batch
-    per_epoch = int(p["dataset_size"]) // global_batch
-    first_timed = 1 + int(p["warmup_steps"])
-    steps = max(int(p["epochs"]) * per_epoch, first_timed + int(p["min_timed_steps"]))
-    if int(p.get("max_steps") or 0):
-        steps = min(steps, int(p["max_steps"]))
-    return max(0, steps - first_timed)
-
-
-def compute_s(p: dict[str, Any], cores: int) -> float:
-    """Seconds a CPU run's steps and evaluation should take at CPU_FORWARD_FLOPS_PER_S a thread
-    (0 on a GPU, for batch auto, or for a model the catalog lacks)."""
-    timed = timed_steps(p)
-    shape = p["dataset"] if p["dataset"] != "synthetic" else p.get("synthetic_shape", "cifar10")
-    flops = catalog.forward_flops(p["model"], shape, p.get("image_size"), p.get("seq_len"))
-    if p.get("device", "cpu") != "cpu" or timed is None or not flops:
-        return 0.0
-    world = int(p["world_size"])
-    threads = int(p.get("threads_per_rank") or 0) or max(1, cores // world)
-    slower = max(1.0, world * threads / cores)  # ranks x threads beyond the cores share them
-    per_rank = int(p["batch_size"]) if p.get("scaling") == "weak" else int(p["batch_size"]) / world
-    steps = timed + 1 + int(p["warmup_steps"]) + int(p.get("profile_steps") or 0)
-    samples = steps * per_rank + int(p.get("test_size") or 0) / 3  # evaluation: a forward pass only
-    return samples * flops / (CPU_FORWARD_FLOPS_PER_S * threads) * slower
 
 
 def _name(p: dict[str, Any]) -> str:
@@ -197,51 +148,6 @@ def optimizer_warnings(cells: list[dict[str, Any]]) -> list[str]:
             f"AdamW's usual lr is 1e-4 to 1e-3: set params.lr (its default {CellParams().lr:g} is SGD's)"
         )
     return lines
-
-
-def measured_run_s(results: Path, limit: int = 200) -> list[float]:
-    """Wall seconds of this results folder's runs: launcher start to exit, from their summaries'
-    timelines. (Not Snakemake's `benchmark:` files: its timer samples a job's memory through
-    /proc/PID/smaps while the job runs, 8-15 % of a core taken from the timed steps.)"""
-    seconds = []
-    for path in (results / "runs").rglob("summary.json"):
-        try:
-            marks = json.loads(path.read_text()).get("timeline") or {}
-            seconds.append(float(marks["launcher_exit"]) - float(marks["launcher_start"]))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            continue
-        if len(seconds) >= limit:
-            break
-    return seconds
-
-
-def time_estimate(cells: list[dict[str, Any]], repeats: int | str, runs_to_do: int, results: Path) -> str:
-    measured = measured_run_s(results)
-    if measured:
-        per_run, source = statistics.median(measured), f"the median of {len(measured)} runs measured here"
-    else:
-        cores = os.cpu_count() or 1
-        steps = [max(1.2 * float(p["min_timed_s"]), compute_s(p, cores)) for p in cells]
-        on_link = sum(str(p.get("link", NO_LINK)) != NO_LINK for p in cells) / max(len(cells), 1)
-        compiled = sum(str(p.get("compile", "none")) != "none" for p in cells) / max(len(cells), 1)
-        per_run = FIXED_RUN_S + on_link * LAB_RUN_S + compiled * COMPILE_RUN_S + statistics.mean(steps or [0.0])
-        lab = f" (+ {LAB_RUN_S:g} s a cell over a link)" if on_link else ""
-        lab += f" (+ {COMPILE_RUN_S:g} s a compiled cell)" if compiled else ""
-        source = (f"a default: {FIXED_RUN_S:g} s fixed{lab} + the steps, the longer of 1.2 x min_timed_s and the "
-                  f"model's FLOPs at {CPU_FORWARD_FLOPS_PER_S / 1e9:g} GFLOP/s a CPU thread")  # fmt: skip
-    total = runs_to_do * per_run
-    return (
-        f"{len(cells)} cells x {repeats} repeats; {runs_to_do} run(s) to measure, about {_duration(total)} "
-        f"({per_run:.0f} s a run, {source}; runs are timed one at a time)"
-    )
-
-
-def _duration(s: float) -> str:
-    if s < 90:
-        return f"{s:.0f} s"
-    if s < 5400:
-        return f"{s / 60:.0f} min"
-    return f"{s / 3600:.1f} h"
 
 
 def warnings(
