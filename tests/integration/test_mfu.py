@@ -1,6 +1,6 @@
 """MFU of a real 2-rank CPU cell (issue 42): rank 0 counts the training FLOPs and measures the peak after
-the timed steps, the fields reach summary.json, and the peak is measured once per results folder (the
-second cell of the launch reads it back)."""
+the timed steps, the fields reach summary.json, and the peak is kept per results folder (the second cell of
+the launch reads it back, or measures it again where the machine is quiet now: core.peaks.settled)."""
 
 import json
 import math
@@ -20,7 +20,9 @@ MNIST_MLP = 2 * (784 * 512 + 512 * 256 + 256 * 10) * 3 - 2 * 784 * 512  # tests/
 def summaries(tmp_path_factory):
     out = tmp_path_factory.mktemp("mfu") / "w2"
     here = pathlib.Path(__file__).resolve().parent
-    proc = torchrun(2, str(here / "_cells.py"), str(out), "ddp:mlp", "allreduce:mlp", "--", *CELL_FLAGS)
+    with pytest.MonkeyPatch.context() as env:  # this host's copy of its peaks: a fresh one, so the first cell measures
+        env.setenv(peaks.HOST_PEAKS_ENV, str(out.parent / "host"))
+        proc = torchrun(2, str(here / "_cells.py"), str(out), "ddp:mlp", "allreduce:mlp", "--", *CELL_FLAGS)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return out, [json.loads((out / f"{s}-mlp" / "summary.json").read_text()) for s in ("ddp", "allreduce")]
 
@@ -39,12 +41,23 @@ def test_a_2_rank_cpu_cell_has_its_mfu_against_the_measured_peak(summaries):
     assert peak["threads"] == s["env"]["threads_per_rank"] and peak["dtype"] == "float32" and peak["matrix_n"] >= 256
     assert peak["torch"] == s["env"]["torch"] and not math.isnan(peak["best_s"])
     assert count["batch"] == s["per_rank_batch"] and count["flops_per_sample"] == MNIST_MLP
+    # which peak the MFU used, with the machine's load while it was measured (issue 58)
+    assert extra["peak_flops_matrix_n"] == peak["matrix_n"] and extra["peak_flops_busy"] == peak["busy"]
+    assert 0 <= extra["peak_flops_other_cpu_frac"] <= 1 and peak["busy"] == (peak["other_cpu_frac"] > peaks.BUSY_CPU_FRAC)
+    assert [size["n"] for size in peak["sizes"]] == sorted(size["n"] for size in peak["sizes"])
+    assert peak["flops_per_s"] == max(size["flops_per_s"] for size in peak["sizes"])
 
 
-def test_the_peak_is_measured_once_per_results_folder(summaries):
+def test_the_peak_is_kept_per_results_folder(summaries):
+    """The second cell reads the first's peak, or (a quiet machine at its start) measures it again to
+    confirm a quiet one or replace a busy one; the file holds the peak it used."""
     out, (first, second) = summaries
     a, b = first["env"]["peak_flops"], second["env"]["peak_flops"]
-    assert a["cached"] is False and b["cached"] is True
-    assert a["flops_per_s"] == b["flops_per_s"] == second["extra"]["peak_flops_measured"]
-    kept = out / a["file"]  # below the results folder: the folder the run folders are in
-    assert kept.parent == out / "peaks" and json.loads(kept.read_text())["flops_per_s"] == a["flops_per_s"]
+    assert a["cached"] is False and b["flops_per_s"] == second["extra"]["peak_flops_measured"]
+    assert b["cached"] is True or b["remeasured"] is True
+    if not a["busy"]:  # a quiet peak is kept, or replaced by a higher quiet one
+        assert b["flops_per_s"] >= a["flops_per_s"] and not b["busy"]
+    kept = out / b["file"]  # below the results folder: the folder the run folders are in
+    assert kept.parent == out / "peaks" and json.loads(kept.read_text())["flops_per_s"] == b["flops_per_s"]
+    hosts = out.parent / "host" / "peaks" / kept.name  # and the host's copy, which other results folders read
+    assert json.loads(hosts.read_text())["flops_per_s"] == b["flops_per_s"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 
 import pytest
 import torch
@@ -19,6 +20,12 @@ from ddpbench.run.data import TensorData
 from ddpbench.strategies.base import Context
 
 CPU = torch.device("cpu")
+
+
+@pytest.fixture(autouse=True)
+def results_folder_peaks_only(monkeypatch):
+    """The peak tests read and write each results folder's own peaks, not this host's copy (its tests set one)."""
+    monkeypatch.setenv(peaks.HOST_PEAKS_ENV, "off")
 
 
 def ctx(precision="fp32"):
@@ -117,11 +124,17 @@ def test_a_real_batch_is_the_first_training_samples():
 # -- the measured peak ------------------------------------------------------------------------------------
 
 
+QUIET = {"other_cpu_frac": 0.0, "loadavg": 0.1, "cores": 2, "busy": False}
+
+
 @pytest.fixture
 def quick_peak(monkeypatch):
-    """Small matrices and short repeats: the method, not the machine."""
+    """Small matrices and short repeats: the method, not the machine (nor its load: quiet while measured,
+    and never quiet at a later run's probe, so a kept peak is read back, not confirmed)."""
     monkeypatch.setattr(flops, "MAX_N", {"cpu": 256, "cuda": 1024})
     monkeypatch.setattr(flops, "REPEAT_S", 0.01)
+    monkeypatch.setattr(flops, "load_since", lambda start, device_type: dict(QUIET))
+    monkeypatch.setattr(flops, "quiet_now", lambda device_type: False)
 
 
 def test_matmul_peak_is_positive_and_says_how_it_was_measured(quick_peak):
@@ -131,6 +144,205 @@ def test_matmul_peak_is_positive_and_says_how_it_was_measured(quick_peak):
     assert found["flops_per_s"] == pytest.approx(2 * 256**3 / found["best_s"])
     assert found["threads"] == torch.get_num_threads() and found["torch"] == torch.__version__
     assert flops.matmul_peak(CPU, "bf16", repeats=2)["dtype"] == "bfloat16"
+    assert found["method_version"] == flops.PEAK_METHOD and found["sizes"][0]["n"] == 256
+    assert {k: found[k] for k in QUIET} == QUIET  # the load beside it
+
+
+def _fake_products(monkeypatch, rates: dict[int, float]):
+    """Timing by a table instead of the clock: a product of size n runs at rates[n] FLOP/s, except the first
+    timed repeat at each size (a busy spell), 3x slower; flops' clock advances by the products' time only."""
+    import types
+
+    calls: dict[int, int] = {}
+    clock = [0.0]
+
+    def per_product(a, b, c, device, count):
+        n = a.shape[0]
+        calls[n] = calls.get(n, 0) + 1
+        t = 2 * n**3 / rates[n] * (3 if calls[n] == 2 else 1)  # call 1: the single product
+        clock[0] += t * count
+        return t
+
+    monkeypatch.setattr(flops, "_per_product", per_product)
+    monkeypatch.setattr(flops, "time", types.SimpleNamespace(perf_counter=lambda: clock[0], time=flops.time.time))
+
+
+def test_the_peak_is_the_best_over_sizes_and_repeats_not_the_first_size_long_enough(quick_peak, monkeypatch):
+    """Issue 58: the first size long enough to time set the peak (n 1024 on a busy machine: 82.8 GFLOP/s,
+    n 2048 on a quiet one: 147.5). Now the larger sizes are timed too, within the budget, and the best
+    repeat of the best size counts: here 512 beats the first timed size (256) and the larger 1024."""
+    monkeypatch.setattr(flops, "MAX_N", {"cpu": 1024, "cuda": 1024})
+    monkeypatch.setattr(flops, "TARGET_S", 0.0)  # every size long enough to time
+    monkeypatch.setattr(flops, "BUDGET_S", 100.0)
+    _fake_products(monkeypatch, {256: 40e9, 512: 100e9, 1024: 80e9})
+    found = flops.matmul_peak(CPU, "fp32", repeats=5)
+    assert [s["n"] for s in found["sizes"]] == [256, 512, 1024]
+    assert found["matrix_n"] == 512 and found["flops_per_s"] == pytest.approx(100e9)
+    assert found["best_s"] == found["median_s"] == pytest.approx(2 * 512**3 / 100e9)  # the slow repeat is not it
+    assert [s["flops_per_s"] for s in found["sizes"]] == pytest.approx([40e9, 100e9, 80e9])
+
+
+def test_sizes_too_short_to_time_are_skipped_and_the_budget_bounds_the_larger_ones(quick_peak, monkeypatch):
+    monkeypatch.setattr(flops, "MAX_N", {"cpu": 2048, "cuda": 2048})
+    monkeypatch.setattr(flops, "TARGET_S", 0.002)  # 256 at 40 GFLOP/s: 0.84 ms, too short; 512: 2.7 ms
+
+    def sizes(budget):
+        monkeypatch.setattr(flops, "BUDGET_S", budget)
+        _fake_products(monkeypatch, {256: 40e9, 512: 100e9, 1024: 120e9, 2048: 130e9})
+        found = flops.matmul_peak(CPU, "fp32", repeats=3)
+        return [(s["n"], s["repeats"]) for s in found["sizes"]], found["matrix_n"]
+
+    assert sizes(100.0) == ([(512, 3), (1024, 3), (2048, 3)], 2048)
+    # after 512 (57 ms so far), 1024 would take 16 x 2.7 ms and 21.5 ms a repeat: 2 repeats fit in 0.16 s,
+    # the next (2048) none; in 0.12 s not even 2 of 1024's
+    assert sizes(0.16) == ([(512, 3), (1024, 2)], 1024)
+    assert sizes(0.12) == ([(512, 3)], 512)
+
+
+def test_the_load_beside_the_peak_is_the_cpu_share_other_processes_took(monkeypatch):
+    machine, own = iter([100.0, 101.0]), iter([10.0, 10.2])
+    monkeypatch.setattr(flops.sysinfo, "machine_busy_s", lambda: next(machine))
+    monkeypatch.setattr(flops.sysinfo, "own_cpu_s", lambda: next(own))
+    monkeypatch.setattr(flops.os, "cpu_count", lambda: 2)
+    start = flops.load_start()
+    start = (start[0] - 2.0, *start[1:])  # two seconds ago: 4 CPU seconds of capacity
+    load = flops.load_since(start, "cpu")
+    assert load["other_cpu_frac"] == pytest.approx(0.8 / 4, abs=1e-3) and load["busy"] is True and load["cores"] == 2
+    assert peaks.is_busy(0.2, "cuda") is False  # a GPU's matmuls do not wait for the CPU
+    assert peaks.is_busy(0.05, "cpu") is False and peaks.is_busy(None, "cpu") is False
+    monkeypatch.undo()
+    assert flops.load_since(flops.load_start(), "cpu")["other_cpu_frac"] is None  # too short a window to tell
+    start = flops.load_start()
+    time.sleep(flops.LOAD_MIN_S + 0.05)
+    real = flops.load_since(start, "cpu")  # this machine's own reading
+    assert 0.0 <= real["other_cpu_frac"] <= 1.0 and real["busy"] == (real["other_cpu_frac"] > peaks.BUSY_CPU_FRAC)
+
+
+def _peak_record(value: float, busy: bool, n: int = 1024) -> dict:
+    return {"flops_per_s": value, "matrix_n": n, "busy": busy, "other_cpu_frac": 0.45 if busy else 0.01,
+            "method_version": flops.PEAK_METHOD, "threads": torch.get_num_threads(), "torch": torch.__version__,
+            "measured_utc": "2026-11-27T15:20:00Z"}  # fmt: skip
+
+
+def test_a_busy_peak_is_measured_again_when_quiet_and_a_quiet_one_is_kept(tmp_path, monkeypatch):
+    """Issue 58: a peak measured on a busy machine is measured again by a later run that finds the machine
+    quiet; a quiet one is never replaced by a busy one, and is final once a second quiet measurement
+    confirms it (the higher of the two kept)."""
+    measured = []
+
+    def measure_as(*records):
+        queue = list(records)
+
+        def matmul_peak(device, precision):
+            measured.append(queue[0])
+            return queue.pop(0)
+
+        monkeypatch.setattr(flops, "matmul_peak", matmul_peak)
+
+    def quiet(answer):
+        monkeypatch.setattr(flops, "quiet_now", lambda device_type: answer)
+
+    def peak():
+        return flops.cached_peak(tmp_path, CPU, "fp32")
+
+    measure_as(_peak_record(80e9, busy=True))
+    first = peak()
+    assert first["cached"] is False and first["busy"] is True and "remeasured" not in first
+    path = tmp_path / first["file"]
+    measure_as()  # none: the machine is still busy, the kept busy peak is used
+    quiet(False)
+    assert peak()["flops_per_s"] == 80e9
+    quiet(True)  # quiet at the probe, busy again while measuring, and lower: the kept one stays
+    measure_as(_peak_record(70e9, busy=True))
+    again = peak()
+    assert again["flops_per_s"] == 80e9 and again["cached"] is True and again["remeasured"] is True
+    assert json.loads(path.read_text())["flops_per_s"] == 80e9
+    measure_as(_peak_record(150e9, busy=False, n=2048))  # quiet: replaces it
+    quiet_one = peak()
+    assert quiet_one["cached"] is False and quiet_one["remeasured"] is True and quiet_one["flops_per_s"] == 150e9
+    kept = json.loads(path.read_text())
+    assert kept["busy"] is False and kept["matrix_n"] == 2048 and kept["quiet_measurements"] == 1
+    assert peaks.signed_here(kept)
+    for busy_value in (100e9, 160e9):  # never a busy one over a quiet one, lower or higher
+        measure_as(_peak_record(busy_value, busy=True))
+        assert peak()["flops_per_s"] == 150e9 and json.loads(path.read_text()) == kept
+    measure_as(_peak_record(140e9, busy=False))  # the second quiet measurement: the higher kept, settled
+    confirmed = peak()
+    assert confirmed["flops_per_s"] == 150e9 and confirmed["cached"] is True and confirmed["quiet_measurements"] == 2
+    assert json.loads(path.read_text())["quiet_measurements"] == 2 and peaks.signed_here(json.loads(path.read_text()))
+    measure_as()  # settled: neither probed nor measured again
+    monkeypatch.setattr(flops, "quiet_now", lambda device_type: pytest.fail("probed a settled peak"))
+    assert peak()["flops_per_s"] == 150e9 and len(measured) == 6
+
+
+def test_every_results_folder_of_a_host_divides_by_the_hosts_peak(tmp_path, monkeypatch):
+    """Issue 58: one host read 82.8 GFLOP/s in one results folder and 147.5 in the next. The host keeps
+    a copy: a second results folder reads it (no measurement), holds it too, and a busy host copy is
+    measured again when quiet, in both places."""
+    monkeypatch.setenv(peaks.HOST_PEAKS_ENV, str(tmp_path / "host"))
+    records = iter([_peak_record(98e9, busy=False), _peak_record(99e9, busy=False)])
+    monkeypatch.setattr(flops, "matmul_peak", lambda device, precision: next(records))
+    monkeypatch.setattr(flops, "quiet_now", lambda device_type: True)
+    first = flops.cached_peak(tmp_path / "a", CPU, "fp32")
+    host_file = peaks.peak_file(tmp_path / "host", first["host"], "cpu", "fp32", torch.get_num_threads())
+    assert first["cached"] is False and json.loads(host_file.read_text())["flops_per_s"] == 98e9
+    second = flops.cached_peak(tmp_path / "b", CPU, "fp32")  # quiet once: measured once more, the higher kept
+    assert second["flops_per_s"] == 99e9 and second["quiet_measurements"] == 2
+    third = flops.cached_peak(tmp_path / "c", CPU, "fp32")  # settled: read, never measured (next() would stop)
+    assert third["cached"] is True and third["flops_per_s"] == 99e9 and third["file"] == second["file"]
+    assert json.loads((tmp_path / "c" / third["file"]).read_text())["flops_per_s"] == 99e9  # the folder's own copy
+    assert peaks.signed_here(json.loads((tmp_path / "c" / third["file"]).read_text()))
+    # a folder's own settled peak stands over a host copy that fewer quiet measurements stand for
+    host_file.write_text(json.dumps(peaks.signed({**json.loads(host_file.read_text()), "quiet_measurements": 1,
+                                                  "flops_per_s": 50e9})))  # fmt: skip
+    assert flops.cached_peak(tmp_path / "c", CPU, "fp32")["flops_per_s"] == 99e9
+    # a copy another host's key signed (or edited) is not read: measured here
+    host_file.write_text(json.dumps({**json.loads(host_file.read_text()), "flops_per_s": 500e9}))
+    monkeypatch.setattr(flops, "matmul_peak", lambda device, precision: _peak_record(97e9, busy=False))
+    assert flops.cached_peak(tmp_path / "d", CPU, "fp32")["flops_per_s"] == 97e9
+    monkeypatch.setenv(peaks.HOST_PEAKS_ENV, "off")  # off: no host copy read or written
+    assert peaks.host_peaks_folder() is None
+
+
+def test_a_second_quiet_measurement_that_is_higher_replaces_the_first(tmp_path, monkeypatch):
+    records = iter([_peak_record(102e9, busy=False), _peak_record(193e9, busy=False)])  # issue 58's 2-thread pair
+    monkeypatch.setattr(flops, "matmul_peak", lambda device, precision: next(records))
+    monkeypatch.setattr(flops, "quiet_now", lambda device_type: True)
+    assert flops.cached_peak(tmp_path, CPU, "fp32")["flops_per_s"] == 102e9
+    second = flops.cached_peak(tmp_path, CPU, "fp32")
+    assert second["flops_per_s"] == 193e9 and second["cached"] is False and second["quiet_measurements"] == 2
+    assert flops.cached_peak(tmp_path, CPU, "fp32")["cached"] is True  # settled: no third measurement (next() would stop)
+
+
+def test_a_peak_kept_by_the_older_method_is_measured_again(tmp_path, monkeypatch):
+    monkeypatch.setattr(flops, "matmul_peak", lambda device, precision: _peak_record(150e9, busy=False))
+    first = flops.cached_peak(tmp_path, CPU, "fp32")
+    path = tmp_path / first["file"]
+    old = {k: v for k, v in json.loads(path.read_text()).items() if k not in ("method_version", peaks.SIGNATURE)}
+    path.write_text(json.dumps(peaks.signed({**old, "flops_per_s": 82.8e9})))  # first size long enough, no load
+    assert flops.cached_peak(tmp_path, CPU, "fp32")["flops_per_s"] == 150e9
+
+
+def test_quiet_measurements_settle_a_peak():
+    records = (None, {"busy": True}, {"busy": False}, {"busy": False, "quiet_measurements": 2})
+    assert [peaks.quiet_count(r) for r in records] == [0, 0, 1, 2]
+    assert not peaks.settled({"busy": False}) and peaks.settled({"busy": False, "quiet_measurements": 2})
+    assert not peaks.settled({"busy": True, "quiet_measurements": 2})
+
+
+@pytest.mark.parametrize("kept, found, keep", [
+    (None, (80e9, True), "found"),
+    ((80e9, True), (60e9, False), "found"),  # a quiet one over a busy one, even lower
+    ((150e9, False), (100e9, True), "kept"),  # never a lower busy one over a quiet one
+    ((150e9, False), (160e9, True), "kept"),  # nor a higher busy one: a busy machine says nothing sure
+    ((80e9, True), (90e9, True), "found"),  # both busy: the higher
+    ((80e9, True), (70e9, True), "kept"),
+    ((150e9, False), (155e9, False), "found"),
+])  # fmt: skip
+def test_which_peak_is_kept(kept, found, keep):
+    k = {"flops_per_s": kept[0], "busy": kept[1]} if kept else None
+    f = {"flops_per_s": found[0], "busy": found[1]}
+    assert peaks.better_peak(k, f) is (k if keep == "kept" else f)
 
 
 def test_the_peak_is_measured_once_per_results_folder_and_read_back(quick_peak, tmp_path, monkeypatch):
@@ -258,10 +470,16 @@ def test_mfu_is_achieved_over_world_times_the_peak_per_rank():
 
 
 def test_flops_fields_read_measures_result_and_blank_without_one():
-    result = {"count": {"flops_per_sample": 7e6}, "peak": {"flops_per_s": 70e9, "datasheet_flops_per_s": None}}
+    result = {"count": {"flops_per_sample": 7e6}, "peak": {"flops_per_s": 70e9, "datasheet_flops_per_s": None,
+                                                           **_peak_record(70e9, busy=True, n=2048)}}
     f = flops.fields(result, 1000.0, 1)
     assert f["mfu_measured"] == pytest.approx(0.1) and f["mfu_datasheet"] is None
+    assert set(f) == {*peaks.MFU_FIELDS, *peaks.PEAK_FIELDS}
+    assert (f["peak_flops_matrix_n"], f["peak_flops_busy"], f["peak_flops_other_cpu_frac"]) == (2048, True, 0.45)
+    assert f["peak_flops_measured_utc"] == "2026-11-27T15:20:00Z"
     assert all(v is None for v in flops.fields(None, 1000.0, 2).values())
+    failed = flops.fields({"peak": {"error": "RuntimeError: x", "datasheet_flops_per_s": None}}, 1000.0, 1)
+    assert all(failed[k] is None for k in peaks.PEAK_FIELDS)
     assert flops.provenance(result) == {"peak_flops": result["peak"], "flop_count": result["count"]}
 
 
@@ -271,7 +489,8 @@ def test_flops_fields_read_measures_result_and_blank_without_one():
 def _summary(root, strategy, world, repeat, samples_per_s):
     run_dir = root / "runs" / f"strategy~{strategy}" / f"world_size~{world}" / f"repeat~{repeat}"
     run_dir.mkdir(parents=True)
-    extra = peaks.mfu_fields(7_093_248, samples_per_s, world, 60e9, None)
+    extra = {**peaks.mfu_fields(7_093_248, samples_per_s, world, 60e9, None),
+             **peaks.peak_fields(_peak_record(60e9, busy=strategy == "ddp"))}
     summary = run_output.make_summary("ok", "", CellParams(strategy=strategy).as_dict(), world, 1,
                                       {"host": "h", "peak_flops": {"flops_per_s": 60e9, "matrix_n": 1024}},
                                       {"samples_per_s": samples_per_s, "epoch_time_s": 5e4 / samples_per_s}, extra)  # fmt: skip
@@ -286,8 +505,11 @@ def test_mfu_fields_reach_runs_csv_and_cells_csv_as_medians(tmp_path):
     paths = [_summary(tmp_path, s, p, r, v) for (s, p), vs in rates.items() for r, v in enumerate(vs)]
     aggregate.aggregate(paths, tmp_path / "runs.csv", tmp_path / "steps.csv")
     runs = analysis.load_runs(tmp_path / "runs.csv")
-    for field in peaks.MFU_FIELDS:
+    for field in (*peaks.MFU_FIELDS, *peaks.PEAK_FIELDS):
         assert f"extra_{field}" in runs, field
+    busy = runs.set_index("strategy")["extra_peak_flops_busy"].map(analysis.truthy)
+    assert busy["ddp"].all() and not busy["single"].any()  # which peak each run used, per run
+    assert (runs["extra_peak_flops_matrix_n"] == 1024).all()
     assert "env_peak_flops" not in runs  # the measurement's record stays in summary.json's env
     cells = analysis.cell_stats(runs).set_index("strategy")
     ddp = cells.loc["ddp"]
@@ -327,6 +549,46 @@ def test_the_mfu_finding_names_the_best_and_worst_cell_with_the_reference_peak()
     (g,) = mfu_findings(_mfu_cells(datasheet=True), ["strategy", "world_size"])
     assert "(measured peak per rank), 3.10 % (no interval) of 1 × 600 GFLOP/s (datasheet peak per device)" in g.text
     assert mfu_findings(_mfu_cells().drop(columns="extra_mfu_measured"), ["strategy"]) == []
+
+
+def _mfu_runs(busy_strategy: str | None, folder_remeasured: bool = False):
+    """runs.csv rows of _mfu_cells' cells, 3 repeats each: the peak each used (n 2048, quiet), the
+    `busy_strategy`'s measured on a busy machine (n 1024, others took 45 % of the CPU)."""
+    import pandas as pd
+
+    rows = []
+    for strategy, p in (("ddp", 2), ("allreduce", 2), ("single", 1)):
+        busy = strategy == busy_strategy
+        for repeat in range(3):
+            peak = 82.8e9 if folder_remeasured and repeat == 0 else 60e9
+            rows.append(dict(strategy=strategy, world_size=p, repeat=repeat, status="ok", extra_mfu_measured=0.2,
+                             extra_peak_flops_measured=peak, extra_peak_flops_matrix_n=1024 if busy else 2048,
+                             extra_peak_flops_busy="True" if busy else "False",
+                             extra_peak_flops_other_cpu_frac=0.45 if busy else 0.01))  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_the_mfu_finding_says_which_peak_each_cell_used_and_flags_a_busy_one():
+    """Issue 58: the report did not say the peak was measured on a busy machine (its MFU reads high)."""
+    from ddpbench.report.findings.mfu import mfu_findings, peak_text
+
+    shown = ["strategy", "world_size"]
+    (f,) = mfu_findings(_mfu_cells(), shown, _mfu_runs(busy_strategy="allreduce"))
+    best, worst = f.text.split("; lowest: ")
+    assert "of 1 × 60.0 GFLOP/s (measured peak per rank, n = 2048 matmul)" in best and "busy" not in best
+    assert ("of 2 × 60.0 GFLOP/s (measured peak per rank, n = 1024 matmul, measured on a busy machine in 3 of 3 runs "
+            "(others took up to 45.0 % of the CPU): the MFU reads high)") in worst  # fmt: skip
+    assert f.text.endswith(" 1 of 3 cells' MFU use a peak measured on a busy machine (others took over 10 % of the "
+                           "CPU): read high until a run on a quiet machine measures the peak again.")  # fmt: skip
+    (quiet,) = mfu_findings(_mfu_cells(), shown, _mfu_runs(busy_strategy=None))
+    assert "busy" not in quiet.text and "n = 2048 matmul" in quiet.text
+    # runs from before the peak was recorded: as before
+    before = _mfu_runs(None).drop(columns=["extra_peak_flops_matrix_n", "extra_peak_flops_busy"])
+    (old,) = mfu_findings(_mfu_cells(), shown, before)
+    assert "(measured peak per rank)" in old.text
+    # a results folder whose peak was measured again: the cell's runs used two
+    assert peak_text(_mfu_runs(None, folder_remeasured=True).query("strategy == 'ddp'")) == (
+        "2 peaks, 60.0 GFLOP/s–82.8 GFLOP/s, n = 2048 matmul")
 
 
 def test_the_mfu_figure_is_drawn_against_p_else_the_batch_and_left_out_without_mfu():

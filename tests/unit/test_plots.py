@@ -384,3 +384,39 @@ def test_throughput_is_quoted_in_tokens_per_s_where_every_cell_is_a_token_cell()
         table = cells_table(d.cells, ["strategy", "world_size"])
         assert ("throughput [tokens/s]" in table.columns) == (unit == "tokens/s")
         assert "throughput [samples/s]" in table.columns  # both, each labelled
+
+
+def test_the_mfu_figure_draws_every_cell_of_every_setting_and_names_the_peaks():
+    """Issue 58: the MFU figure drew only the panels spanning world sizes (fp32, grad_accum 1: where the
+    baseline ran), 5 of 17 cells here, while the finding quoted a bf16 cell. Two precisions x two
+    grad_accum, single only at fp32/1: every cell with an MFU is a point, one panel per setting; the title
+    names the peak per precision and flags the one measured on a busy machine."""
+    from report_synth import make_sharding_runs
+
+    from ddpbench.report.figures.mfu import MFU, fig_mfu
+
+    runs = make_sharding_runs(precisions=("fp32", "bf16"), grad_accums=(1, 4))
+    base = (runs["precision"] == "fp32") & (runs["grad_accum"] == 1)
+    runs = runs[(runs["strategy"] != "single") | base].reset_index(drop=True)
+    runs["extra_peak_flops_matrix_n"] = 2048
+    runs["extra_peak_flops_busy"] = runs["precision"] == "bf16"
+    runs["extra_peak_flops_other_cpu_frac"] = np.where(runs["precision"] == "bf16", 0.4, 0.0)
+    runs = A.load_runs_frame(runs)
+    d = _data(runs)
+    cells = d.cells[pd.to_numeric(d.cells[MFU], errors="coerce").notna()]
+    assert len(cells) == 17
+    (fig,) = fig_mfu(d)
+    try:
+        titles = sorted(ax.get_title() for ax in fig.axes)
+        assert len(titles) == 4 and all("precision=" in t and "grad_accum=" in t for t in titles), titles
+        drawn = [y for ax in fig.axes for line in ax.lines if not line.get_label().startswith("_")
+                 for y in np.asarray(line.get_ydata(), float) if np.isfinite(y)]  # fmt: skip
+        assert sorted(drawn) == pytest.approx(sorted(cells[MFU]))  # every cell once
+        title = " ".join(fig.get_suptitle().split())
+        assert "measured peak per rank: bf16 60.0 GFLOP/s (n = 2048 matmul, measured on a busy machine" in title
+        assert "fp32 60.0 GFLOP/s (n = 2048 matmul)" in title
+        r = fig.canvas.get_renderer()  # the longer title laid out again: inside the figure
+        b = fig._suptitle.get_window_extent(r)
+        assert b.x0 >= -1 and b.x1 <= fig.bbox.width + 1 and b.y1 <= fig.bbox.height + 1
+    finally:
+        plt.close(fig)

@@ -7,9 +7,13 @@ a peak and the FLOP count of a training step are run.flops'; docs/metrics.md def
     mfu_datasheet = achieved_flops_per_s / (peak_flops_datasheet x world_size)
 
 `peak_flops_measured` is per rank: the best square matmul one rank does in the cell's precision
-with its threads (on CPU) or its GPU, measured once per host, device, precision and results folder
-(the file `peak_file` names). `peak_flops_datasheet` is per device from `DATASHEET`; none on CPU,
-where the measured peak is the only honest reference.
+with its threads (on CPU) or its GPU, over several sizes and repeats, kept per host, device, precision
+and results folder (the file `peak_file` names) with the share of the CPU other processes took while it
+was measured; one measured on a busy machine (`is_busy`), or quiet only once, is measured again when a
+later run finds the machine quiet (`settled`; `better_peak` says which to keep). A run records the peak
+it used (`peak_fields`).
+`peak_flops_datasheet` is per device from `DATASHEET`; none on CPU, where the measured peak is the
+only honest reference.
 """
 
 from __future__ import annotations
@@ -133,6 +137,72 @@ def mfu_fields(
     }
 
 
+# -- which measured peak a run used, and which one to keep ---------------------------------------------
+
+# Other processes took more than this share of the machine's CPU while the peak was measured: busy. The
+# runs' own threshold (analysis.health.BUSY_CPU_FRAC), so a peak and a run are called busy alike.
+BUSY_CPU_FRAC = 0.10
+PEAK_FIELDS = ("peak_flops_matrix_n", "peak_flops_other_cpu_frac", "peak_flops_busy", "peak_flops_measured_utc")
+
+
+def is_busy(other_cpu_frac: float | None, device_type: str) -> bool:
+    """Whether a peak measured while others took `other_cpu_frac` of the CPU was measured on a busy
+    machine. Judged on CPU only: a GPU's matmuls do not wait for the CPU (its own load is not read)."""
+    frac = _positive(other_cpu_frac)
+    return device_type == "cpu" and frac is not None and frac > BUSY_CPU_FRAC
+
+
+def better_peak(kept: dict[str, Any] | None, found: dict[str, Any]) -> dict[str, Any]:
+    """The peak to keep of a kept one and one measured now: a quiet measurement over a busy one (a busy
+    one only reads low; so a quiet one is never replaced by a busy one), else the higher."""
+    if kept is None:
+        return found
+    if bool(kept.get("busy")) != bool(found.get("busy")):
+        return kept if not kept.get("busy") else found
+    return found if (_positive(found.get("flops_per_s")) or 0) > (_positive(kept.get("flops_per_s")) or 0) else kept
+
+
+QUIET_TO_SETTLE = 2  # quiet measurements after which a kept peak is never measured again
+
+
+def quiet_count(record: dict[str, Any] | None) -> int:
+    """How many quiet measurements a kept peak stands for (a busy one: none)."""
+    if record is None or record.get("busy"):
+        return 0
+    return int(record.get("quiet_measurements") or 1)
+
+
+def most_measured(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Of a results folder's kept peak and the host's: the one more quiet measurements stand for,
+    else the one better_peak keeps."""
+    if a is None or b is None:
+        return a or b
+    if quiet_count(a) != quiet_count(b):
+        return a if quiet_count(a) > quiet_count(b) else b
+    return better_peak(a, b)
+
+
+def settled(kept: dict[str, Any]) -> bool:
+    """Whether a kept peak is final: quiet QUIET_TO_SETTLE times. One quiet measurement is measured once
+    more by a later quiet run (the higher kept): a slowdown /proc/stat does not show (a neighbour on the
+    same physical host, a frequency drop) can halve one measurement that looked quiet."""
+    return quiet_count(kept) >= QUIET_TO_SETTLE
+
+
+def peak_fields(peak: dict[str, Any] | None) -> dict[str, Any]:
+    """summary.json extra's record of the measured peak a run's MFU used (PEAK_FIELDS): its matrix size,
+    the CPU share others took while it was measured, whether that was a busy machine, when; all null
+    without a measured peak (and the load's for a peak kept before the load was recorded)."""
+    peak = peak if isinstance(peak, dict) and _positive(peak.get("flops_per_s")) else {}
+    busy = peak.get("busy")
+    return {
+        "peak_flops_matrix_n": peak.get("matrix_n"),
+        "peak_flops_other_cpu_frac": peak.get("other_cpu_frac"),
+        "peak_flops_busy": bool(busy) if busy is not None else None,
+        "peak_flops_measured_utc": peak.get("measured_utc"),
+    }
+
+
 # -- where a measured peak is kept -------------------------------------------------------------------
 
 PEAKS_FOLDER = "peaks"
@@ -188,6 +258,19 @@ def signed_here(record: Any) -> bool:
     key = host_key()
     mark = record.get(SIGNATURE) if isinstance(record, dict) else None
     return bool(key) and isinstance(mark, str) and hmac.compare_digest(mark, _mac(key, record))
+
+
+HOST_PEAKS_ENV = "DDPBENCH_HOST_PEAKS"  # where this host keeps its peaks for every results folder ("off": none)
+
+
+def host_peaks_folder() -> Path | None:
+    """The folder whose peaks/ holds this host's measured peaks for every results folder:
+    $DDPBENCH_HOST_PEAKS, else $XDG_CACHE_HOME/ddpbench (~/.cache by default) beside the host key;
+    None with DDPBENCH_HOST_PEAKS=off (each results folder measures its own)."""
+    value = os.environ.get(HOST_PEAKS_ENV)
+    if value == "off":
+        return None
+    return Path(value) if value else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ddpbench"
 
 
 def results_folder(run_dir: str | Path) -> Path:

@@ -7,10 +7,18 @@ divided by the batch. It counts the matrix products (mm, addmm, bmm, convolution
 "model FLOPs" means; elementwise work, the optimizer and any recomputation are not in it.
 
 `matmul_peak`: square matrix products in the cell's precision (fp32; tf32: fp32 with TF32 on,
-CUDA only; bf16; fp16), timed after a warm-up, best of several repeats, FLOP/s = 2n³/t; the size
-grows until one product takes long enough to time (or the device's memory or MAX_N stops it). On
-CPU it runs with the rank's threads, so it is what one rank can do. `cached_peak` keeps it in
-<results>/peaks/ (core.peaks.peak_file), measured once per host, device, precision and results folder.
+CUDA only; bf16; fp16), timed after a warm-up, FLOP/s = 2n³/t, the best over sizes and repeats: the
+size doubles from MIN_N; each size whose one product takes long enough to time (and the largest one
+MAX_N or the device's memory allows) is timed in repeats, and the next larger one is tried too while
+at least MIN_REPEATS of its repeats fit in BUDGET_S; so neither a small matrix nor a busy spell in
+some repeats sets the peak. Beside it, the share of the machine's CPU other processes took meanwhile
+(/proc/stat less this process's own): above peaks.BUSY_CPU_FRAC the peak is flagged busy. On CPU it runs with the
+rank's threads, so it is what one rank can do. `cached_peak` keeps it in <results>/peaks/
+(core.peaks.peak_file) per host, device, precision and results folder, and a copy for the host
+(core.peaks.host_peaks_folder: every results folder of a host divides by one peak); later runs that find the
+machine quiet measure it again, keeping the better, until two quiet measurements settle it (a busy
+one only reads low, and a quiet-looking one can be slowed unseen: on a 2-core host a 2-thread peak
+read 102 GFLOP/s with others at 1 % of the CPU, and 193 GFLOP/s three minutes later).
 
 `measure`: both, on rank 0, after the timed steps and evaluation, between barriers, so no other
 rank computes while the peak is measured and nothing of it lands in a timed step.
@@ -21,6 +29,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 import socket
 import time
 from pathlib import Path
@@ -38,9 +47,17 @@ from ddpbench.strategies.base import Context
 DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 COUNT_BATCH = 8  # samples of the counted step (FLOPs per sample do not depend on it; time and memory do)
 MIN_N, MAX_N = {"cpu": 256, "cuda": 1024}, {"cpu": 4096, "cuda": 8192}
-TARGET_S = 0.02  # grow the matrices until one product takes this long
+TARGET_S = 0.02  # a product this long can be timed: sizes from here on are timed
 REPEAT_S = 0.1  # each timed repeat runs at least this long (several products)
 REPEATS = 5
+BUDGET_S = 2.5  # a larger size is tried while the measurement's estimated total stays within this
+MIN_REPEATS = 2  # ... in at least this many repeats
+# CPU times come in 10 ms ticks: over a shorter window a share is mostly rounding.
+LOAD_MIN_S = 0.2
+QUIET_PROBE_S = 0.25  # how long a kept busy peak's machine is watched before it is measured again
+# The way a peak is measured, kept in its file: a peak kept by another way (before sizes were compared
+# and the load read) is measured again.
+PEAK_METHOD = 2
 
 
 class _NoTimer:
@@ -89,51 +106,103 @@ def _fits(n: int, dtype: torch.dtype, device: torch.device) -> bool:
     return 3 * n * n * torch.empty((), dtype=dtype).element_size() <= free / 2
 
 
+def _operands(n: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, ...]:
+    a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
+    return a, b, torch.empty(n, n, device=device, dtype=dtype)
+
+
+def _per_product(a, b, c, device: torch.device, count: int) -> float:
+    """Seconds per product over `count` back-to-back products."""
+    _sync(device)
+    t = time.perf_counter()
+    for _ in range(count):
+        torch.mm(a, b, out=c)
+    _sync(device)
+    return (time.perf_counter() - t) / count
+
+
+def _time_size(a, b, c, device: torch.device, single: float, repeats: int) -> dict[str, Any]:
+    """`repeats` timed repeats of at least REPEAT_S each, at one size."""
+    n = a.shape[0]
+    per_repeat = max(1, math.ceil(REPEAT_S / max(single, 1e-9)))
+    times = sorted(_per_product(a, b, c, device, per_repeat) for _ in range(repeats))
+    return {"n": n, "flops_per_s": 2 * n**3 / times[0], "best_s": times[0], "median_s": times[len(times) // 2],
+            "matmuls_per_repeat": per_repeat, "repeats": repeats}  # fmt: skip
+
+
+def _timed_sizes(device: torch.device, dtype: torch.dtype, first: int, top: int, repeats: int) -> list[dict[str, Any]]:
+    """Each size timed (see the module's docstring), smallest first: at least one. After the first timed
+    size, the next is timed in as many repeats (at least MIN_REPEATS) as BUDGET_S has room for."""
+    start, timed, n, allowed = time.perf_counter(), [], first, repeats
+    while True:
+        a, b, c = _operands(n, dtype, device)
+        torch.mm(a, b, out=c)  # warm-up: kernels chosen, pages touched
+        single = _per_product(a, b, c, device, 1)
+        last = 2 * n > top or not _fits(2 * n, dtype, device)
+        if single >= TARGET_S or last:
+            timed.append(_time_size(a, b, c, device, single, allowed))
+        del a, b, c
+        # the next size: 8x the work a product; its warm-up and single product, then its repeats
+        room = BUDGET_S - (time.perf_counter() - start) - 16 * single
+        allowed = min(repeats, int(room // max(REPEAT_S, 8 * single))) if timed else repeats
+        if last or allowed < MIN_REPEATS:
+            return timed
+        n *= 2
+
+
+def load_start() -> tuple[float, float | None, float]:
+    """A reading to measure the machine's load from (`load_since`): wall, machine and own CPU seconds."""
+    return time.perf_counter(), sysinfo.machine_busy_s(), sysinfo.own_cpu_s()
+
+
+def load_since(start: tuple[float, float | None, float], device_type: str) -> dict[str, Any]:
+    """The share of the machine's CPU (every core, /proc/stat) other processes took since `start`
+    (this process's own time left out; None over less than LOAD_MIN_S), the 1-minute load average
+    beside it, and whether that is busy."""
+    t0, busy0, own0 = start
+    wall, busy1, own1 = time.perf_counter() - t0, sysinfo.machine_busy_s(), sysinfo.own_cpu_s()
+    cores = os.cpu_count() or 1
+    frac = None
+    if busy0 is not None and busy1 is not None and wall >= LOAD_MIN_S:
+        frac = round(min(1.0, max(0.0, (busy1 - busy0) - (own1 - own0)) / (wall * cores)), 4)
+    return {"other_cpu_frac": frac, "loadavg": sysinfo.loadavg(), "cores": cores, "busy": peaks.is_busy(frac, device_type)}
+
+
+def quiet_now(device_type: str) -> bool:
+    """Whether other processes leave the machine quiet for QUIET_PROBE_S (this process sleeps meanwhile)."""
+    start = load_start()
+    time.sleep(QUIET_PROBE_S)
+    return not load_since(start, device_type)["busy"]
+
+
 def matmul_peak(device: torch.device, precision: str, repeats: int = REPEATS, max_n: int | None = None) -> dict[str, Any]:
     """The best FLOP/s of square matrix products on `device` in `precision`, and how it was measured."""
     dtype = DTYPES[precision]
     kind = device.type if device.type in MIN_N else "cpu"
-    top = max_n or MAX_N[kind]
     tf32_before = torch.backends.cuda.matmul.allow_tf32
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    began = load_start()
     try:
-        n, single = MIN_N[kind], 0.0
-        while True:
-            a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
-            c = torch.empty(n, n, device=device, dtype=dtype)
-            torch.mm(a, b, out=c)  # warm-up: kernels chosen, pages touched
-            _sync(device)
-            t = time.perf_counter()
-            torch.mm(a, b, out=c)
-            _sync(device)
-            single = time.perf_counter() - t
-            if single >= TARGET_S or 2 * n > top or not _fits(2 * n, dtype, device):
-                break
-            del a, b, c
-            n *= 2
-        per_repeat = max(1, math.ceil(REPEAT_S / max(single, 1e-9)))
-        times = []
-        for _ in range(repeats):
-            _sync(device)
-            t = time.perf_counter()
-            for _ in range(per_repeat):
-                torch.mm(a, b, out=c)
-            _sync(device)
-            times.append((time.perf_counter() - t) / per_repeat)
+        sizes = _timed_sizes(device, dtype, MIN_N[kind], max_n or MAX_N[kind], repeats)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = tf32_before
-    best = min(times)
+    load = load_since(began, device.type)
+    best = max(sizes, key=lambda s: s["flops_per_s"])
     return {
-        "flops_per_s": 2 * n**3 / best,
-        "method": "square torch.mm, best of repeats after a warm-up, 2n^3/t",
-        "matrix_n": n,
+        "flops_per_s": best["flops_per_s"],
+        "method": "square torch.mm, best over sizes and repeats after a warm-up, 2n^3/t",
+        "method_version": PEAK_METHOD,
+        "matrix_n": best["n"],
         "dtype": str(dtype).removeprefix("torch."),
         "tf32": precision == "tf32",
-        "matmuls_per_repeat": per_repeat,
-        "repeats": repeats,
-        "best_s": best,
-        "median_s": sorted(times)[len(times) // 2],
+        "matmuls_per_repeat": best["matmuls_per_repeat"],
+        "repeats": best["repeats"],
+        "best_s": best["best_s"],
+        "median_s": best["median_s"],
+        "sizes": [{k: s[k] for k in ("n", "flops_per_s", "median_s", "repeats")} for s in sizes],
+        "seconds": round(time.perf_counter() - began[0], 3),
+        **load,
         "threads": torch.get_num_threads() if device.type == "cpu" else None,
         "torch": torch.__version__,
         "measured_utc": sysinfo.utc_iso(time.time()),
@@ -142,8 +211,8 @@ def matmul_peak(device: torch.device, precision: str, repeats: int = REPEATS, ma
 
 def _read_cached(path: Path, device: str, precision: str, threads: int | None) -> dict[str, Any] | None:
     """A measured peak kept in `path`, if it is a regular file inside its folder, signed by this host
-    (peaks.signed_here), holding one for this device, precision, thread count and torch version
-    (anything else is measured again)."""
+    (peaks.signed_here), holding one for this device, precision, thread count, torch version and way of
+    measuring (anything else is measured again)."""
     if not path.exists() or not safe_io.inside(path, path.parent):
         return None
     try:
@@ -152,32 +221,52 @@ def _read_cached(path: Path, device: str, precision: str, threads: int | None) -
         return None
     if not peaks.signed_here(kept):  # written elsewhere (a received results folder) or edited
         return None
-    same = [kept.get(k) for k in ("device", "precision", "threads", "torch")] == [device, precision, threads, torch.__version__]
+    keys = ("device", "precision", "threads", "torch", "method_version")
+    same = [kept.get(k) for k in keys] == [device, precision, threads, torch.__version__, PEAK_METHOD]
     value = kept.get("flops_per_s") if same else None
     return kept if isinstance(value, (int, float)) and math.isfinite(value) and value > 0 else None
 
 
 def cached_peak(results: Path, device: torch.device, precision: str) -> dict[str, Any]:
-    """This rank's peak in `precision`: read from <results>/peaks/ where measured before, else measured
-    now and kept there (written atomically; a failed write only loses the cache). `file`: the path
-    below the results folder."""
+    """This rank's peak in `precision`: the kept one (of <results>/peaks/ and this host's own,
+    peaks.host_peaks_folder(), the one more quiet measurements stand for), else measured now. A kept one
+    is measured again by a run that finds the machine quiet until it is settled (peaks.settled: quiet
+    twice), and the better one kept (peaks.better_peak) in both places (written atomically; a failed
+    write only loses the cache). The host's copy makes every results folder of this host divide by the
+    same peak, measured once. `file`: the path below the results folder; `cached`: a kept one is used;
+    `remeasured`: a kept one was measured again."""
     name = device_name(device)
     threads = torch.get_num_threads() if device.type == "cpu" else None
     host = socket.gethostname()
     path = peaks.peak_file(results, host, name, precision, threads)
+    shared = peaks.host_peaks_folder()
+    host_path = peaks.peak_file(shared, host, name, precision, threads) if shared is not None else None
     where = str(path.relative_to(results))  # the results folder may move (archives, another machine)
-    kept = _read_cached(path, name, precision, threads)
-    if kept is not None:
-        return {**kept, "file": where, "cached": True}
+    here = _read_cached(path, name, precision, threads)
+    hosts = _read_cached(host_path, name, precision, threads) if host_path is not None else None
+    kept = peaks.most_measured(here, hosts)
+    if kept is not None and (peaks.settled(kept) or not quiet_now(device.type)):
+        return {**kept, **_kept_at(path, where, kept, here), "cached": True}
     found = {"host": host, "device": name, "precision": precision, **matmul_peak(device, precision)}
+    keep = peaks.better_peak(kept, found)
+    record = {**keep, "quiet_measurements": peaks.quiet_count(kept) + peaks.quiet_count(found)}
+    used = {"cached": keep is kept, **({"remeasured": True} if kept is not None else {})}
+    if host_path is not None:
+        _kept_at(host_path, "", record, hosts)  # (a failure there loses only the host's copy)
+    return {**record, **_kept_at(path, where, record, here), **used}
+
+
+def _kept_at(path: Path, where: str, record: dict[str, Any], there: dict[str, Any] | None) -> dict[str, Any]:
+    """Keep `record` in `path` (signed, atomically) unless it holds it already (`there`): {"file": where},
+    or {"file": None, "not_kept": why} where it cannot be written."""
+    if record == there:
+        return {"file": where}
     try:
         safe_io.real_dir(path.parent)
-        safe_io.atomic_write_text(path, json.dumps(peaks.signed(found), indent=1) + "\n")
-        found["file"] = where
+        safe_io.atomic_write_text(path, json.dumps(peaks.signed(record), indent=1) + "\n")
     except OSError as err:
-        found["file"] = None
-        found["not_kept"] = f"{type(err).__name__}: {err}"
-    return {**found, "cached": False}
+        return {"file": None, "not_kept": f"{type(err).__name__}: {err}"}
+    return {"file": where}
 
 
 def count_key(params, data, batch: int) -> dict[str, Any]:
@@ -260,13 +349,15 @@ def measure(model: nn.Module, data, ctx: Context, batch: int, out: Path) -> dict
 
 
 def fields(result: dict[str, Any] | None, samples_per_s: float | None, world: int) -> dict[str, Any]:
-    """summary.json extra's MFU fields (core.peaks.MFU_FIELDS) from `measure`'s result."""
+    """summary.json extra's MFU fields (core.peaks.MFU_FIELDS) and the record of the peak they used
+    (core.peaks.PEAK_FIELDS) from `measure`'s result."""
     result = result or {}
     peak = result.get("peak", {})
     per_sample = result.get("count", {}).get("flops_per_sample")
     hardware = result.get("hardware_count", {}).get("flops_per_sample")
     measured, sheet, source = (peak.get(k) for k in ("flops_per_s", "datasheet_flops_per_s", "datasheet_source"))
-    return peaks.mfu_fields(per_sample, samples_per_s, world, measured, sheet, source, hardware)
+    mfu = peaks.mfu_fields(per_sample, samples_per_s, world, measured, sheet, source, hardware)
+    return {**mfu, **peaks.peak_fields(peak)}
 
 
 def provenance(result: dict[str, Any] | None) -> dict[str, Any]:

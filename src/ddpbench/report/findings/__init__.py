@@ -56,7 +56,7 @@ def findings(runs, cells, speed, comparisons, fits, max_items: int = 12, links=N
         "memory": memory_findings(runs, cells, shown),
         "scaling": scaling_findings(runs, speed, shown),
         "time": time_findings(runs, cells, speed, shown) + profile_findings(profile, runs, shown),
-        "mfu": mfu_findings(cells, shown),
+        "mfu": mfu_findings(cells, shown, runs),
         "batch": axis_findings("batch_size", "batch", "fig-throughput_vs_batch", runs, cells, speed, shown),
         "dataset": axis_findings("dataset_size", "dataset", "fig-dataset_size", runs, cells, speed, shown),
         "link": link_findings(links),
