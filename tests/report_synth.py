@@ -79,6 +79,7 @@ def make_runs(
                             rank_skew=0.01 * p * (1 + 0.1 * rng.random()),
                             peak_rss_mb=500 + 2 * b + 10 * r, cuda_max_allocated_mb=None,
                             train_loss_final=1.0, train_acc_final=0.5, test_loss=1.1, test_acc=0.45, param_norm=10.0,
+                            train_loss_last10_mean=1.05, train_acc_last10_mean=0.48,
                             extra_param_deviation_from_single=0.0,
                             env_host="testhost", env_cores=2, env_ram_gb=24.0, env_python="3.11.9",
                             env_torch="2.15.0", env_torchvision="0.29.2", env_cuda=None, env_cudnn=None,

@@ -579,7 +579,8 @@ SUMMARY_METRICS = (
     "frac_other", "frac_imbalance",
     "compute_comm_ratio", "comm_calls_per_step", "comm_bytes_per_step", "rank_skew",
     "peak_rss_mb", "peak_rss_mb_per_rank", "cuda_max_allocated_mb",
-    "train_loss_final", "train_acc_final", "test_loss", "test_acc", "param_norm",
+    "train_loss_final", "train_acc_final", "train_loss_last10_mean", "train_acc_last10_mean",
+    "test_loss", "test_acc", "param_norm",
     "profiled_step_s", "profile_overhead", "profile_wall_s",  # null unless profile_steps > 0
 )  # fmt: skip
 
@@ -589,6 +590,28 @@ def test_step_columns_are_the_contract():
         "step", "epoch", "rank", "timed", "data_s", "forward_s", "backward_s", "comm_s", "exposed_comm_s",
         "optimizer_s", "other_s", "total_s", "loss", "samples", "comm_calls", "comm_bytes",
     )  # fmt: skip
+
+
+def test_final_train_loss_is_the_last_step_and_the_tail_mean_is_named_for_its_10_steps():
+    from ddpbench.run import cell, loop
+
+    def rank(steps):  # a rank's payload after these (loss, correct, samples) steps
+        result = loop.LoopResult()
+        result.last.extend(steps)
+        return {"train": cell.train_sums(result)}
+
+    # 12 steps: the deque keeps the last 10. Rank 0: loss 12 - i, 4 samples, 1 correct;
+    # rank 1 (half the samples): loss 20 at every step, 2 samples, 2 correct.
+    a = rank([(12.0 - i, 1, 4) for i in range(12)])
+    b = rank([(20.0, 2, 2)] * 12)
+    got = cell.train_outcomes([a, b])
+    # Last step: (1 x 4 + 20 x 2) / 6 = 44 / 6; accuracy (1 + 2) / 6.
+    assert got["train_loss_final"] == pytest.approx(44 / 6) and got["train_acc_final"] == pytest.approx(0.5)
+    # Last 10 steps: rank 0's losses 10..1 sum to 55, x 4 = 220; rank 1: 20 x 2 x 10 = 400; 60 samples.
+    assert got["train_loss_last10_mean"] == pytest.approx(620 / 60) and got["train_acc_last10_mean"] == pytest.approx(30 / 60)
+    # A run shorter than the tail: every step it ran; and the k in the name is TAIL_STEPS.
+    assert loop.LoopResult().tail(1) == (0, 0, 0) and rank([(3.0, 1, 2)])["train"]["last10_mean"] == (6.0, 1.0, 2)
+    assert f"train_loss_last{loop.TAIL_STEPS}_mean" in run_output.METRIC_KEYS
 
 
 def test_summary_has_every_key_of_the_contract():

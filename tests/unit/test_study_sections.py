@@ -530,8 +530,8 @@ def test_language_model_table_and_answer_in_tokens_per_s():
     cells = A.cell_stats(runs)
     sec = _section("language-model", runs)
     assert sec.figures[0] == "throughput" and sec.title.startswith("Language model")
-    assert sec.columns == ["strategy", "cell", "throughput [tokens/s]", "speedup", "efficiency [%]", "MFU [%]",
-                           "comm [% of step]", "exposed comm [% of step]", "final train loss", "test loss"]  # fmt: skip
+    assert sec.columns == ["strategy", "cell", "throughput [tokens/s]", "per rank [tokens/s]", "speedup", "efficiency [%]", "MFU [%]",
+                           "comm [% of step]", "exposed comm [% of step]", "last-step train loss", "test loss"]  # fmt: skip
     assert len(sec.rows) == 8 and [r[0] for r in sec.rows[:4]] == ["single", "bucketed_allreduce", "ddp", "fsdp"]
     rows = {(r[0], r[1]): dict(zip(sec.columns, r)) for r in sec.rows}
     ddp = cells[(cells["strategy"] == "ddp") & (cells["seq_len"] == 128)].iloc[0]
@@ -539,8 +539,10 @@ def test_language_model_table_and_answer_in_tokens_per_s():
     assert row["throughput [tokens/s]"] == f"{num(ddp['tokens_per_s'])} [{num(ddp['tokens_per_s_ci_low'])}, " \
                                            f"{num(ddp['tokens_per_s_ci_high'])}]"  # fmt: skip
     assert row["MFU [%]"].startswith(num(100 * ddp["extra_mfu_measured"]) + " [")
+    assert row["per rank [tokens/s]"] == (f"{num(ddp['tokens_per_s'] / 2)} [{num(ddp['tokens_per_s_ci_low'] / 2)}, "
+                                          f"{num(ddp['tokens_per_s_ci_high'] / 2)}]")  # ddp at p = 2  # fmt: skip
     assert row["comm [% of step]"].startswith("15 [") and row["exposed comm [% of step]"].startswith("7.5 [")
-    assert row["final train loss"].startswith("1.2") and row["test loss"] == "1.3"
+    assert row["last-step train loss"].startswith("1.2") and row["test loss"] == "1.3"
     speed = A.speedup_table(runs).set_index(["strategy", "seq_len"])
     assert row["speedup"].startswith(num(speed.loc[("ddp", 128), "speedup"]) + " [")
     assert row["efficiency [%]"].startswith(num(100 * speed.loc[("ddp", 128), "efficiency"]) + " [")
@@ -571,7 +573,7 @@ def test_language_model_table_and_answer_in_tokens_per_s():
     top = cells.sort_values("extra_mfu_measured").iloc[-1]
     assert f"highest for {top['strategy']} (p = {top['world_size']}), seq_len={top['seq_len']}: " \
            f"{sig3(100 * top['extra_mfu_measured'])} %" in mfu  # fmt: skip
-    assert found[-1].startswith("The loss fell in every cell: final train loss 1.20 (medians over repeats), test loss "
+    assert found[-1].startswith("The loss fell in every cell: last-step train loss 1.20 (medians over repeats), test loss "
                                 "1.30, from ln 256 = 5.55")  # fmt: skip
 
 
@@ -617,6 +619,10 @@ def test_language_model_says_what_it_cannot_answer():
     (loss,) = [f for f in _section("language-model", stuck).findings if "uniform guess" in f]
     assert loss.startswith("The loss did not fall below ln 256 = 5.55, a uniform guess over the vocabulary, in 2 of 8 "
                            "cells: fsdp (p=2, batch_size=16, seq_len=512): 5.70")  # fmt: skip
+    # a runs.csv from before train_loss_last10_mean: its train_loss_final is that mean, and is called so
+    old = _section("language-model", runs.drop(columns=["train_loss_last10_mean"]))
+    assert "train loss (mean of the last 10 steps)" in old.columns and "last-step" not in " ".join(old.findings)
+    assert old.findings[-1].startswith("The loss fell in every cell: train loss (mean of the last 10 steps) 1.20")
     # no ddp to compare with; one repeat: no interval, so no verdict
     no_ddp = _section("language-model", runs[runs["strategy"] != "ddp"])
     assert all("no ddp cell at this setting" in f for f in no_ddp.findings if f.startswith("At seq_len="))

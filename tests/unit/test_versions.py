@@ -85,6 +85,20 @@ def test_same_seed_cpu_repeats_that_disagree_are_flagged():
     assert dict(zip(cells["strategy"], cells["n_nondeterministic"])) == {"single": 0, "ddp": 0, "zero": 2}
 
 
+def test_both_train_losses_are_checked_and_a_table_from_before_the_10_step_mean_still_loads(tmp_path):
+    # Before train_loss_last10_mean had its own column, train_loss_final was that mean: such a runs.csv
+    # loads, has cell statistics, and its repeats are still checked on it.
+    old = _runs([1.0, 1.1], ["a", "a"], ["1", "2"], seed=[0, 0], total_steps=[30, 30], env_threads_per_rank=[1, 1],
+                param_norm=[3.25, 3.25], train_loss_final=[1.5, 1.5000001])  # fmt: skip
+    old.to_csv(tmp_path / "runs.csv", index=False)
+    cell = A.cell_stats(A.load_runs(tmp_path / "runs.csv")).iloc[0]
+    assert cell["n_nondeterministic"] == 2 and cell["train_loss_final"] == pytest.approx(1.5)
+    # Now: equal last steps, but one of the last 10 steps' losses differs.
+    new = old.assign(train_loss_final=[1.5, 1.5], train_loss_last10_mean=[1.7, 1.7000001])
+    assert A.cell_stats(A.load_runs_frame(new)).iloc[0]["n_nondeterministic"] == 2
+    assert A.cell_stats(A.load_runs_frame(new.assign(train_loss_last10_mean=1.7))).iloc[0]["n_nondeterministic"] == 0
+
+
 def test_a_table_read_back_with_an_empty_reason_column_is_set_aside_too(tmp_path):
     # All runs ok: pandas reads `reason` as an all-NaN float column; the reason text must still fit.
     raw = _runs([1.0, 2.0], ["old", "new"], ["2026-11-23T01:00:00Z", "2026-11-23T02:00:00Z"])

@@ -54,7 +54,7 @@ METRICS = {
     "extra_mfu_measured": "MFU (measured peak)",
     "extra_mfu_datasheet": "MFU (datasheet peak)",
     "rank_skew": "rank skew",
-    "train_loss_final": "final train loss",
+    "train_loss_final": "last-step train loss",  # the last optimizer step's (docs/metrics.md)
     "test_acc": "test accuracy",
 }
 # Where a run's wall time goes beyond its measurement (summary.json timeline, core.run_output.TIMELINE_SPANS):

@@ -68,7 +68,9 @@ METRIC_KEYS = (
     "frac_other", "frac_imbalance",
     "compute_comm_ratio", "comm_calls_per_step", "comm_bytes_per_step", "rank_skew",
     "peak_rss_mb", "peak_rss_mb_per_rank", "cuda_max_allocated_mb",
-    "train_loss_final", "train_acc_final", "test_loss", "test_acc", "param_norm",
+    # train_*_final: the last step's; train_*_last10_mean: over the last 10 (run.loop.TAIL_STEPS).
+    "train_loss_final", "train_acc_final", "train_loss_last10_mean", "train_acc_last10_mean",
+    "test_loss", "test_acc", "param_norm",
     "profiled_step_s", "profile_overhead", "profile_wall_s",
 )  # fmt: skip
 SUMMARY_PHASES = ("data", "forward", "backward", "comm", "exposed_comm", "optimizer", "other")

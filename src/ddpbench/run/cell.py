@@ -21,7 +21,7 @@ from ddpbench.core.params import CellParams, is_user_model
 from ddpbench.core import timers
 from ddpbench.run import autobatch, diagnose, flops, models, precision, profiling, transforms, user_model
 from ddpbench.run import data as datamod
-from ddpbench.run.loop import planned_steps, train_loop
+from ddpbench.run.loop import TAIL_STEPS, LoopResult, planned_steps, train_loop
 from ddpbench.run.rank import Ranks, gather_to_rank0, oversubscribed, rank_spread
 from ddpbench.strategies import base
 from ddpbench.strategies.base import Context
@@ -102,7 +102,7 @@ def execute(
     payload = {
         "records": run.records,
         "timed_wall_s": run.timed_wall_s,
-        "tail": run.tail(),
+        "train": train_sums(run),
         "test": test,
         **peaks,
         "held": held,
@@ -134,7 +134,6 @@ def execute(
         profiling.write_profile(out / "profile.csv", [row for p in payloads for row in p["profile"]["rows"]])
         stats.update(profiling.summary_fields([p["profile"]["step_s"] for p in payloads], stats.get("step_time_median_s")))
         stats["profile_wall_s"] = max(p["profile"]["wall_s"] for p in payloads)
-    loss_sum, correct, n = (sum(p["tail"][i] for p in payloads) for i in range(3))
     t_loss, t_correct, t_n = (sum(p["test"][i] for p in payloads) for i in range(3))
     cuda_mb = [p["cuda_max_allocated_mb"] for p in payloads if p["cuda_max_allocated_mb"] is not None]
     rss = [p["peak_rss_mb"] for p in payloads]
@@ -145,8 +144,7 @@ def execute(
         peak_rss_mb=max(rss),
         peak_rss_mb_per_rank=rss,
         cuda_max_allocated_mb=max(cuda_mb) if cuda_mb else None,
-        train_loss_final=loss_sum / n if n else None,
-        train_acc_final=correct / n if n else None,
+        **train_outcomes(payloads),
         test_loss=t_loss / t_n if t_n else None,
         test_acc=t_correct / t_n if t_n else None,
         param_norm=float(flat.norm()),
@@ -199,6 +197,23 @@ def execute(
     return run_output.make_summary("ok", reason, params.as_dict(), ranks.world, ranks.nodes, env, stats, extra)
 
 
+def train_sums(run: LoopResult) -> dict[str, tuple[float, float, int]]:
+    """A rank's part of train_outcomes: (loss x samples, correct, samples) of its last step and of its
+    last TAIL_STEPS steps, keyed by the outcome's name after train_loss_."""
+    return {"final": run.tail(1), f"last{TAIL_STEPS}_mean": run.tail()}
+
+
+def train_outcomes(payloads: list[dict[str, Any]]) -> dict[str, float | None]:
+    """train_{loss,acc}_final: the last optimizer step's; train_{loss,acc}_last10_mean: the mean over
+    the last TAIL_STEPS steps. Each over every rank, weighted by its samples: the global batch's mean
+    loss, as single computes it (a rank's own is its shard's; a pipeline's early stages count none)."""
+    out: dict[str, float | None] = {}
+    for name in payloads[0]["train"]:
+        loss, correct, n = (sum(p["train"][name][i] for p in payloads) for i in range(3))
+        out[f"train_loss_{name}"], out[f"train_acc_{name}"] = (loss / n, correct / n) if n else (None, None)
+    return out
+
+
 def compile_record(params: CellParams, records: list[list[dict[str, Any]]]) -> dict[str, Any]:
     """What compiling cost, apart from the timed steps: compile_s, the first step's wall beyond a
     median timed step on the slowest rank (the compile happens in it, and it is never timed), and
@@ -228,7 +243,7 @@ def deviation_from_single(
 
     param_deviation_from_single: per tensor max|ours - single| / max|single|, the worst
     tensor (the measure the exact strategies are tested with); ..._l2: ||ours - single||_2 /
-    ||single||_2 over all parameters; single_*: the replay's final train loss and test accuracy.
+    ||single||_2 over all parameters; single_*: the replay's last-step train loss and test accuracy.
     """
     single = strategies.get("single")
     ctx = Context(params, 0, 1, device, timers.CommMeter(), timers.Clock(device.type), instrument=False)
@@ -240,7 +255,7 @@ def deviation_from_single(
     ref = {k: v.detach() for k, v in initial.named_parameters()}
     worst = max(float((ours[k] - ref[k]).abs().max() / ref[k].abs().max().clamp_min(1e-12)) for k in ref)
     a, b = models.flat_parameters(trained), models.flat_parameters(initial)
-    loss, _, n = run.tail()
+    loss, _, n = run.tail(1)  # the last step, as train_loss_final
     _, t_correct, t_n = evaluate(initial, data, Ranks(), device, max(global_batch, 64))
     return {
         "param_deviation_from_single": worst,

@@ -22,7 +22,9 @@ from ddpbench.run.precision import LossScaler
 from ddpbench.run.rank import agreed_max
 from ddpbench.strategies.base import Context, Strategy, gradient_bytes
 
-TAIL_STEPS = 10  # final train loss/accuracy: sample-weighted over the last steps
+# Steps the train_*_last10_mean outcomes average over (the 10 in their names: rename them with it);
+# train_*_final are the last step's alone.
+TAIL_STEPS = 10
 MAX_TIMING_CHECKS = 10  # times the ranks agree on more steps for min_timed_s (the pace drifts)
 
 
@@ -37,12 +39,14 @@ class LoopResult:
         self.grad_bytes: int | None = None  # gradient bytes this rank held after its first step's sync
         self.scaler: LossScaler | None = None
 
-    def tail(self) -> tuple[float, float, int]:
-        """Sums over the last steps: (loss x samples, correct, samples)."""
+    def tail(self, k: int = TAIL_STEPS) -> tuple[float, float, int]:
+        """Sums over the last k steps (k <= TAIL_STEPS; 1: the last step alone): (loss x samples,
+        correct, samples), so that ranks (and steps) combine weighted by their samples."""
+        steps = list(self.last)[max(len(self.last) - k, 0):]  # ([-0:] would be every step)
         return (
-            sum(float(loss) * n for loss, _, n in self.last),
-            sum(float(c) for _, c, _ in self.last),  # fractional for token data (token accuracy)
-            sum(n for _, _, n in self.last),
+            sum(float(loss) * n for loss, _, n in steps),
+            sum(float(c) for _, c, _ in steps),  # fractional for token data (token accuracy)
+            sum(n for _, _, n in steps),
         )
 
 

@@ -1,10 +1,10 @@
 """language-model: what data-parallel training of a small GPT costs, and where the time goes
 (configs/studies/language-model.yaml).
 
-Per cell (strategy, p, seq_len): the throughput in tokens/s (samples/s × seq_len), the speedup over
+Per cell (strategy, p, seq_len): the throughput in tokens/s (samples/s × seq_len) and per rank, the speedup over
 one process at the same seq_len and batch, the efficiency, the model FLOP utilisation against the
 peak measured per rank (where the runs measured it), the share of a step spent communicating (all
-of it, and the exposed part), the final train loss and the test loss. The answer: per setting the
+of it, and the exposed part), the last step's train loss and the test loss. The answer: per setting the
 strategy with the highest throughput and every other cell against ddp (faster or slower only where
 the interval of the throughput ratio excludes 1) and where the step's time goes; what longer
 sequences at the same tokens per step change, per strategy, in tokens/s and in the communication
@@ -27,6 +27,9 @@ from ddpbench.report.text import finite, listing, num, pct_text, ratio_text, sig
 REFERENCE = "ddp"
 MFU = "extra_mfu_measured"  # cells.csv: model FLOPs achieved / (p x the matmul peak measured per rank)
 MFU_DATASHEET = "extra_mfu_datasheet"
+# What train_loss_final is: the last step's loss; in a runs.csv from before the 10-step mean had its own
+# column (train_loss_last10_mean), it was that mean, and the report says so.
+LAST_STEP_LOSS, OLD_TAIL_LOSS = "last-step train loss", "train loss (mean of the last 10 steps)"
 # What a throughput ratio's interval says (analysis.verdict), between strategies and between settings.
 STRATEGY_WORDS = {"A faster": "faster", "B faster": "slower", A.NO_DIFFERENCE: "no detectable difference"}
 SETTING_WORDS = {"A faster": "higher", "B faster": "lower", A.NO_DIFFERENCE: "no detectable difference"}
@@ -235,16 +238,21 @@ def _mfu(t: pd.DataFrame) -> list[str]:
     return [text]
 
 
-def _loss(t: pd.DataFrame, cols: list[str]) -> list[str]:
-    """Whether the loss fell: each cell's final train loss against ln(vocab_size), a uniform guess's."""
+def _loss_words(runs: pd.DataFrame) -> str:
+    """The words for train_loss_final in these runs (LAST_STEP_LOSS, or OLD_TAIL_LOSS for an old table)."""
+    return LAST_STEP_LOSS if "train_loss_last10_mean" in runs else OLD_TAIL_LOSS
+
+
+def _loss(t: pd.DataFrame, cols: list[str], words: str = LAST_STEP_LOSS) -> list[str]:
+    """Whether the loss fell: each cell's train_loss_final (`words`) against ln(vocab_size), a uniform guess's."""
     final = pd.to_numeric(t.get("train_loss_final", pd.Series(np.nan, index=t.index)), errors="coerce")
     if final.notna().sum() == 0:
-        return ["No final train loss was recorded in these runs: whether the model learned is not known."]
+        return [f"No {words} was recorded in these runs: whether the model learned is not known."]
     vocab = pd.to_numeric(t.get("vocab_size", pd.Series(np.nan, index=t.index)), errors="coerce")
     start = np.log(vocab.where(vocab > 1))
     test = pd.to_numeric(t.get("test_loss_median", pd.Series(np.nan, index=t.index)), errors="coerce").dropna()
     tests = f", test loss {_span(test)}" if not test.empty else ""
-    ran = f"final train loss {_span(final.dropna())} (medians over repeats){tests}"
+    ran = f"{words} {_span(final.dropna())} (medians over repeats){tests}"
     if start.notna().sum() == 0:
         return [f"Over the cells: {ran} (no vocab_size recorded, so no uniform guess to compare with)."]
     v = vocab.dropna()
@@ -276,11 +284,13 @@ def build(d: StudyData):
     thr, unit = A.throughput_metric(t)
     values = A.runs_by_cell(d.runs, cols, thr)
     mfu = MFU in t and pd.to_numeric(t[MFU], errors="coerce").notna().any()
-    columns = ["strategy", "cell", f"throughput [{unit}]", "speedup", "efficiency [%]", *(["MFU [%]"] if mfu else []),
-               "comm [% of step]", "exposed comm [% of step]", "final train loss", "test loss"]  # fmt: skip
+    loss_words = _loss_words(d.runs)
+    columns = ["strategy", "cell", f"throughput [{unit}]", f"per rank [{unit}]", "speedup", "efficiency [%]",
+               *(["MFU [%]"] if mfu else []),
+               "comm [% of step]", "exposed comm [% of step]", loss_words, "test loss"]  # fmt: skip
     rows = []
     for _, r in t.sort_values(["_s", "_p", "strategy"] if "seq_len" in t else ["_p", "strategy"], kind="stable").iterrows():
-        rows.append([str(r["strategy"]), axes_text(r, cols), cell_ci(r, thr), cell_ci(r, "speedup"),
+        rows.append([str(r["strategy"]), axes_text(r, cols), cell_ci(r, thr), cell_ci(r, thr, 1 / r["_p"]), cell_ci(r, "speedup"),
                      cell_ci(r, "efficiency", 100), *([cell_ci(r, MFU, 100)] if mfu else []),
                      cell_ci(r, "frac_comm", 100), cell_ci(r, "frac_exposed_comm", 100), cell_ci(r, "train_loss_final"),
                      num(to_float(r.get("test_loss_median")))])  # fmt: skip
@@ -291,16 +301,16 @@ def build(d: StudyData):
     else:
         found = _fastest(t, setting, thr, unit, values, cols) + _comm(t, setting) + _longer(t, cols, thr, unit, values)
         found += _compiled(t, cols, thr, unit, values)
-        found += _mfu(t) + _loss(t, cols)
+        found += _mfu(t) + _loss(t, cols, loss_words)
     per = "samples/s × seq_len" if thr == "tokens_per_s" else "global samples per second"
-    note = (f"Throughput ({unit}: {per}), speedup (over single at p = 1 with the same seq_len and batch) and "
+    note = (f"Throughput ({unit}: {per}; per rank: the throughput over p, one rank's or GPU's share), speedup (over single at p = 1 with the same seq_len and batch) and "
             "efficiency (speedup / p): geometric means over repeats [95 % intervals]; throughput ratios: ratios of "
             "geometric means [95 % Welch intervals], faster or slower (higher or lower) only where the interval "
             "excludes 1; "
             + ("MFU: the model's training FLOPs achieved over p × the matmul peak measured per rank; " if mfu
                else "MFU: not measured in these runs; ")
             + "comm: the share of a step spent communicating, exposed comm its part not hidden behind computation; "
-            + ("MFU, " if mfu else "") + "comm and final train loss: medians [order-statistic intervals]; test loss: "
+            + ("MFU, " if mfu else "") + f"comm and {loss_words}: medians [order-statistic intervals]; test loss: "
             "median over repeats (the held-out sequences).")  # fmt: skip
     return columns, rows, note, found
 
