@@ -287,12 +287,12 @@ def test_a_strategy_setting_some_strategies_do_not_read_is_named_at_plan_time():
     warned = []
     axes = {"strategy": ["single", "ddp", "fsdp", "bucketed_allreduce"]}
     plan_cells.warn_unread_settings({"bucket_mb": 0.43, "lr": 0.003}, axes, warned.append)
-    assert warned == ["ddpbench: params.bucket_mb 0.43 is read by bucketed_allreduce, ddp only: fsdp, single run at its "
-                      "default 25 (it cannot change their runs) and are compared with the others as their twins"]  # fmt: skip
+    assert warned == ["ddpbench: params.bucket_mb 0.43 is read by bucketed_allreduce, ddp only: fsdp, single run at the "
+                      "default bucket_mb 25 (it cannot change their runs) and are compared with the others as their twins"]  # fmt: skip
     warned.clear()
     plan_cells.warn_unread_settings({}, {**axes, "bucket_mb": [0.43, 25.0]}, warned.append)
     assert warned == ["ddpbench: grid.bucket_mb [0.43, 25] is read by bucketed_allreduce, ddp only: fsdp, single run "
-                      "once, at its default 25, and are compared only with the cells at 25"]  # fmt: skip
+                      "once, at the default bucket_mb 25, and are compared only with the cells at 25"]  # fmt: skip
     warned.clear()
     plan_cells.warn_unread_settings({"sync_period": 8}, {"strategy": ["ddp", "fsdp"]}, warned.append)
     assert warned == ["ddpbench: params.sync_period 8 is read by none of this grid's strategies (ddp, fsdp): it changes no run"]

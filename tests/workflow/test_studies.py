@@ -122,7 +122,7 @@ def test_language_model_plans_its_grid_as_written(plan):
     (report,) = [line for line in out.splitlines() if "ddpbench.report" in line]
     assert "--study language-model" in report
     # its bucket_mb (for ddp's overlap) is one fsdp and single do not read: said, and twins kept (issue 58)
-    assert "params.bucket_mb 0.43 is read by bucketed_allreduce, ddp only: fsdp, single run at its default 25" in out
+    assert "params.bucket_mb 0.43 is read by bucketed_allreduce, ddp only: fsdp, single run at the default bucket_mb 25" in out
 
 
 def test_bad_dataset_override_fails_naming_the_key(tmp_path):

@@ -208,11 +208,12 @@ def warn_unread_settings(params: Mapping[str, Any], axes: Mapping[str, list], wa
         if not readers:
             warn(f"ddpbench: {key} {shown} is read by none of this grid's strategies ({', '.join(others)}): it changes no run")
         elif len(values) == 1:
-            warn(f"ddpbench: {key} {shown} is read by {', '.join(readers)} only: {', '.join(others)} run at its default "
-                 f"{defaults[setting]:g} (it cannot change their runs) and are compared with the others as their twins")  # fmt: skip
+            warn(f"ddpbench: {key} {shown} is read by {', '.join(readers)} only: {', '.join(others)} run at the default "
+                 f"{setting} {defaults[setting]:g} (it cannot change their runs) and are compared with the others as "
+                 f"their twins")  # fmt: skip
         else:
-            warn(f"ddpbench: {key} [{shown}] is read by {', '.join(readers)} only: {', '.join(others)} run once, at its "
-                 f"default {defaults[setting]:g}, and are compared only with the cells at {defaults[setting]:g}")  # fmt: skip
+            warn(f"ddpbench: {key} [{shown}] is read by {', '.join(readers)} only: {', '.join(others)} run once, at the "
+                 f"default {setting} {defaults[setting]:g}, and are compared only with the cells at {defaults[setting]:g}")  # fmt: skip
 
 
 def compare_to_table(path: str | None, results: str) -> str | None:
