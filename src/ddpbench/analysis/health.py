@@ -10,12 +10,13 @@ import pandas as pd
 
 from ddpbench.analysis.intervals import log_t_interval, rel_halfwidth
 from ddpbench.analysis.tables import TIME, numeric_column, run_version, text_column
+from ddpbench.core import sysinfo
 
 MAX_REL_CI = 0.05
 # Two 1-thread ranks on 2 quiet cores differ by 10-20 % in computation per step (the
 # main job's median 0.13): a cause worth naming is well beyond that.
 HIGH_RANK_SKEW = 0.25
-BUSY_CPU_FRAC = 0.10
+BUSY_CPU_FRAC = sysinfo.BUSY_CPU_FRAC
 NO_INTERVAL = "not checked: fewer than 2 repeats, no interval"
 THROUGHPUT = ("samples_per_s", "epoch_time_s", "step_time_median_s")  # the first one present judges stability
 

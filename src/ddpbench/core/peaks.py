@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ddpbench.core import sysinfo
+
 
 @dataclass(frozen=True)
 class Datasheet:
@@ -139,9 +141,9 @@ def mfu_fields(
 
 # -- which measured peak a run used, and which one to keep ---------------------------------------------
 
-# Other processes took more than this share of the machine's CPU while the peak was measured: busy. The
-# runs' own threshold (analysis.health.BUSY_CPU_FRAC), so a peak and a run are called busy alike.
-BUSY_CPU_FRAC = 0.10
+# Other processes took more than this share of the machine's CPU while the peak was measured: busy (the
+# runs' own threshold, so a peak and a run are called busy alike).
+BUSY_CPU_FRAC = sysinfo.BUSY_CPU_FRAC
 PEAK_FIELDS = ("peak_flops_matrix_n", "peak_flops_other_cpu_frac", "peak_flops_busy", "peak_flops_measured_utc")
 
 

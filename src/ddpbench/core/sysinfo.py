@@ -114,6 +114,12 @@ def loadavg() -> float | None:
         return None
 
 
+# Other processes took more than this share of the machine's CPU: the machine was busy. One threshold
+# for a run (analysis.health), a measured peak (core.peaks) and the plan's estimate (plan.estimate),
+# so that all three call the same spell busy.
+BUSY_CPU_FRAC = 0.10
+
+
 def machine_busy_s() -> float | None:
     """CPU seconds the whole machine has spent busy since boot (all cores; /proc/stat)."""
     try:

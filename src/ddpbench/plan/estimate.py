@@ -48,9 +48,8 @@ CPU_FORWARD_FLOPS_PER_S = 24e9
 # Summaries the estimate reads at most (this results folder's first, then its neighbours'), so that
 # planning beside a large study stays fast (a summary is ~0.1 ms to read and parse).
 HISTORY_SUMMARIES = 300
-# A run measured while other processes took more than this share of the CPU was measured on a busy
-# machine (analysis.health.BUSY_CPU_FRAC; not imported from there: it brings pandas into planning).
-BUSY_CPU_FRAC = 0.10
+# A run measured while other processes took more than this share of the CPU was measured on a busy machine.
+BUSY_CPU_FRAC = sysinfo.BUSY_CPU_FRAC
 # How long the estimate samples the CPU's use when the load average says the machine is busy: the
 # average lags a minute (right after a run it still counts that run's ranks), a sample does not.
 BUSY_SAMPLE_S = 0.1
