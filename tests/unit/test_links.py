@@ -135,8 +135,9 @@ def test_a_strategy_on_one_link_is_not_fitted():
 
 
 def test_a_strategy_s_own_settings_are_variants_not_separate_link_studies():
-    runs = make_link_runs(strategies=("allreduce", "gather_scatter"))
-    wide = runs[(runs["strategy"] == "allreduce") & (runs["link"] != "none")].assign(bucket_mb=50.0)
+    # gather_scatter reads bucket_mb (allreduce does not: the plan never runs it at two values)
+    runs = make_link_runs(strategies=("gather_scatter", "allreduce"))
+    wide = runs[(runs["strategy"] == "gather_scatter") & (runs["link"] != "none")].assign(bucket_mb=50.0)
     wide["run_dir"] += "-b50"
     wide["samples_per_s"] *= 0.9
     table = A.links_table(A.load_runs_frame(pd.concat([runs, wide], ignore_index=True)))
@@ -144,11 +145,11 @@ def test_a_strategy_s_own_settings_are_variants_not_separate_link_studies():
     assert table.loc[table["kind"] == "link", "n_runs"].tolist() == [9] * 4  # α, B over every variant
     cross = table[table["kind"] == "crossing"]
     assert sorted(zip(cross["strategy"], cross["setting"].fillna(""))) == [
-        ("allreduce", "bucket_mb=25.0"), ("allreduce", "bucket_mb=50.0"), ("gather_scatter", "")]
+        ("allreduce", ""), ("gather_scatter", "bucket_mb=25.0"), ("gather_scatter", "bucket_mb=50.0")]
     slow, fast = (cross[cross["setting"] == f"bucket_mb={b}"]["crossing_gbps"].iloc[0] for b in ("50.0", "25.0"))
     assert slow > fast  # the slower variant needs a faster link to beat one process
     out = link_findings(table)
-    assert ", allreduce (bucket_mb=50.0) below ~" in out[0].text
+    assert "gather_scatter (bucket_mb=50.0) loses to one process below ~" in out[0].text
 
 
 def test_runs_on_a_busy_machine_are_named_next_to_the_link_and_the_crossing():
