@@ -53,7 +53,11 @@ def test_docs_show_the_current_catalog():
 def test_the_strategies_column_is_the_registrys():
     from ddpbench import strategies
 
-    assert set(catalog.SHARDING) <= set(strategies.names())  # no typo in the sharding map
+    # each strategy declares how it keeps the model (base.Strategy.sharding); the registry answers
+    layouts = {name: catalog.sharding(name) for name in strategies.names()}
+    assert {n: k for n, k in layouts.items() if k != "replicated"} == {
+        "zero": "zero1", "fsdp_grad_op": "zero2", "fsdp": "zero3", "pipeline": "stages"}
+    assert strategies.sharded() == ("zero", "fsdp_grad_op", "fsdp") and catalog.sharding("no_such") == "replicated"
     for model, text in catalog.load()["strategies"].items():
         assert text == catalog.strategies_for(model), "stale: run `python -m ddpbench.plan.catalog --write`"
 

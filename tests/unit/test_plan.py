@@ -34,6 +34,9 @@ def test_a_bucket_larger_than_the_gradient_is_named_and_a_smaller_one_is_not():
     assert len(big) == 1 and "ddp" in big[0] and "simple_cnn" in big[0] and "set params.bucket_mb below" in big[0]
     assert plan.bucket_warnings([cell(strategy="ddp", model="simple_cnn", bucket_mb=grad_mb / 4)]) == []
     assert plan.bucket_warnings([cell(strategy="allreduce", model="simple_cnn", bucket_mb=25.0)]) == []
+    # every DDP that overlaps its buckets (base.Strategy.overlaps_buckets), zero among them; not one that does not
+    assert len(plan.bucket_warnings([cell(strategy="zero", model="simple_cnn", bucket_mb=25.0)])) == 1
+    assert plan.bucket_warnings([cell(strategy="bucketed_allreduce", model="simple_cnn", bucket_mb=25.0)]) == []
 
 
 def test_fits_the_world_sizes_cannot_support_are_named_with_what_to_add():

@@ -24,8 +24,9 @@ import pandas as pd
 from ddpbench.analysis.cells import verdict
 from ddpbench.analysis.intervals import Interval, welch_log_ratio
 from ddpbench.analysis.tables import axes, numeric_column
+from ddpbench.strategies import sharded
 
-SHARDED = ("zero", "fsdp_grad_op", "fsdp")  # ZeRO-1 (optimizer state), ZeRO-2 (+ gradients), ZeRO-3 (+ parameters)
+SHARDED = sharded()  # ZeRO-1 (optimizer state), ZeRO-2 (+ gradients), ZeRO-3 (+ parameters): zero, fsdp_grad_op, fsdp
 REFERENCE = "ddp"  # what each rank holds without sharding: everything
 HELD = "extra_held_bytes"
 HELD_PARTS = (("extra_param_bytes", "parameters"), ("extra_grad_bytes", "gradients"),

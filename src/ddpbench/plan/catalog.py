@@ -27,6 +27,7 @@ from typing import Any
 
 from ddpbench import REPO_ROOT
 from ddpbench.core.params import REAL_TRAIN_SAMPLES, SEQUENTIAL_LAYERS, TOKEN_MODELS, CellParams
+from ddpbench.strategies import names as strategy_names, strategy_traits
 
 CATALOG_PATH = pathlib.Path(__file__).with_name("catalog.json")
 DOCS_PATH = REPO_ROOT / "docs" / "models.md"
@@ -37,9 +38,6 @@ EXACT_MODELS = ("mlp", "simple_cnn")  # no batch norm or dropout: exact strategi
 # Optimizer state per parameter, in parameter sizes (fp32): SGD's momentum buffer (none at
 # momentum 0), AdamW's two moments (plus a 4-byte step count per parameter tensor, left out).
 OPTIMIZER_STATE = {"sgd": 1, "adamw": 2}
-# How a strategy keeps the model, where it is not replicated (every rank holding all of it):
-# ZeRO-1 shards the optimizer state, ZeRO-2 the gradients too, ZeRO-3 the parameters too.
-SHARDING = {"zero": "zero1", "fsdp_grad_op": "zero2", "fsdp": "zero3", "pipeline": "stages"}
 # Of (parameters, gradients, optimizer state), the ones each rank holds 1/p of between steps.
 # FSDP2's ZeRO-2 (fsdp_grad_op) reshards after backward: between steps its parameters are
 # shards as ZeRO-3's are; it differs in keeping them gathered from forward to backward (peak
@@ -150,8 +148,9 @@ def optimizer_state_bytes(gradient: int, optimizer: str = "sgd", momentum: float
 
 
 def sharding(strategy: str) -> str:
-    """How `strategy` keeps the model: replicated, zero1, zero2, zero3 or stages (pipeline)."""
-    return SHARDING.get(strategy, "replicated")
+    """How `strategy` keeps the model: replicated, zero1, zero2, zero3 or stages (pipeline): its
+    base.Strategy.sharding, from the registry (replicated for a name the registry lacks)."""
+    return strategy_traits(strategy).sharding if strategy in strategy_names() else "replicated"
 
 
 def held_bytes(
@@ -250,7 +249,7 @@ def held_table(catalog: dict[str, Any], world: int, optimizer: str = "sgd") -> s
         "| model | input | " + " | ".join(names[k] for k in kinds) + " |",
         "|---|---|" + "---|" * len(kinds),
     ]
-    strategy = {v: k for k, v in SHARDING.items()}
+    strategy = {sharding(n): n for n in strategy_names() if sharding(n) != "replicated"}  # one of each kind
     for r in catalog["models"]:
         held = [_held(r["gradient_bytes"], strategy.get(k, "ddp"), world, optimizer) for k in kinds]
         lines.append(f"| `{r['model']}` | {r['input']} | " + " | ".join(f"{h['total'] / 2**20:.2f}" for h in held) + " |")

@@ -7,8 +7,8 @@ change:
 
 - timed steps each run gets with the current timing settings, and the cells that
   `max_steps` caps below `min_timed_steps`;
-- DDP / bucketed cells whose bucket is at least the model's whole gradient (one
-  all-reduce per step: nothing to overlap);
+- DDP cells (strategies that overlap their buckets with backward, base.Strategy.overlaps_buckets)
+  whose bucket is at least the model's whole gradient (one all-reduce per step: nothing to overlap);
 - scaling-law fits the grid's world sizes cannot support, with what to add;
 - training settings that measure something else than the user likely means: bf16 or fp16
   on a CPU (this machine's) without native arithmetic for it (emulated: slower than
@@ -25,8 +25,8 @@ from typing import Any, Iterable
 from ddpbench.core.params import CellParams
 from ddpbench.plan import catalog
 from ddpbench.plan.estimate import time_estimate, timed_steps
+from ddpbench.strategies import strategy_traits
 
-BUCKETED = ("ddp", "ddp_fp16", "powersgd", "bucketed_allreduce")
 PREFIX = "ddpbench plan: "
 # Low precisions and the CPU flags (/proc/cpuinfo: x86 "flags", Arm "Features") that give a
 # CPU native arithmetic in them. Without one, autocast's bf16/fp16 CPU kernels convert to and
@@ -73,7 +73,7 @@ def step_warnings(cells: list[dict[str, Any]]) -> list[str]:
 def bucket_warnings(cells: list[dict[str, Any]]) -> list[str]:
     one_bucket: dict[tuple, list] = {}
     for p in cells:
-        if p["strategy"] not in BUCKETED or int(p["world_size"]) < 2:
+        if not strategy_traits(p["strategy"]).overlaps_buckets or int(p["world_size"]) < 2:
             continue
         shape = p["dataset"] if p["dataset"] != "synthetic" else p.get("synthetic_shape", "cifar10")
         grad = catalog.gradient_bytes(p["model"], shape)

@@ -71,6 +71,8 @@ class StrategyTraits:
     point_to_point: bool
     shards_per_rank: bool  # base data_shard: each rank reads its own slice of the global batch
     imports_dynamo: bool  # its wrap imports torch._dynamo (base.Strategy.imports_dynamo)
+    sharding: str  # base.Strategy.sharding: replicated, zero1, zero2, zero3 or stages
+    overlaps_buckets: bool  # base.Strategy.overlaps_buckets: DDP's buckets overlap backward
 
     def unsupported(self, world: int) -> bool:
         """base.Strategy.unsupported: the harness records such a cell as skipped (world_size_refusal's rule)."""
@@ -141,9 +143,25 @@ def strategy_traits(name: str) -> StrategyTraits:
         return next(classes[c][1][key] for c in chain if key in classes[c][1])
 
     data_shard_from = next(c for c in chain if "data_shard" in classes[c][2])
-    return StrategyTraits(
-        attr("min_world"), attr("max_world"), attr("point_to_point"), data_shard_from == "Strategy", attr("imports_dynamo")
-    )
+    traits = StrategyTraits(
+        attr("min_world"), attr("max_world"), attr("point_to_point"), data_shard_from == "Strategy",
+        attr("imports_dynamo"), attr("sharding"), attr("overlaps_buckets"),
+    )  # fmt: skip
+    if traits.sharding not in SHARDINGS:
+        raise ValueError(f"{path}: sharding {traits.sharding!r} is not one of {SHARDINGS}")
+    return traits
+
+
+# How a strategy keeps the model between steps (base.Strategy.sharding), least sharded first.
+SHARDINGS = ("replicated", "zero1", "zero2", "zero3", "stages")
+ZERO = ("zero1", "zero2", "zero3")  # ZeRO's stages: optimizer state, + gradients, + parameters
+
+
+def sharded() -> tuple[str, ...]:
+    """The strategies that shard the model's training state across data-parallel ranks (ZeRO-1, -2,
+    -3), least sharded first: what the memory analysis compares against a replicated one."""
+    zero = [(ZERO.index(strategy_traits(n).sharding), n) for n in names() if strategy_traits(n).sharding in ZERO]
+    return tuple(n for _, n in sorted(zero))
 
 
 def get(name: str) -> Any:

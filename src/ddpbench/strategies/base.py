@@ -95,6 +95,12 @@ class Strategy:
     #: How the busiest rank's bytes per step grow with p (metrics.COMM_VOLUME): the cost
     #: model extrapolates measured bytes with it.
     comm_volume: str = "allreduce"
+    #: How each rank keeps the model between steps (SHARDINGS): replicated, ZeRO-1/2/3 or pipeline
+    #: stages. The plan's held bytes, the memory analysis and the sharding study read it.
+    sharding: str = "replicated"
+    #: Overlaps its bucket_mb buckets' communication with backward (DDP and its subclasses): a bucket
+    #: as large as the gradient leaves it nothing to overlap (the plan warns).
+    overlaps_buckets: bool = False
     #: Sends with send/recv (gloo moves only collectives' CUDA tensors, not these).
     point_to_point: bool = False
     #: Each rank holds only its shard of the gradients after sync (a check over them, such

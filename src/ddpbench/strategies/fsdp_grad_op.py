@@ -11,6 +11,7 @@ SETTINGS = ()  # the strategy-specific cell parameters it reads
 class FSDPGradOp(FSDP):
     name = "fsdp_grad_op"
     comm_volume = "sharded_zero2"
+    sharding = "zero2"  # as zero3 between steps; parameters stay gathered from forward to backward
     reshard_after_forward = False
 
 

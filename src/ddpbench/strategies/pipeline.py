@@ -114,6 +114,7 @@ class Pipelined(nn.Module):
 class Pipeline(Strategy):
     name = "pipeline"
     comm_volume = "point_to_point"
+    sharding = "stages"  # each rank holds its stage's layers
     point_to_point = True  # torch.distributed.pipelining sends activations with isend/irecv
     imports_dynamo = True
     exact = False  # the same update as single, but summed per micro-batch: reported, not asserted

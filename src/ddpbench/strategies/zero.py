@@ -27,6 +27,7 @@ SETTINGS = ("bucket_mb",)  # the strategy-specific cell parameters it reads
 class Zero(DDP):
     name = "zero"
     comm_volume = "allreduce_allgather"
+    sharding = "zero1"  # the optimizer state
 
     def make_optimizer(self, model, ctx):
         parameters = list(model.parameters())
