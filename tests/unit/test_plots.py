@@ -415,6 +415,15 @@ def test_the_mfu_figure_draws_every_cell_of_every_setting_and_names_the_peaks():
         title = " ".join(fig.get_suptitle().split())
         assert "measured peak per rank: bf16 60.0 GFLOP/s (n = 2048 matmul, measured on a busy machine" in title
         assert "fp32 60.0 GFLOP/s (n = 2048 matmul)" in title
+        # panels share y and start at 0: the lower panels' points inside it too (the MFU's fp32 panels under
+        # a lower bf16 first panel were drawn empty: its top was frozen at the first panel's data)
+        low = runs.assign(**{MFU: runs[MFU].where(runs["precision"] == "fp32", runs[MFU] * 0.2)})
+        (low_fig,) = fig_mfu(_data(low))
+        for ax in low_fig.axes:
+            bottom, top = ax.get_ylim()
+            ys = [y for line in ax.lines for y in np.asarray(line.get_ydata(), float) if np.isfinite(y)]
+            assert bottom == 0 and all(y <= top for y in ys), (ax.get_title(), top, max(ys, default=None))
+        plt.close(low_fig)
         r = fig.canvas.get_renderer()  # the longer title laid out again: inside the figure
         b = fig._suptitle.get_window_extent(r)
         assert b.x0 >= -1 and b.x1 <= fig.bbox.width + 1 and b.y1 <= fig.bbox.height + 1

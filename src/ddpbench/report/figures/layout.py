@@ -120,6 +120,15 @@ def thin_panels(df: pd.DataFrame, cols: list[str], limit: int = MAX_PANELS) -> t
 GROUP_LABEL: contextvars.ContextVar[str] = contextvars.ContextVar("GROUP_LABEL", default="")
 
 
+def floor_at_zero(ax) -> None:
+    """Start the y axis at 0 and keep autoscaling its top: ax.set_ylim(bottom=0) inside a panel's draw
+    would freeze the top at the data drawn so far, which on panels sharing y (sharey) clips every later
+    panel's larger values (issue 58: an MFU figure's fp32 panels drawn empty below the bf16 panels' top).
+    An invisible line at 0 whose sticky edge stops the autoscale's margin there does it instead."""
+    line = ax.axhline(0.0, lw=0, alpha=0)
+    line.sticky_edges.y.append(0.0)
+
+
 def small_multiples(title: str, panels: list, draw, *, xlabel: str | None, ylabel: str | None,
                     ncols: int | None = None, sharex=False, sharey=False, panel_size=(PANEL_W, PANEL_H),
                     legend_title: str | None = None, legend_order=None, omitted: str = ""):  # fmt: skip

@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 
 from ddpbench import analysis as A
-from ddpbench.report.figures.layout import (MAX_LEGEND, MAX_SERIES, TITLES, balanced_chunks, by_panel, panel_label,
-                                            small_multiples, thin_panels)  # fmt: skip
+from ddpbench.report.figures.layout import (MAX_LEGEND, MAX_SERIES, TITLES, balanced_chunks, by_panel, floor_at_zero,
+                                            panel_label, small_multiples, thin_panels)  # fmt: skip
 from ddpbench.report.figures.marks import DODGE, draw_series, interval_errors, level_note
 from ddpbench.report.figures.style import strategy_label, strategy_order, strategy_style, text
 from ddpbench.report.figures.tables import Data
@@ -100,7 +100,7 @@ def _vs_workers(d: Data, kind: str, df: pd.DataFrame, ycol: str, ylabel: str, no
                 ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
                 ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
             if ymin0:
-                ax.set_ylim(bottom=0)
+                floor_at_zero(ax)
 
         at = f" at p = {max(ps)}" if categorical else ""
         xlabel = "strategy (colour: see legend)" if categorical else "workers p (log scale)"

@@ -14,7 +14,7 @@ import pandas as pd
 
 from ddpbench import analysis as A
 from ddpbench.report.figures.layout import (MAX_LEGEND, MAX_PANELS, MAX_SERIES, TITLES, balanced_chunks, by_panel,
-                                            panel_label, small_multiples, thin_panels)  # fmt: skip
+                                            floor_at_zero, panel_label, small_multiples, thin_panels)  # fmt: skip
 from ddpbench.report.figures.marks import add_unscaled, draw_series, hbars, strategy_rows
 from ddpbench.report.figures.style import ordered_colors, strategy_label, strategy_order, strategy_style, text
 from ddpbench.report.figures.tables import Data
@@ -129,7 +129,7 @@ def fig_epoch_throughput(d: Data):
             ax.plot([], [], ls="none", marker="o", ms=7, mfc="white", color="gray", label=warm)
             epochs = sorted(g["epoch"].unique())
             ax.set_xticks([e + 1 for e in epochs], [str(int(e) + 1) for e in epochs])
-            ax.set_ylim(bottom=0)
+            floor_at_zero(ax)
 
         panels = [(panel_label(pcols, key), g) for key, g in by_panel(sub, pcols)]
         out += small_multiples("Throughput per epoch (median over repeats; pacing rank's steps, warm-up included)",
