@@ -304,6 +304,23 @@ def test_every_results_folder_of_a_host_divides_by_the_hosts_peak(tmp_path, monk
     assert peaks.host_peaks_folder() is None
 
 
+def test_a_busy_host_is_probed_at_most_once_a_minute(tmp_path, monkeypatch):
+    """Each probe for a quiet spell is 0.25 s of a run's wall; on a machine busy for minutes (a test suite)
+    the host's copy marks the last one, and runs within PROBE_EVERY_S of it use the kept busy peak."""
+    monkeypatch.setenv(peaks.HOST_PEAKS_ENV, str(tmp_path / "host"))
+    monkeypatch.setattr(flops, "matmul_peak", lambda device, precision: _peak_record(80e9, busy=True))
+    flops.cached_peak(tmp_path / "a", CPU, "fp32")  # measured, busy: kept for the host
+    probes = []
+    monkeypatch.setattr(flops, "quiet_now", lambda device_type: probes.append(1) and False)
+    for folder in ("b", "c", "d"):
+        assert flops.cached_peak(tmp_path / folder, CPU, "fp32")["flops_per_s"] == 80e9
+    assert len(probes) == 1  # the first probed and found it busy (the mark); the next two did not
+    (mark,) = (tmp_path / "host" / "peaks").glob("*.busy-probe")
+    os.utime(mark, (time.time() - flops.PROBE_EVERY_S - 1,) * 2)
+    flops.cached_peak(tmp_path / "e", CPU, "fp32")
+    assert len(probes) == 2
+
+
 def test_a_second_quiet_measurement_that_is_higher_replaces_the_first(tmp_path, monkeypatch):
     records = iter([_peak_record(102e9, busy=False), _peak_record(193e9, busy=False)])  # issue 58's 2-thread pair
     monkeypatch.setattr(flops, "matmul_peak", lambda device, precision: next(records))

@@ -55,6 +55,9 @@ MIN_REPEATS = 2  # ... in at least this many repeats
 # CPU times come in 10 ms ticks: over a shorter window a share is mostly rounding.
 LOAD_MIN_S = 0.2
 QUIET_PROBE_S = 0.25  # how long a kept busy peak's machine is watched before it is measured again
+# A host probes at most this often once a probe found it busy (a marker beside its copy of the peak): a
+# busy spell lasts minutes, and every probe is QUIET_PROBE_S of a run's wall (a test suite's hundreds of runs).
+PROBE_EVERY_S = 60.0
 # The way a peak is measured, kept in its file: a peak kept by another way (before sizes were compared
 # and the load read) is measured again.
 PEAK_METHOD = 2
@@ -168,6 +171,23 @@ def load_since(start: tuple[float, float | None, float], device_type: str) -> di
     return {"other_cpu_frac": frac, "loadavg": sysinfo.loadavg(), "cores": cores, "busy": peaks.is_busy(frac, device_type)}
 
 
+def quiet_probe(device_type: str, marker: Path | None) -> bool:
+    """quiet_now, unless a probe found the machine busy less than PROBE_EVERY_S ago (`marker`'s mtime,
+    which such a probe writes; no marker: always probed): then not quiet."""
+    try:
+        if marker is not None and time.time() - marker.stat().st_mtime < PROBE_EVERY_S:
+            return False
+    except OSError:
+        pass
+    quiet = quiet_now(device_type)
+    if not quiet and marker is not None:
+        try:
+            safe_io.atomic_write_text(marker, sysinfo.utc_iso(time.time()) + "\n")
+        except OSError:
+            pass
+    return quiet
+
+
 def quiet_now(device_type: str) -> bool:
     """Whether other processes leave the machine quiet for QUIET_PROBE_S (this process sleeps meanwhile)."""
     start = load_start()
@@ -245,7 +265,8 @@ def cached_peak(results: Path, device: torch.device, precision: str) -> dict[str
     here = _read_cached(path, name, precision, threads)
     hosts = _read_cached(host_path, name, precision, threads) if host_path is not None else None
     kept = peaks.most_measured(here, hosts)
-    if kept is not None and (peaks.settled(kept) or not quiet_now(device.type)):
+    marker = host_path.with_suffix(".busy-probe") if host_path is not None else None
+    if kept is not None and (peaks.settled(kept) or not quiet_probe(device.type, marker)):
         return {**kept, **_kept_at(path, where, kept, here), "cached": True}
     found = {"host": host, "device": name, "precision": precision, **matmul_peak(device, precision)}
     keep = peaks.better_peak(kept, found)
