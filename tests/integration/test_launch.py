@@ -167,15 +167,16 @@ def test_a_real_cell_never_imports_torch_dynamo(tmp_path):
     DistributedDataParallel strategies - ddp, ddp_fp16, powersgd, zero - import it in
     DDP's own constructor, pipeline in torch.distributed.pipelining's import: torch's own
     code is what they measure.) MFU's FLOP count runs the model under a Python dispatch mode,
-    which imports it in rank 0: once per results folder and model (run.flops.cached_count), so
+    which imports it in rank 0: once per host, code and model (run.flops.cached_count), so
     the probe watches the second run of the cell, which reads the count."""
-    first, _, _ = launch(tmp_path / "run1", "--strategy", "allreduce")
+    host = {"DDPBENCH_HOST_PEAKS": str(tmp_path / "host")}  # a fresh host copy: the first run counts
+    first, _, _ = launch(tmp_path / "run1", "--strategy", "allreduce", env=host)
     assert first["status"] == "ok" and first["env"]["flop_count"]["cached"] is False, first["reason"]
     probe = tmp_path / "probe"
     probe.mkdir()
     (probe / "sitecustomize.py").write_text(DYNAMO_PROBE)
     path = os.pathsep.join(filter(None, [str(probe), os.environ.get("PYTHONPATH")]))
-    summary, _, _ = launch(tmp_path / "run", "--strategy", "allreduce", env={"PYTHONPATH": path, "DYNAMO_PROBE": str(probe)})
+    summary, _, _ = launch(tmp_path / "run", "--strategy", "allreduce", env={"PYTHONPATH": path, "DYNAMO_PROBE": str(probe), **host})
     assert summary["status"] == "ok", summary["reason"]
     assert summary["env"]["flop_count"]["cached"] is True
     assert summary["extra"]["train_flops_per_sample"] == first["extra"]["train_flops_per_sample"] > 0

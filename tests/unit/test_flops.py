@@ -304,6 +304,19 @@ def test_every_results_folder_of_a_host_divides_by_the_hosts_peak(tmp_path, monk
     assert peaks.host_peaks_folder() is None
 
 
+def test_a_flop_count_is_kept_for_the_host_and_read_by_its_other_results_folders(tmp_path, monkeypatch):
+    """The count imports torch._dynamo (a second and a slower exit): once per host, code and model."""
+    monkeypatch.setenv(peaks.HOST_PEAKS_ENV, str(tmp_path / "host"))
+    calls, key = [], {"model": "mlp", "code": "abc"}
+    first = flops.cached_count(tmp_path / "a", key, lambda: calls.append(1) or 10.0)
+    second = flops.cached_count(tmp_path / "b", key, lambda: calls.append(1) or 99.0)  # the host's: not counted
+    assert first["cached"] is False and second == {"flops_per_sample": 10.0, "file": first["file"], "cached": True}
+    assert len(calls) == 1 and (tmp_path / "b" / second["file"]).is_file()  # and kept in the second folder too
+    host_file = tmp_path / "host" / first["file"]
+    host_file.write_text(json.dumps({"key": key, "flops_per_sample": 1.0}))  # edited: not this host's signature
+    assert flops.cached_count(tmp_path / "c", key, lambda: calls.append(1) or 10.0)["cached"] is False and len(calls) == 2
+
+
 def test_a_busy_host_is_probed_at_most_once_a_minute(tmp_path, monkeypatch):
     """Each probe for a quiet spell is 0.25 s of a run's wall; on a machine busy for minutes (a test suite)
     the host's copy marks the last one, and runs within PROBE_EVERY_S of it use the kept busy peak."""

@@ -51,8 +51,10 @@ HISTORY_SUMMARIES = 300
 # A run measured while other processes took more than this share of the CPU was measured on a busy machine.
 BUSY_CPU_FRAC = sysinfo.BUSY_CPU_FRAC
 # How long the estimate samples the CPU's use when the load average says the machine is busy: the
-# average lags a minute (right after a run it still counts that run's ranks), a sample does not.
-BUSY_SAMPLE_S = 0.1
+# average lags a minute (right after a run it still counts that run's ranks), a sample does not. At
+# 100 ticks a second a core, 0.05 s tells others' 50-90 % from a quiet 0-10 %; every Snakemake start
+# on a busy machine waits it.
+BUSY_SAMPLE_S = 0.05
 # What a cell the launcher skips (its strategy refuses the world size) costs before one is measured:
 # the launcher's start and a skipped summary, no rank (0.3-0.4 s on the tiny grid, 2026-11-27; a
 # median 2.2 s over 51 older ones on the 2-core VM).

@@ -305,30 +305,39 @@ def count_key(params, data, batch: int) -> dict[str, Any]:
 
 
 def cached_count(results: Path, key: dict[str, Any], count) -> dict[str, Any]:
-    """FLOPs per sample for `key`, read from <results>/peaks/flops-<hash>.json where counted before, else
-    `count()`ed now and kept there. Counting runs the model under a Python dispatch mode, which imports
-    torch._dynamo (about a second, and a slower exit): once per results folder and model, not per run."""
+    """FLOPs per sample for `key`, read from <results>/peaks/flops-<hash>.json where counted before, or from
+    the host's copy (peaks.host_peaks_folder(); then kept in the results folder too), else `count()`ed now
+    and kept in both. Counting runs the model under a Python dispatch mode, which imports torch._dynamo
+    (about a second, and a slower exit): once per host, code and model, not per run or results folder."""
     import hashlib
 
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    path = Path(results) / peaks.PEAKS_FOLDER / f"flops-{digest}.json"
+    name = f"flops-{hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]}.json"
+    path = Path(results) / peaks.PEAKS_FOLDER / name
     where = str(path.relative_to(results))
-    if path.exists() and safe_io.inside(path, path.parent):
-        try:
-            kept = json.loads(path.read_text())
-            value = kept.get("flops_per_sample") if peaks.signed_here(kept) and kept.get("key") == key else None
-            if isinstance(value, (int, float)) and math.isfinite(value) and value > 0:
-                return {"flops_per_sample": value, "file": where, "cached": True}
-        except (OSError, ValueError):
-            pass
-    value = float(count())
-    found = {"flops_per_sample": value, "file": where, "cached": False}
+    shared = peaks.host_peaks_folder()
+    host_path = shared / peaks.PEAKS_FOLDER / name if shared is not None else None
+    record = {"key": key}
+    for source in (path, host_path):
+        value = _kept_count(source, key) if source is not None else None
+        if value is not None:
+            kept = {**record, "flops_per_sample": value}
+            return {"flops_per_sample": value, **_kept_at(path, where, kept, kept if source == path else None), "cached": True}
+    record["flops_per_sample"] = float(count())
+    if host_path is not None:
+        _kept_at(host_path, "", record, None)
+    return {"flops_per_sample": record["flops_per_sample"], **_kept_at(path, where, record, None), "cached": False}
+
+
+def _kept_count(path: Path, key: dict[str, Any]) -> float | None:
+    """The FLOPs per sample kept in `path` for `key`: a regular file inside its folder, signed by this host."""
+    if not path.exists() or not safe_io.inside(path, path.parent):
+        return None
     try:
-        safe_io.real_dir(path.parent)
-        safe_io.atomic_write_text(path, json.dumps(peaks.signed({"key": key, "flops_per_sample": value}), indent=1) + "\n")
-    except OSError as err:
-        found.update(file=None, not_kept=f"{type(err).__name__}: {err}")
-    return found
+        kept = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    value = kept.get("flops_per_sample") if peaks.signed_here(kept) and kept.get("key") == key else None
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) and value > 0 else None
 
 
 def _barrier() -> None:
