@@ -220,21 +220,21 @@ def test_report_from_an_archive_of_an_absolute_results_folder_reads_the_archived
     assert row["env_host"] == "archived-host"
 
 
-@pytest.mark.parametrize("config, threshold", [
-    ({"repeats": "until_decided", "until_decided": {"precision": 0.10}, "timing": {"max_rel_ci": 0.05}}, 0.10),
-    ({"repeats": "until_decided", "until_decided": {"precision": 0}, "timing": {"max_rel_ci": 0.07}}, 0.07),
-    ({"repeats": 3, "until_decided": {"precision": 0.10}, "timing": {"max_rel_ci": 0.05}}, 0.05),
-])  # fmt: skip
-def test_report_from_an_archive_flags_unstable_cells_at_the_workflows_threshold(tmp_path, monkeypatch, config, threshold):
+def test_report_from_an_archive_flags_unstable_cells_at_the_workflows_threshold(tmp_path, monkeypatch):
     """report --from took timing.max_rel_ci (0.05) where the workflow's report had taken a
-    sequential design's precision (0.10): a rebuilt report flagged other cells (issue 56)."""
+    sequential design's precision (0.10): a rebuilt report flagged other cells (issue 56). Both now
+    read core.study_config.stability_threshold, whose three cases are checked first."""
     from ddpbench.core import study_config
 
-    archived, _ = _archived_study(tmp_path, lambda real: str(real), config=config)
+    design = {"repeats": "until_decided", "until_decided": {"precision": 0.10}, "timing": {"max_rel_ci": 0.05}}
+    assert study_config.stability_threshold(design) == 0.10
+    assert study_config.stability_threshold({**design, "until_decided": {"precision": 0}}) == 0.05  # not asked
+    assert study_config.stability_threshold({**design, "repeats": 3}) == 0.05  # fixed repeats
+    archived, _ = _archived_study(tmp_path, lambda real: str(real), config=design)
     used = []
     monkeypatch.setattr(report, "build_from_args", lambda args: used.append(args.max_rel_ci) or 0)
     assert report.main(["--from", str(archived), "--out", str(tmp_path / "out"), "--no-pdf"]) == 0
-    assert used == [threshold] == [study_config.stability_threshold(config)]
+    assert used == [0.10]
 
 
 def test_an_archive_bomb_is_refused_before_anything_is_unpacked(tmp_path, monkeypatch):
