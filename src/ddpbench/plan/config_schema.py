@@ -141,9 +141,166 @@ def _value_schemas() -> dict[str, tuple[dict[str, Any], str, Any]]:
     return out
 
 
-def build_schema() -> dict[str, Any]:
-    values = _value_schemas()
-    axis_names = list(values)
+# The settings every cell and the workflow share, beside the grid (build_schema's properties after
+# `params`): where the results go, limits, the dataset switch, the study sections, the report.
+SHARED_SETTINGS: dict[str, Any] = {
+    "results": {
+        "type": "string",
+        "pattern": RESULTS_PATTERN,
+        "default": "results",
+        "description": (
+            "folder of this study's runs, tables and report (relative to the working "
+            "directory); presets name their own, so studies never overwrite each other"
+        ),
+    },
+    "max_runs": {
+        "type": "integer",
+        "minimum": 1,
+        "default": DEFAULT_MAX_RUNS,
+        "description": (
+            "the most runs (cells x repeats) the grid may expand to; checked before the "
+            "grid is expanded (raise it for a deliberately large study)"
+        ),
+    },
+    "dataset": {
+        "type": ["string", "null"],
+        "enum": [None, OFFLINE_DATASET],
+        "default": None,
+        "description": (
+            "Run a grid offline: synthetic turns every cell on a real dataset (cifar10, "
+            "mnist, imagenette) into dataset synthetic with synthetic_shape that dataset "
+            "(the real inputs' shape and classes), so nothing is fetched; exclusions and "
+            "the real datasets' sample limits apply as written (null: the grid as written)"
+        ),
+    },
+    "study": {
+        "anyOf": [
+            {"type": "null"},
+            {"type": "string", "enum": list(STUDIES)},
+            {"type": "array", "items": {"type": "string", "enum": list(STUDIES)}, "uniqueItems": True},
+        ],
+        "default": None,
+        "description": (
+            "the study preset this grid is (configs/studies), or a list of them: the report "
+            "answers each one's question in a section after the findings, with its own table "
+            "and findings (e.g. [language-model, sharding] for a GPT's DDP-or-FSDP question; "
+            "null: no study section)"
+        ),
+    },
+    "allow_oversubscribe": {
+        "type": "boolean",
+        "default": False,
+        "description": (
+            "Run CPU cells whose ranks per node x threads per rank exceed the usable "
+            "cores (false: such a cell is recorded as skipped before any rank starts; "
+            "true: it runs and is flagged oversubscribed)"
+        ),
+    },
+    "compare_to": {
+        "type": "string",
+        "default": "",
+        "description": (
+            "A stored result set (a results folder with aggregate/runs.csv, or a "
+            "runs.csv) to compare this study against: the report gains a section "
+            "with what differs in the environments and, per cell, faster / slower / "
+            "no detectable difference (as `ddpbench compare` judges), and writes "
+            "comparison.csv and comparison.html beside it ('': no comparison)"
+        ),
+    },
+    "report_pdf": {
+        "type": "boolean",
+        "default": True,
+        "description": (
+            "Also compile the report as a PDF (report.tex with latexmk, where it is "
+            "installed) and draw each figure as a PDF for it (false: the HTML report "
+            "and the tables only, a few seconds sooner)"
+        ),
+    },
+    "allow_low_space": {
+        "type": "boolean",
+        "default": False,
+        "description": (
+            "Start the grid even when the results filesystem has less free space than "
+            "the grid is estimated to need (false: refused before the first job, "
+            "naming both numbers)"
+        ),
+    },
+    "images": {
+        "type": "object",
+        "default": {},
+        "description": (
+            "Container image per device for `--use-singularity` (apptainer): a URI "
+            "(docker://..., oras://...) or a local .sif path relative to the working "
+            "directory. Ignored without --use-singularity."
+        ),
+        "additionalProperties": False,
+        "properties": {
+            device: {
+                "type": "string",
+                "pattern": IMAGE_PATTERN,
+                "maxLength": 1024,
+                "default": image,
+                "description": f"image for {device} cells",
+            }
+            for device, image in DEFAULT_IMAGES.items()
+        },
+    },
+}
+
+
+# The grid: its description (the axes are the cell parameters: _grid_properties).
+GRID_DESCRIPTION = (
+    "Grid axes: each a non-empty list of values; the cells are their "
+    "product. An axis overrides the same key in timing/params. The core "
+    "axes are folder levels of every run's path (results/runs/device~cpu/"
+    "world_size~2/...); another axis only where a cell's value differs from "
+    "the one timing/params (or the default) gives, so adding an axis keeps "
+    "the runs already measured. A strategy setting (bucket_mb, ...) a "
+    "strategy does not read is held at that value: such cells run once."
+)
+# How often each cell runs: a fixed count, or a sequential design (UNTIL_DECIDED).
+REPEATS = {
+    "anyOf": [
+        {"type": "integer", "minimum": 1, "maximum": 100000},
+        {"type": "string", "const": "until_decided"},
+    ],
+    "default": 1,
+    "description": (
+        "separate launches of every cell (statistics are over repeats): a number, "
+        "the same for every cell, or until_decided: rounds of repeats given to the "
+        "cells whose questions are still open (settings: until_decided)"
+    ),
+}
+
+
+# An exclude entry's value: equal, one of a list, or not / min / max (the schema's $defs/match).
+MATCH = {
+    "description": "value (equal), list (one of), or {not: value|list, min: x, max: y}",
+    "anyOf": [
+        {"type": ["string", "number"]},
+        {"type": "array", "minItems": 1, "items": {"type": ["string", "number"]}},
+        {
+            "type": "object",
+            "minProperties": 1,
+            "additionalProperties": False,
+            "properties": {
+                "not": {
+                    "description": "cells whose value is not this (or none of these)",
+                    "anyOf": [
+                        {"type": ["string", "number"]},
+                        {"type": "array", "minItems": 1, "items": {"type": ["string", "number"]}},
+                    ],
+                },
+                "min": {"type": "number", "description": "cells whose value is >= min"},
+                "max": {"type": "number", "description": "cells whose value is <= max"},
+            },
+        },
+    ],
+}
+
+
+def _grid_properties(values: dict[str, tuple[dict[str, Any], str, Any]]) -> dict[str, Any]:
+    """Each cell parameter as a grid axis: a non-empty list of its values (text within AXIS_TEXT_PATTERN)."""
     grid_props: dict[str, Any] = {}
     for name, (schema, text, _default) in values.items():
         prop: dict[str, Any] = {
@@ -158,38 +315,23 @@ def build_schema() -> dict[str, Any]:
         if _is_text(schema):
             prop["items"] = _with_text_pattern(schema)
         grid_props[name] = prop
+    return grid_props
 
-    def scalar_section(names: list[str]) -> dict[str, Any]:
-        props = {}
-        for name in names:
-            schema, text, default = values[name]
-            props[name] = {**schema, "description": text, "default": default}
-        return props
 
+def _scalar_section(values: dict[str, tuple[dict[str, Any], str, Any]], names: list[str]) -> dict[str, Any]:
+    """The cell parameters `names` as one shared value each, with their defaults (timing:, params:)."""
+    props = {}
+    for name in names:
+        schema, text, default = values[name]
+        props[name] = {**schema, "description": text, "default": default}
+    return props
+
+
+def build_schema() -> dict[str, Any]:
+    values = _value_schemas()
+    axis_names = list(values)
+    grid_props = _grid_properties(values)
     cell_names = [f.name for f in dataclasses.fields(CellParams)]
-    match_value = {
-        "description": "value (equal), list (one of), or {not: value|list, min: x, max: y}",
-        "anyOf": [
-            {"type": ["string", "number"]},
-            {"type": "array", "minItems": 1, "items": {"type": ["string", "number"]}},
-            {
-                "type": "object",
-                "minProperties": 1,
-                "additionalProperties": False,
-                "properties": {
-                    "not": {
-                        "description": "cells whose value is not this (or none of these)",
-                        "anyOf": [
-                            {"type": ["string", "number"]},
-                            {"type": "array", "minItems": 1, "items": {"type": ["string", "number"]}},
-                        ],
-                    },
-                    "min": {"type": "number", "description": "cells whose value is >= min"},
-                    "max": {"type": "number", "description": "cells whose value is <= max"},
-                },
-            },
-        ],
-    }
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "ddpbench experiment configuration",
@@ -199,35 +341,16 @@ def build_schema() -> dict[str, Any]:
         ),
         "type": "object",
         "additionalProperties": False,
-        "$defs": {"match": match_value},
+        "$defs": {"match": MATCH},
         "properties": {
             "grid": {
                 "type": "object",
-                "description": (
-                    "Grid axes: each a non-empty list of values; the cells are their "
-                    "product. An axis overrides the same key in timing/params. The core "
-                    "axes are folder levels of every run's path (results/runs/device~cpu/"
-                    "world_size~2/...); another axis only where a cell's value differs from "
-                    "the one timing/params (or the default) gives, so adding an axis keeps "
-                    "the runs already measured. A strategy setting (bucket_mb, ...) a "
-                    "strategy does not read is held at that value: such cells run once."
-                ),
+                "description": GRID_DESCRIPTION,
                 "default": {},
                 "additionalProperties": False,
                 "properties": grid_props,
             },
-            "repeats": {
-                "anyOf": [
-                    {"type": "integer", "minimum": 1, "maximum": 100000},
-                    {"type": "string", "const": "until_decided"},
-                ],
-                "default": 1,
-                "description": (
-                    "separate launches of every cell (statistics are over repeats): a number, "
-                    "the same for every cell, or until_decided: rounds of repeats given to the "
-                    "cells whose questions are still open (settings: until_decided)"
-                ),
-            },
+            "repeats": REPEATS,
             "until_decided": UNTIL_DECIDED,
             "exclude": {
                 "type": "array",
@@ -268,116 +391,16 @@ def build_schema() -> dict[str, Any]:
                     "stability threshold of its interval."
                 ),
                 "additionalProperties": False,
-                "properties": {**scalar_section(list(TIMING_KEYS)), **TIMING_SETTINGS},
+                "properties": {**_scalar_section(values, list(TIMING_KEYS)), **TIMING_SETTINGS},
             },
             "params": {
                 "type": "object",
                 "default": {},
                 "description": "Every other cell parameter, the same for all cells unless it is a grid axis.",
                 "additionalProperties": False,
-                "properties": scalar_section([n for n in cell_names if n not in TIMING_KEYS]),
+                "properties": _scalar_section(values, [n for n in cell_names if n not in TIMING_KEYS]),
             },
-            "results": {
-                "type": "string",
-                "pattern": RESULTS_PATTERN,
-                "default": "results",
-                "description": (
-                    "folder of this study's runs, tables and report (relative to the working "
-                    "directory); presets name their own, so studies never overwrite each other"
-                ),
-            },
-            "max_runs": {
-                "type": "integer",
-                "minimum": 1,
-                "default": DEFAULT_MAX_RUNS,
-                "description": (
-                    "the most runs (cells x repeats) the grid may expand to; checked before the "
-                    "grid is expanded (raise it for a deliberately large study)"
-                ),
-            },
-            "dataset": {
-                "type": ["string", "null"],
-                "enum": [None, OFFLINE_DATASET],
-                "default": None,
-                "description": (
-                    "Run a grid offline: synthetic turns every cell on a real dataset (cifar10, "
-                    "mnist, imagenette) into dataset synthetic with synthetic_shape that dataset "
-                    "(the real inputs' shape and classes), so nothing is fetched; exclusions and "
-                    "the real datasets' sample limits apply as written (null: the grid as written)"
-                ),
-            },
-            "study": {
-                "anyOf": [
-                    {"type": "null"},
-                    {"type": "string", "enum": list(STUDIES)},
-                    {"type": "array", "items": {"type": "string", "enum": list(STUDIES)}, "uniqueItems": True},
-                ],
-                "default": None,
-                "description": (
-                    "the study preset this grid is (configs/studies), or a list of them: the report "
-                    "answers each one's question in a section after the findings, with its own table "
-                    "and findings (e.g. [language-model, sharding] for a GPT's DDP-or-FSDP question; "
-                    "null: no study section)"
-                ),
-            },
-            "allow_oversubscribe": {
-                "type": "boolean",
-                "default": False,
-                "description": (
-                    "Run CPU cells whose ranks per node x threads per rank exceed the usable "
-                    "cores (false: such a cell is recorded as skipped before any rank starts; "
-                    "true: it runs and is flagged oversubscribed)"
-                ),
-            },
-            "compare_to": {
-                "type": "string",
-                "default": "",
-                "description": (
-                    "A stored result set (a results folder with aggregate/runs.csv, or a "
-                    "runs.csv) to compare this study against: the report gains a section "
-                    "with what differs in the environments and, per cell, faster / slower / "
-                    "no detectable difference (as `ddpbench compare` judges), and writes "
-                    "comparison.csv and comparison.html beside it ('': no comparison)"
-                ),
-            },
-            "report_pdf": {
-                "type": "boolean",
-                "default": True,
-                "description": (
-                    "Also compile the report as a PDF (report.tex with latexmk, where it is "
-                    "installed) and draw each figure as a PDF for it (false: the HTML report "
-                    "and the tables only, a few seconds sooner)"
-                ),
-            },
-            "allow_low_space": {
-                "type": "boolean",
-                "default": False,
-                "description": (
-                    "Start the grid even when the results filesystem has less free space than "
-                    "the grid is estimated to need (false: refused before the first job, "
-                    "naming both numbers)"
-                ),
-            },
-            "images": {
-                "type": "object",
-                "default": {},
-                "description": (
-                    "Container image per device for `--use-singularity` (apptainer): a URI "
-                    "(docker://..., oras://...) or a local .sif path relative to the working "
-                    "directory. Ignored without --use-singularity."
-                ),
-                "additionalProperties": False,
-                "properties": {
-                    device: {
-                        "type": "string",
-                        "pattern": IMAGE_PATTERN,
-                        "maxLength": 1024,
-                        "default": image,
-                        "description": f"image for {device} cells",
-                    }
-                    for device, image in DEFAULT_IMAGES.items()
-                },
-            },
+            **SHARED_SETTINGS,
         },
     }
 
