@@ -1,15 +1,18 @@
-"""The sequential design's rounds (analysis.design): the questions of a grid, the settings from
-the config, and the decision after a round, from summary.json files as the workflow writes them."""
+"""The sequential design's rounds (plan.design): the questions of a grid, the settings from
+the config, and the typed decision after a round, from summary.json files as the workflow writes
+them, and back from its file."""
 
 from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from ddpbench.analysis import design
+from ddpbench.core.layout import Layout
+from ddpbench.plan import design
 
 pytestmark = pytest.mark.unit
 
@@ -90,15 +93,18 @@ def test_a_round_goes_to_the_open_question_and_the_last_says_undecided(tmp_path)
     runs = {"s": write_runs(tmp_path, "s", noisy(100, 3, 0.02, 1)), "a": write_runs(tmp_path, "a", noisy(50, 3, 0.05, 2)),
             "b": write_runs(tmp_path, "b", noisy(51, 3, 0.05, 3))}  # fmt: skip
     first = design.decide(0, qs, runs, settings)
-    assert first["targets"] == {"a": 5, "b": 5} and first["stopped"] == {"s": "decided"} and not first["done"]
+    assert first.targets == {"a": 5, "b": 5} and first.stopped == {"s": "decided"} and not first.done
     assert design.counts_after({"s": 3, "a": 3, "b": 3}, first, settings) == {"s": 3, "a": 5, "b": 5}
-    spent = first["spent"]
+    spent = first.spent
     assert spent["runs"] == 9 and spent["seconds"] == pytest.approx(54)
     # a budget of 60 s of runs: 54 spent, the next round's 4 runs (24 s) do not fit
     last = design.decide(0, qs, runs, design.Settings(**{**settings.__dict__, "budget_s": 60.0}))
-    assert last["done"] and last["stopped"]["a"] == last["stopped"]["b"] == "budget"
-    (open_,) = [v for v in last["verdicts"] if set(v["cells"]) == {"a", "b"}]
-    assert open_["verdict"] == "undecided" and open_["runs_to_decide"] and open_["low"] < 1 < open_["high"]
+    assert last.done and last.stopped["a"] == last.stopped["b"] == "budget"
+    (open_,) = [v for v in last.verdicts if set(v.cells) == {"a", "b"}]
+    assert open_.verdict == "undecided" and open_.runs_to_decide and open_.low < 1 < open_.high
+    # the file is the decision: written and read back, the same
+    last.write(tmp_path / "round~0.json")
+    assert design.Decision.read(tmp_path / "round~0.json") == last
     assert "1/2 questions decided; the design is done (9 runs, 54 s of 60 s)" in design.round_line(last)
 
 
@@ -108,18 +114,27 @@ def test_a_cell_whose_runs_failed_stops_and_its_questions_are_undecided(tmp_path
     qs = design.grid_questions(cells, {}, settings)
     runs = {"s": write_runs(tmp_path, "s", noisy(100, 3, 0.3, 1)), "x": write_runs(tmp_path, "x", [1, 1, 1], status="failed")}
     decision = design.decide(0, qs, runs, settings)
-    assert decision["stopped"]["x"] == "failed" and "x" not in decision["targets"]
-    failed = [v for v in decision["verdicts"] if "x" in v["cells"]]
-    assert failed and all(v["verdict"] == "undecided" for v in failed)
-    assert decision["targets"] == {"s": 5}  # s's own precision question is still open
+    assert decision.stopped["x"] == "failed" and "x" not in decision.targets
+    failed = [v for v in decision.verdicts if "x" in v.cells]
+    assert failed and all(v.verdict == "undecided" and v.why == "a cell's runs failed" for v in failed)
+    assert design.Decision.from_json(json.loads(json.dumps(decision.to_json()))) == decision
+    assert decision.targets == {"s": 5}  # s's own precision question is still open
+
+
+def write_round(layout: Layout, round_: int, targets) -> None:
+    """A decision file asking for `targets` (planted: any JSON)."""
+    record = {"round": round_, "done": False, "counts": {}, "targets": targets, "stopped": {}, "verdicts": [],
+              "spent": {"runs": 0, "seconds": 0}, "budget": {}, "settings": {}}  # fmt: skip
+    Path(layout.round_file(round_)).parent.mkdir(parents=True, exist_ok=True)
+    Path(layout.round_file(round_)).write_text(json.dumps(record))
 
 
 def test_decisions_on_disk_give_the_counts_of_a_resumed_design(tmp_path):
-    settings = design.Settings()
-    design.write_decision(design.round_path(tmp_path, 0), {"targets": {"a": 5}})
-    design.write_decision(design.round_path(tmp_path, 1), {"targets": {"a": 8, "b": 5}})
-    design.round_path(tmp_path, 3).write_text("{}")  # round 2 missing: round 3 is not read
-    assert design.counts_on_disk(tmp_path, ["a", "b", "c"], settings) == {"a": 8, "b": 5, "c": 3}
+    settings, layout = design.Settings(), Layout.of(tmp_path)
+    write_round(layout, 0, {"a": 5})
+    write_round(layout, 1, {"a": 8, "b": 5})
+    write_round(layout, 3, {"a": 20})  # round 2 missing: round 3 is not read
+    assert design.counts_on_disk(layout, ["a", "b", "c"], settings) == {"a": 8, "b": 5, "c": 3}
     assert math.isclose(design.read_run(tmp_path / "nothing.json")[1], 0.0)
 
 
@@ -127,8 +142,11 @@ def test_a_planted_round_file_plans_no_more_than_the_designs_cap(tmp_path):
     """Issue 54: a 300-byte round~0.json asking for 1,000,000 runs of a cell made the dry run plan
     them all (3.2 GB, past 300 s); one asking for 500 against a cap of 10 planned 500. A target
     stays between the runs a cell has and the cap; one that is no count is ignored."""
-    settings = design.Settings(cap=10)
-    design.write_decision(design.round_path(tmp_path, 0), {"targets": {"a": 1_000_000, "b": 500, "c": 1}})
-    design.write_decision(design.round_path(tmp_path, 1), {"targets": {"a": "9" * 400, "b": True, "c": 7.5, "d": 6}})
-    design.round_path(tmp_path, 2).write_text('{"targets": [["a", 99]]}')
-    assert design.counts_on_disk(tmp_path, ["a", "b", "c"], settings) == {"a": 10, "b": 10, "c": 3}
+    settings, layout = design.Settings(cap=10), Layout.of(tmp_path)
+    write_round(layout, 0, {"a": 1_000_000, "b": 500, "c": 1})
+    write_round(layout, 1, {"a": "9" * 400, "b": True, "c": 7.5, "d": 6})
+    write_round(layout, 2, [["a", 99]])
+    Path(layout.round_file(3)).write_text('{"targets": {"a": 9}}')  # no decision: the rounds end before it
+    assert design.counts_on_disk(layout, ["a", "b", "c"], settings) == {"a": 10, "b": 10, "c": 3}
+    with pytest.raises(ValueError, match="not a design decision"):
+        design.Decision.read(layout.round_file(3))

@@ -10,6 +10,7 @@ import shlex
 import pytest
 import yaml
 
+from ddpbench.core.layout import Layout
 from ddpbench.core.params import CellParams
 from ddpbench.plan import cells as plan_cells
 from ddpbench.plan import grid, jobs
@@ -319,13 +320,16 @@ def test_compare_to_table(tmp_path):
 
 # -- plan.jobs ---------------------------------------------------------------------------
 def test_run_folders_and_summaries():
-    assert jobs.run_folder("results", "{cell}", "{repeat}") == "results/runs/{cell}/repeat~{repeat}"
-    assert jobs.summary_paths("r", ["a~1", "b~2"], range(2)) == [
+    layout = Layout.of("results/")
+    assert layout.run_dir("{cell}", "{repeat}") == "results/runs/{cell}/repeat~{repeat}"
+    assert Layout.of("r").summaries({"a~1": 2, "b~2": 2}) == [
         "r/runs/a~1/repeat~0/summary.json",
         "r/runs/a~1/repeat~1/summary.json",
         "r/runs/b~2/repeat~0/summary.json",
         "r/runs/b~2/repeat~1/summary.json",
     ]
+    assert layout.cell_of_summary("results/runs/a~1/b~2/repeat~3/summary.json") == "a~1/b~2"
+    assert layout.round_file("{round}") == "results/design/round~{round}.json"
     assert re.fullmatch(jobs.CELL_PATTERN, TINY_PATH.format(ws=2, s="ddp"))
     assert not re.fullmatch(jobs.CELL_PATTERN, TINY_PATH.format(ws=2, s="ddp") + "/repeat~0/x")
 

@@ -1,6 +1,6 @@
 """The report of a sequential design: its undecided questions open the findings, and the section
 "What the design decided" lists every question (open ones first) and every cell's runs and why
-it stopped; a fixed design has no such section. The decision is made by analysis.design.decide
+it stopped; a fixed design has no such section. The decision is made by plan.design.decide
 from summary files, as the workflow makes it."""
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 from report_synth import make_runs
 
-from ddpbench.analysis import design
+from ddpbench.plan import design
 from ddpbench.report import build as report
 from ddpbench.report import decisions
 
 pytestmark = pytest.mark.unit
 
 
-def a_decision(tmp_path) -> dict:
+def a_decision(tmp_path) -> design.Decision:
     """single at p = 1 (100), ddp and allreduce at p = 2 (52 and 51: close), after a spent budget."""
     cells = {"device~cpu/world_size~1/strategy~single": {"world_size": 1, "strategy": "single"},
              "device~cpu/world_size~2/strategy~ddp": {"world_size": 2, "strategy": "ddp"},
@@ -40,9 +40,9 @@ def a_decision(tmp_path) -> dict:
 
 def test_the_report_says_what_the_design_decided_open_questions_first(tmp_path):
     decision = a_decision(tmp_path)
-    assert decision["done"] and {"budget"} <= set(decision["stopped"].values())
+    assert decision.done and {"budget"} <= set(decision.stopped.values())
     path = tmp_path / "round~0.json"
-    design.write_decision(path, decision)
+    decision.write(path)
     runs_csv = tmp_path / "runs.csv"
     make_runs(world_sizes=(1, 2), strategies=("single", "ddp", "allreduce"), failures=False).to_csv(runs_csv, index=False)
     out = tmp_path / "out"

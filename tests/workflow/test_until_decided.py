@@ -21,7 +21,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from ddpbench.analysis import design
+from ddpbench.core.layout import Layout
+from ddpbench.plan import design
 from ddpbench.run import faults
 
 pytestmark = pytest.mark.workflow
@@ -64,7 +65,8 @@ def seed_of(cell: str) -> str:
 
 
 def last_decision(workdir: Path) -> dict:
-    return design.decisions_on_disk(workdir / RESULTS / "design")[-1]
+    """The design's last decision, as its file holds it."""
+    return design.decisions_on_disk(Layout.of(workdir / RESULTS))[-1].to_json()
 
 
 def test_the_dry_run_shows_the_first_round_and_the_most_the_design_could_run(tmp_path):

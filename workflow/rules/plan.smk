@@ -26,7 +26,8 @@ from ddpbench.core.safe_io import (
     refuse_linked_folders,
 )
 from ddpbench.core.sysinfo import code_fingerprint
-from ddpbench.plan.jobs import planned_runs, preflight_cells
+from ddpbench.plan.design import decisions_on_disk, status_line
+from ddpbench.plan.jobs import preflight_cells
 from ddpbench.plan.preflight import PREFIX as PLAN_PREFIX
 from ddpbench.plan.preflight import warnings as plan_warnings
 from ddpbench.plan.status import PLAN_ENV, stale_runs, write_plan
@@ -37,18 +38,15 @@ from ddpbench.run import faults
 
 def runs_to_measure():
     """How many of the grid's runs have no summary yet (the plan, the space check, progress)."""
-    return sum(not Path(s).exists() for s in run_summaries())
+    return sum(not Path(s).exists() for s in STUDY.summaries())
 
 
 def check_stale_runs():
     """Write the plan where ddpbench.plan.status asks for it; otherwise warn (one line) when runs
     already in the results folder were made by other code, settings or environment."""
-    plan = {
-        "results": RESULTS,
-        "runs": planned_runs(CELL_BY_PATH, FIXED_PARAMS, run_counts(), RESULTS),
-    }
+    plan = {"results": RESULTS, "runs": STUDY.planned_runs()}
     if os.environ.get(PLAN_ENV):
-        rounds = design.status_line(DESIGN_DIR) if SEQUENTIAL else ""
+        rounds = status_line(LAYOUT) if STUDY.sequential else ""
         write_plan(os.environ[PLAN_ENV], plan["results"], plan["runs"], rounds)
         return
     stale = stale_runs(plan)
@@ -73,7 +71,7 @@ def check_results_space():
     problem = storage.plan_check(
         RESULTS,
         runs_to_measure(),
-        len(run_summaries()),
+        len(STUDY.summaries()),
         RUN_BYTES_ESTIMATE,
         REPORT_BYTES_ESTIMATE,
     )
@@ -94,7 +92,7 @@ def explain_failure():
     """onerror: when the results filesystem cannot take the rest of the grid (full, or not
     writable: the likely cause of the failed jobs), say so in one line with the runs kept.
     """
-    planned = len(run_summaries())
+    planned = len(STUDY.summaries())
     line = storage.full_line(
         RESULTS,
         planned - runs_to_measure(),
@@ -108,8 +106,8 @@ def explain_failure():
 
 def start_progress():
     """onstart: each launcher's result line then tells how far the grid is (ddpbench.results.progress)."""
-    round_ = len(design.decisions_on_disk(DESIGN_DIR)) + 1 if SEQUENTIAL else None
-    progress.start(Path(RESULTS, "logs", "progress.json"), runs_to_measure(), round_)
+    round_ = len(decisions_on_disk(LAYOUT)) + 1 if STUDY.sequential else None
+    progress.start(Path(LAYOUT.progress), runs_to_measure(), round_)
 
 
 def record_invocation():
@@ -118,10 +116,10 @@ def record_invocation():
     """
     Path(RESULTS).mkdir(parents=True, exist_ok=True)
     atomic_write_text(
-        Path(RESULTS, "config.yaml"), yaml.safe_dump(dict(config), sort_keys=False)
+        Path(LAYOUT.config), yaml.safe_dump(dict(config), sort_keys=False)
     )
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    with open_log(Path(RESULTS, "invocations.log"), "a") as log:
+    with open_log(Path(LAYOUT.invocations), "a") as log:
         log.write(f"{stamp}\t{code_fingerprint()}\t{shlex.join(sys.argv)}\n")
 
 
@@ -142,7 +140,7 @@ def heal_damaged_runs():
     """
     damaged = [
         (s, what)
-        for s in map(Path, run_summaries())
+        for s in map(Path, STUDY.summaries())
         if s.exists() and (what := damage(s))
     ]
     if damaged and dry_run():
@@ -169,19 +167,19 @@ def heal_damaged_runs():
 
 def print_plan():
     """What the grid will measure, and the traps in it, before any run (ddpbench.plan.preflight)."""
-    cells = preflight_cells(CELL_BY_PATH.values(), FIXED_PARAMS)
-    repeats = f"{DESIGN.first} first" if SEQUENTIAL else len(REPEATS)
+    cells = preflight_cells(STUDY.cell_by_path.values(), STUDY.fixed)
+    repeats = (
+        f"{STUDY.settings.first} first" if STUDY.sequential else STUDY.most_repeats
+    )
     PLAN_LINES[:] = plan_warnings(cells, repeats, runs_to_measure(), Path(RESULTS))
-    if SEQUENTIAL:
-        PLAN_LINES.append(
-            PLAN_PREFIX + design.plan_line(QUESTIONS, DESIGN, len(CELL_BY_PATH))
-        )
+    if STUDY.sequential:
+        PLAN_LINES.append(PLAN_PREFIX + STUDY.plan_line())
     for line in PLAN_LINES:
         logger.warning(line)
 
 
 PLAN_LINES = []  # print_plan's lines; onstart saves them for the report (save_plan)
-PLAN_FILE = f"{RESULTS}/logs/plan.txt"
+PLAN_FILE = LAYOUT.plan_file
 
 
 def save_plan():

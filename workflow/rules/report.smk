@@ -63,12 +63,12 @@ rule report:
     params:
         out_dir=subpath(output.html, parent=True),
         baseline_strategy=config["baseline"]["strategy"],
-        max_rel_ci=stability_threshold(config),
+        max_rel_ci=STUDY.stability_threshold,
         plan=PLAN_FILE,
         compare_to=lambda wildcards, input: (
             f"--compare-to {shlex.quote(input.baseline[0])}" if input.baseline else ""
         ),
-        study=" ".join(f"--study {shlex.quote(name)}" for name in study_names(config)),
+        study=" ".join(f"--study {shlex.quote(name)}" for name in STUDY.study_names),
         pdf="" if config["report_pdf"] else "--no-pdf",
         design=lambda wildcards, input: (
             f"--design {shlex.quote(input.design[0])}" if input.design else ""

@@ -1,5 +1,4 @@
-"""The jobs of a planned grid, without Snakemake: each run's folder and summary path,
-every CellParams field a cell runs with, the launcher flags and resources of its job,
+"""The jobs of a planned grid, without Snakemake: every CellParams field a cell runs with, the launcher flags and resources of its job,
 and the plan of every run that ddpbench.plan.status compares with the results folder.
 
 The workflow's input functions (workflow/rules/common.smk) call these with the cell a
@@ -9,24 +8,16 @@ job's wildcards name; `fixed` is always the values shared by every cell
 
 from __future__ import annotations
 
+import os
 import shlex
+import time
 from typing import Any, Iterable, Mapping
 
+from ddpbench.core.layout import Layout
 from ddpbench.core.params import CellParams, effective_params
 
 # A cell's path below runs/: its name~value folders (a run folder adds repeat~N).
 CELL_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*~[^/~]+(/[A-Za-z_][A-Za-z0-9_]*~[^/~]+)*"
-
-
-def run_folder(results: str, cell: str, repeat: int | str) -> str:
-    """A run's folder: the cell's name~value folders below results/runs, then repeat~N."""
-    return f"{results}/runs/{cell}/repeat~{repeat}"
-
-
-def summary_paths(results: str, cells: Iterable[str], repeats: Iterable[int]) -> list[str]:
-    """summary.json of every run of the grid (cells x repeats), cell by cell."""
-    repeats = list(repeats)
-    return [f"{run_folder(results, cell, repeat)}/summary.json" for cell in cells for repeat in repeats]
 
 
 def params_of_cell(cell: Mapping[str, Any], fixed: Mapping[str, Any]) -> dict[str, Any]:
@@ -71,6 +62,7 @@ def planned_runs(
 ) -> dict[str, dict[str, Any]]:
     """Run folder -> the parameters it runs with (what ddpbench.plan.status compares), for
     `cells` (cell path -> its axis values) x `repeats` (or cell path -> its count of runs)."""
+    layout = Layout.of(results)
     counts = repeats if isinstance(repeats, Mapping) else None
     repeats = list(repeats) if counts is None else []
     plan = {}
@@ -78,7 +70,7 @@ def planned_runs(
         params = params_of_cell(cell, fixed)
         params.update(world_size=int(cell["world_size"]), nodes=int(cell.get("nodes", 1)))
         for repeat in repeats if counts is None else range(counts[path]):
-            plan[run_folder(results, path, repeat)] = params
+            plan[layout.run_dir(path, repeat)] = params
     return plan
 
 
@@ -86,3 +78,18 @@ def preflight_cells(cells: Iterable[Mapping[str, Any]], fixed: Mapping[str, Any]
     """The cells as ddpbench.plan.preflight.warnings reads them: every parameter and the
     world size."""
     return [{**params_of_cell(cell, fixed), "world_size": int(cell["world_size"])} for cell in cells]
+
+
+def shell_prefix(src_dir: str, python_dir: str | None) -> str:
+    """Bash prefix of every job: strict mode; the checkout's src/ first on PYTHONPATH (the image
+    or conda env provides the pinned dependencies, the checkout the code); and `python_dir` (the
+    directory of the Python running Snakemake, e.g. .venv/bin; None where a conda env or
+    container provides Python) first on PATH, so `python` is the one with torch."""
+    prefix = f"set -euo pipefail; export PYTHONPATH={shlex.quote(src_dir)}${{{{PYTHONPATH:+:$PYTHONPATH}}}}; "
+    return prefix + (f"export PATH={shlex.quote(python_dir)}:$PATH; " if python_dir else "")
+
+
+def set_invocation_id(env_name: str) -> None:
+    """One id per `snakemake` call, inherited by every job it starts (unless the caller set one):
+    compare tells the runs of different invocations apart by it (docs/compare.md)."""
+    os.environ.setdefault(env_name, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}")

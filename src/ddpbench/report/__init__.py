@@ -7,5 +7,5 @@ methodology), `render` the escaping, Jinja environments, SVG inlining and PDF st
 share, `build` assembles the HTML/LaTeX/PDF report (`python -m ddpbench.report`), and
 `compare_page` the page and command of two result sets side by side (`ddpbench compare`; the
 statistics are analysis.compare's). It reads the tables through analysis/ and may import core
-and results; never run/ or torch.
+and results, and plan for the study and its design's Decision; never run/ or torch.
 """

@@ -33,11 +33,12 @@ import pandas as pd
 import yaml
 
 from ddpbench import analysis as A
-from ddpbench.analysis import design
 from ddpbench.results import aggregate
 from ddpbench.report import decisions, figures as plots, studies
 from ddpbench.core import safe_io, storage
-from ddpbench.core.study_config import stability_threshold, study_names
+from ddpbench.core import layout, study_config
+from ddpbench.plan import design
+from ddpbench.plan.study import Study
 from ddpbench.report.compare_page import comparison_section
 from ddpbench.report.context import DEFINITIONS, environment, grid, methodology, provenance_warnings
 from ddpbench.report.findings import findings
@@ -337,7 +338,7 @@ def rebuild_from_archive(args: argparse.Namespace) -> int:
     source = pathlib.Path(args.archive).resolve()
     with terminated_as_exit(), tempfile.TemporaryDirectory(prefix="ddpbench-archive-") as tmp, contextlib.chdir(tmp):
         results = archive.extract(source, pathlib.Path(tmp)).relative_to(tmp)
-        listed = results / "aggregate" / "runs.csv"
+        listed = results / layout.RUNS_TABLE
         if listed.is_file():
             listed_dirs = [str(d) for d in pd.read_csv(listed)["run_dir"]]
             found = {d: archived_run(results, d) for d in listed_dirs}
@@ -346,22 +347,36 @@ def rebuild_from_archive(args: argparse.Namespace) -> int:
                 raise SystemExit(f"error: {source}: {len(missing)} run(s) its tables list are not in it, e.g. {missing[0]}")
             summaries = [str(found[d] / "summary.json") for d in listed_dirs]
         else:
-            summaries = sorted(str(p) for p in results.glob("runs/**/summary.json"))
+            summaries = sorted(str(p) for p in results.glob(f"{layout.RUNS}/**/{layout.SUMMARY}"))
         tables = out / "aggregate"
         aggregate.aggregate(summaries, tables / "runs.csv", tables / "steps.csv")
-        config = yaml.safe_load((results / "config.yaml").read_text()) if (results / "config.yaml").is_file() else {}
-        rounds = design.decisions_on_disk(results / "design")  # a sequential design's: its last decision
+        study, config = recorded_study(results)
+        rounds = design.decisions_on_disk(layout.Layout.of(results))  # a sequential design's: its last decision
         if rounds and not getattr(args, "design", None):
             args.design = tables / "design.json"
-            design.write_decision(args.design, rounds[-1])
-    config = config if isinstance(config, dict) else {}
+            rounds[-1].write(args.design)
     args.runs, args.steps = str(tables / "runs.csv"), str(tables / "steps.csv")
     args.baseline_strategy = args.baseline_strategy or (config.get("baseline") or {}).get("strategy") or A.BASELINE_STRATEGY
+    # The unstable flag's threshold and the study sections the workflow's report had (names this
+    # checkout has a section for): the recorded study's, as the workflow read them.
     if args.max_rel_ci is None:
-        args.max_rel_ci = stability_threshold(config)
-    # the study sections the workflow's report had (names this checkout has a section for)
-    args.study = args.study or [name for name in study_names(config) if name in studies.STUDIES]
+        args.max_rel_ci = study.stability_threshold if study else study_config.stability_threshold(config)
+    names = study.study_names if study else study_config.study_names(config)
+    args.study = args.study or [name for name in names if name in studies.STUDIES]
     return build_from_args(args)
+
+
+def recorded_study(results: pathlib.Path) -> tuple[Study | None, dict]:
+    """The study an unpacked archive recorded, and its raw config: the Study is None where the
+    archive has no config this checkout can plan (an older one, a model of another checkout);
+    its config ({} without one) still gives the threshold and the sections."""
+    path = results / layout.CONFIG
+    config = yaml.safe_load(path.read_text()) if path.is_file() else {}
+    config = config if isinstance(config, dict) else {}
+    try:
+        return Study.recorded(results), config
+    except (OSError, ValueError, KeyError, TypeError):
+        return None, config
 
 
 def archived_run(results: pathlib.Path, run_dir: str) -> pathlib.Path | None:

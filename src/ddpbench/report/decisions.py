@@ -1,5 +1,5 @@
 """What a sequential design (`repeats: until_decided`) decided: the report's section and its
-findings, from the design's last decision (RESULTS/design/round~R.json, ddpbench.analysis.design).
+findings, from the design's last decision (RESULTS/design/round~R.json, ddpbench.plan.design.Decision).
 
 Per question the verdict and its interval (the design's repeated confidence interval: valid
 however the rounds ended), the runs behind it and, for a question left open, about how many more
@@ -9,11 +9,10 @@ questions come first, in the table and in the findings.
 
 from __future__ import annotations
 
-import json
 import pathlib
-from typing import Any
 
 from ddpbench.analysis import sequential
+from ddpbench.plan.design import Decision, VerdictRecord
 from ddpbench.report.findings.common import AXIS_TEXT, Finding
 from ddpbench.report.tables import Table
 
@@ -35,16 +34,14 @@ STOP_TEXT = {
 }
 
 
-def read(path: str | pathlib.Path | None) -> dict | None:
+def read(path: str | pathlib.Path | None) -> Decision | None:
     """The decision file, or None without one (a fixed design); SystemExit naming a bad file."""
     if not path:
         return None
     try:
-        decision = json.loads(pathlib.Path(path).read_text())
-        decision["verdicts"], decision["counts"], decision["stopped"]  # noqa: B018 (the fields the page reads)
-    except (OSError, ValueError, KeyError, TypeError) as err:
+        return Decision.read(path)
+    except (OSError, ValueError) as err:
         raise SystemExit(f"error: {path}: not a design decision ({err})") from None
-    return decision
 
 
 def labels(cells: list[str]) -> dict[str, str]:
@@ -63,46 +60,42 @@ def labels(cells: list[str]) -> dict[str, str]:
     return {c: text(p) or c for c, p in parts.items()}
 
 
-def _open(v: dict) -> bool:
-    return v["verdict"] in ("open", "undecided")
+def _question_text(v: VerdictRecord, name: dict) -> str:
+    if v.kind == "precision":
+        return f"{name[v.cells[0]]}: throughput to ±{v.tolerance:.0%}"
+    return f"{name[v.cells[0]]} against {name[v.cells[1]]} (±{v.tolerance:.0%})"
 
 
-def _question_text(v: dict, name: dict) -> str:
-    if v["kind"] == "precision":
-        return f"{name[v['cells'][0]]}: throughput to ±{v['tolerance']:.0%}"
-    return f"{name[v['cells'][0]]} against {name[v['cells'][1]]} (±{v['tolerance']:.0%})"
-
-
-def _interval(v: dict) -> tuple[str, str]:
-    if v["estimate"] is None:
+def _interval(v: VerdictRecord) -> tuple[str, str]:
+    if v.estimate is None:
         return "–", "–"
-    unit = " samples/s" if v["kind"] == "precision" else "×"
-    fmt = "{:,.0f}" if v["kind"] == "precision" else "{:.3f}"
-    low = "–" if v["low"] is None else fmt.format(v["low"])
-    high = "–" if v["high"] is None else fmt.format(v["high"])
-    return fmt.format(v["estimate"]) + unit, f"[{low}, {high}]"
+    unit = " samples/s" if v.kind == "precision" else "×"
+    fmt = "{:,.0f}" if v.kind == "precision" else "{:.3f}"
+    low = "–" if v.low is None else fmt.format(v.low)
+    high = "–" if v.high is None else fmt.format(v.high)
+    return fmt.format(v.estimate) + unit, f"[{low}, {high}]"
 
 
-def section(decision: dict | None) -> dict | None:
+def section(decision: Decision | None) -> dict | None:
     """The templates' decision section, or None without a design."""
     if decision is None:
         return None
-    name = labels(list(decision["counts"]))
-    verdicts = sorted(decision["verdicts"], key=lambda v: (not _open(v), v["kind"] == "precision"))
+    name = labels(list(decision.counts))
+    verdicts = sorted(decision.verdicts, key=lambda v: (not v.open, v.kind == "precision"))
     rows, classes = [], []
     for v in verdicts:
         estimate, interval = _interval(v)
-        more = v.get("runs_to_decide")
-        against = name[v["cells"][1]] if v["kind"] == "comparison" else "its precision"
-        rows.append([name[v["cells"][0]], against, f"±{v['tolerance']:.0%}", VERDICT_TEXT.get(v["verdict"], v["verdict"]),
+        more = v.runs_to_decide
+        against = name[v.cells[1]] if v.kind == "comparison" else "its precision"
+        rows.append([name[v.cells[0]], against, f"±{v.tolerance:.0%}", VERDICT_TEXT.get(v.verdict, v.verdict),
                      estimate, interval,
-                     " / ".join(map(str, v["runs"])),
-                     "–" if not _open(v) else (f"about {more}" if more is not None else v.get("why", "not estimable"))])  # fmt: skip
-        classes.append("unstable" if _open(v) else "")
-    cells = [[name[c], str(n), STOP_TEXT.get(decision["stopped"].get(c, ""), decision["stopped"].get(c, "–"))]
-             for c, n in decision["counts"].items()]  # fmt: skip
-    settled = sum(not _open(v) for v in verdicts)
-    spent, budget = decision["spent"], decision["budget"]
+                     " / ".join(map(str, v.runs)),
+                     "–" if not v.open else (f"about {more}" if more is not None else v.why or "not estimable")])  # fmt: skip
+        classes.append("unstable" if v.open else "")
+    cells = [[name[c], str(n), STOP_TEXT.get(decision.stopped.get(c, ""), decision.stopped.get(c, "–"))]
+             for c, n in decision.counts.items()]  # fmt: skip
+    settled = decision.settled
+    spent, budget = decision.spent, decision.budget
     used = f"{spent['runs']} runs, {spent['seconds'] / 60:.1f} min of run time"
     if budget.get("seconds"):
         used += f" of a {budget['seconds'] / 60:g} min budget"
@@ -116,7 +109,7 @@ def section(decision: dict | None) -> dict | None:
             "±margin; undecided: neither when the design ended. Runs: per cell; 'runs to decide': about how many "
             "more per cell, if spread and estimate stay as measured.")  # fmt: skip
     return dict(
-        summary=(f"{len(verdicts)} questions after {decision['round'] + 1} round(s): {settled} decided, "
+        summary=(f"{len(verdicts)} questions after {decision.round + 1} round(s): {settled} decided, "
                  f"{len(verdicts) - settled} undecided; {used}."),  # fmt: skip
         questions=Table(["cell", "against", "within", "verdict", "estimate", "interval", "runs", "runs to decide"], rows,
                         note, classes),  # fmt: skip
@@ -124,24 +117,23 @@ def section(decision: dict | None) -> dict | None:
     )
 
 
-def findings(decision: dict | None) -> list[Finding]:
+def findings(decision: Decision | None) -> list[Finding]:
     """What the design spent and decided, then one finding per question it left open (the report
     lists these first), or none without a design."""
     if decision is None:
         return []
-    name = labels(list(decision["counts"]))
-    settled = [v for v in decision["verdicts"] if not _open(v)]
-    runs = list(decision["counts"].values())
-    out = [Finding("time", f"Run until decided: {len(settled)} of {len(decision['verdicts'])} questions decided in "
-                           f"{decision['round'] + 1} round(s) and {decision['spent']['runs']} runs "
+    name = labels(list(decision.counts))
+    runs = list(decision.counts.values())
+    out = [Finding("time", f"Run until decided: {decision.settled} of {len(decision.verdicts)} questions decided in "
+                           f"{decision.round + 1} round(s) and {decision.spent['runs']} runs "
                            f"({min(runs)} to {max(runs)} a cell, more where the answer stayed open longer).",
                    ANCHOR)]  # fmt: skip
-    for v in decision["verdicts"]:
-        if not _open(v):
+    for v in decision.verdicts:
+        if not v.open:
             continue
         estimate, interval = _interval(v)
-        more = v.get("runs_to_decide")
+        more = v.runs_to_decide
         close = f"about {more} more run(s) per cell would decide it" if more is not None else "more runs are not estimated to decide it"
         out.insert(len(out) - 1, Finding("warning", f"Undecided: {_question_text(v, name)}: {estimate} {interval} after "
-                                      f"{' / '.join(map(str, v['runs']))} runs; {close}.", ANCHOR, decided=False))  # fmt: skip
+                                      f"{' / '.join(map(str, v.runs))} runs; {close}.", ANCHOR, decided=False))  # fmt: skip
     return out

@@ -25,10 +25,10 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from ddpbench.core import safe_io, sysinfo
+from ddpbench.core import layout, safe_io, sysinfo
 
-RUN_FILES = ("summary.json", "steps_rank*.csv", "train.log", "error_rank*.txt")
-STUDY_FILES = ("config.yaml", "invocations.log", "aggregate/runs.csv", "aggregate/steps.csv")
+RUN_FILES = (layout.SUMMARY, "steps_rank*.csv", "train.log", "error_rank*.txt")
+STUDY_FILES = (layout.CONFIG, layout.INVOCATIONS, layout.RUNS_TABLE, layout.STEPS_TABLE)
 MANIFEST = "MANIFEST.json"
 #: The most an archive may unpack to (GiB; DDPBENCH_ARCHIVE_MAX_GB overrides): a study's runs,
 #: tables and report are megabytes to a few GB; a bomb asks for terabytes.
@@ -38,15 +38,15 @@ MAX_UNPACKED_ENV = "DDPBENCH_ARCHIVE_MAX_GB"
 
 def study_files(results: Path) -> Iterator[Path]:
     """The files of a study worth keeping, relative to the results folder; never a link."""
-    for summary in sorted(results.glob("runs/**/summary.json")):
+    for summary in sorted(results.glob(f"{layout.RUNS}/**/{layout.SUMMARY}")):
         run = summary.parent
         for pattern in RUN_FILES:
             yield from (p.relative_to(results) for p in sorted(run.glob(pattern)) if _plain(p))
     for name in STUDY_FILES:
         if _plain(results / name):
             yield Path(name)
-    yield from (p.relative_to(results) for p in sorted(results.glob("design/round~*.json")) if _plain(p))
-    report = results / "report"
+    yield from (p.relative_to(results) for p in sorted(results.glob(layout.ROUND_GLOB)) if _plain(p))
+    report = results / layout.REPORT
     if report.is_dir() and not report.is_symlink():
         yield from (p.relative_to(results) for p in sorted(report.rglob("*")) if _plain(p))
 
@@ -58,7 +58,7 @@ def _plain(path: Path) -> bool:
 def write_archive(results: Path, out: Path) -> dict:
     """Write the archive atomically; returns its manifest."""
     results = Path(results)
-    if not (results / "runs").is_dir():
+    if not (results / layout.RUNS).is_dir():
         raise SystemExit(f"error: {results} holds no runs/ folder: nothing to archive")
     # Stored under the folder's path as the workflow names it (results/tiny), so tables
     # rebuilt from the archive name the same run folders.

@@ -1,14 +1,15 @@
 """The rounds of a sequential design (`repeats: until_decided`): the questions a grid asks, the
-design's settings from the config, and the decision after each round.
+design's settings from the config, and the typed `Decision` after each round.
 
-The workflow runs every cell `first` times, then its decide_round checkpoint judges every
-question on the runs measured so far (analysis.sequential) and writes the decision to
-RESULTS/design/round~R.json: the repeat count each cell with an open question moves to next
-(`targets`), why every other cell stopped, the verdicts with their intervals, and what was
-spent. The next round's runs are exactly the missing repeats up to those counts, so a design
-killed mid-round resumes where it was, and every run measured is reused. A decision without
-targets is the last: its still-open questions are `undecided`, each with the runs estimated
-to close it. The report and `python -m ddpbench.plan.status` read these files.
+The workflow runs every cell `first` times, then its decide_round checkpoint (plan.decide)
+judges every question on the runs measured so far (the statistics: analysis.sequential) and
+writes the decision to RESULTS/design/round~R.json: the repeat count each cell with an open
+question moves to next (`targets`), why every other cell stopped, the verdicts with their
+intervals, and what was spent. The next round's runs are exactly the missing repeats up to those
+counts, so a design killed mid-round resumes where it was, and every run measured is reused. A
+decision without targets is the last: its still-open questions are `undecided`, each with the
+runs estimated to close it. `Decision` is the only reader and writer of these files (the plan's
+Study, its status, the report and the archive read them through it).
 
 The time budget counts the runs' own wall time (launcher start to exit, summary.json), so a
 resumed design goes on with what it had left; the scheduler's and the report's time come on top.
@@ -26,9 +27,9 @@ from typing import Any, Mapping, Sequence
 
 from ddpbench.analysis import sequential
 from ddpbench.analysis.sequential import Question
+from ddpbench.core.layout import Layout
 from ddpbench.core.safe_io import atomic_write_text
 
-ROUND_FILE = "round~{round}.json"
 UNITS = {"s": 1, "m": 60, "h": 3600}
 
 
@@ -129,8 +130,90 @@ def read_run(summary_path: str | Path) -> tuple[float | None, float]:
     return (float(value) if value and math.isfinite(value) and value > 0 else None), seconds
 
 
+@dataclasses.dataclass(frozen=True)
+class VerdictRecord:
+    """One question's verdict in a decision: its cells, kind ("precision" or "comparison") and
+    tolerance; the verdict, the estimate and its repeated interval (None where not finite); the
+    runs per cell behind it; for an open question about how many more runs per cell would close
+    it; `why` a question could not be asked (its cell's runs failed)."""
+
+    cells: tuple[str, ...]
+    kind: str
+    tolerance: float
+    verdict: str
+    estimate: float | None
+    low: float | None
+    high: float | None
+    runs: tuple[int, ...]
+    runs_to_decide: int | None = None
+    why: str | None = None
+
+    @property
+    def open(self) -> bool:
+        return self.verdict in ("open", "undecided")
+
+    def to_json(self) -> dict:
+        record = {**dataclasses.asdict(self), "cells": list(self.cells), "runs": list(self.runs)}
+        if self.why is None:
+            del record["why"]
+        return record
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> VerdictRecord:
+        return cls(**{**obj, "cells": tuple(obj["cells"]), "runs": tuple(obj["runs"])})
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """The decision after round `round` (RESULTS/design/round~R.json): each cell's runs so far
+    (`counts`), the count each cell with an open question moves to next (`targets`; none: the
+    design is `done`), why every other cell stopped, the verdicts, what was spent (runs, seconds
+    of run time), the budget and the settings it was made under."""
+
+    round: int
+    done: bool
+    counts: dict[str, int]
+    targets: dict[str, int]
+    stopped: dict[str, str]
+    verdicts: tuple[VerdictRecord, ...]
+    spent: dict[str, float]
+    budget: dict[str, float]
+    settings: dict[str, Any]
+
+    def to_json(self) -> dict:
+        return {**dataclasses.asdict(self), "verdicts": [v.to_json() for v in self.verdicts]}
+
+    @classmethod
+    def from_json(cls, obj: Any) -> Decision:
+        """ValueError naming what is wrong: a decision file may come from someone else."""
+        try:
+            fields = {f.name: obj[f.name] for f in dataclasses.fields(cls)}
+            decision = cls(**{**fields, "verdicts": tuple(VerdictRecord.from_json(v) for v in obj["verdicts"])})
+            decision.spent["runs"], decision.spent["seconds"]  # noqa: B018 (what the lines read)
+        except (KeyError, TypeError) as err:
+            raise ValueError(f"not a design decision ({type(err).__name__}: {err})") from None
+        return decision
+
+    @classmethod
+    def read(cls, path: str | Path) -> Decision:
+        """The decision in `path`; OSError or ValueError naming the problem."""
+        return cls.from_json(json.loads(Path(path).read_text()))
+
+    def write(self, path: str | Path) -> None:
+        atomic_write_text(Path(path), json.dumps(self.to_json(), indent=1) + "\n")
+
+    @property
+    def settled(self) -> int:
+        return sum(not v.open for v in self.verdicts)
+
+    @property
+    def runs_next(self) -> int:
+        """The runs the next round adds."""
+        return sum(n - self.counts[c] for c, n in self.targets.items())
+
+
 def decide(round_: int, questions: Sequence[Question], runs: Mapping[str, Sequence[str]],
-           settings: Settings) -> dict:  # fmt: skip
+           settings: Settings) -> Decision:  # fmt: skip
     """The decision after round `round_`, from the summary.json paths of every cell's runs so far
     (`runs`: cell -> paths). A cell whose runs all failed stops ("failed") and its questions end
     undecided; a cell is never given more runs than its schedule's cap."""
@@ -157,57 +240,40 @@ def decide(round_: int, questions: Sequence[Question], runs: Mapping[str, Sequen
     stopped.update({c: "failed" for c in failed})
     done = not targets
     verdicts = [_verdict_record(v, values, done) for v in rnd.verdicts]
-    verdicts += [{"cells": list(q.cells), "kind": q.kind, "tolerance": q.tolerance, "verdict": "undecided",
-                  "estimate": None, "low": None, "high": None, "runs": [counts.get(c, 0) for c in q.cells],
-                  "runs_to_decide": None, "why": "a cell's runs failed"}
+    verdicts += [VerdictRecord(q.cells, q.kind, q.tolerance, "undecided", None, None, None,
+                               tuple(counts.get(c, 0) for c in q.cells), why="a cell's runs failed")
                  for q in questions if failed.intersection(q.cells)]  # fmt: skip
     for c, why in stopped.items():
-        if why == "decided" and all(v["kind"] == "precision" for v in verdicts if c in v["cells"]):
+        if why == "decided" and all(v.kind == "precision" for v in verdicts if c in v.cells):
             stopped[c] = "target met"
-    return {
-        "round": round_,
-        "done": done,
-        "counts": counts,
-        "targets": targets,
-        "stopped": stopped,
-        "verdicts": verdicts,
-        "spent": {"runs": spent_runs, "seconds": round(spent_s, 3)},
-        "budget": {"seconds": settings.budget_s, "runs": settings.budget_runs},
-        "settings": {**dataclasses.asdict(settings), "compare": list(settings.compare)},
-    }
+    return Decision(
+        round=round_, done=done, counts=counts, targets=targets, stopped=stopped, verdicts=tuple(verdicts),
+        spent={"runs": spent_runs, "seconds": round(spent_s, 3)},
+        budget={"seconds": settings.budget_s, "runs": settings.budget_runs},
+        settings={**dataclasses.asdict(settings), "compare": list(settings.compare)},
+    )  # fmt: skip
 
 
-def _verdict_record(v: sequential.Verdict, values: Mapping, done: bool) -> dict:
+def _verdict_record(v: sequential.Verdict, values: Mapping, done: bool) -> VerdictRecord:
     verdict = "undecided" if done and not v.decided else v.verdict
     finite = [x if math.isfinite(x) else None for x in (v.estimate, v.low, v.high)]
-    return {
-        "cells": list(v.question.cells),
-        "kind": v.question.kind,
-        "tolerance": v.question.tolerance,
-        "verdict": verdict,
-        "estimate": finite[0],
-        "low": finite[1],
-        "high": finite[2],
-        "runs": list(v.runs),
-        "runs_to_decide": None if v.decided else sequential.runs_to_decide(v, values),
-    }
-
-
-def cell_of_run(summary_path: str, results: str) -> str:
-    """The cell path of a run's summary.json (RESULTS/runs/<cell>/repeat~N/summary.json)."""
-    return str(Path(summary_path).parent.parent.relative_to(Path(results, "runs")))
+    return VerdictRecord(
+        cells=tuple(v.question.cells), kind=v.question.kind, tolerance=v.question.tolerance, verdict=verdict,
+        estimate=finite[0], low=finite[1], high=finite[2], runs=tuple(v.runs),
+        runs_to_decide=None if v.decided else sequential.runs_to_decide(v, values),
+    )  # fmt: skip
 
 
 def first_counts(cells: Sequence[str], settings: Settings) -> dict:
     return {c: settings.first for c in cells}
 
 
-def counts_after(counts: Mapping[str, int], decision: Mapping[str, Any], settings: Settings) -> dict:
+def counts_after(counts: Mapping[str, int], decision: Decision, settings: Settings) -> dict:
     """Repeat counts of the round after `decision`: each cell's target, kept between the runs it
     has and the design's cap. A decision is read back from disk, and a results folder may come
     from someone else: a planted round file asking for a million runs plans at most the cap
     (which also holds where the cap was lowered since the file was written)."""
-    targets = decision.get("targets")
+    targets = decision.targets
     out = dict(counts)
     for cell, n in (targets.items() if isinstance(targets, dict) else ()):
         if cell in counts and isinstance(n, int) and not isinstance(n, bool):
@@ -215,46 +281,34 @@ def counts_after(counts: Mapping[str, int], decision: Mapping[str, Any], setting
     return out
 
 
-def round_path(design_dir: str | Path, round_: int) -> Path:
-    return Path(design_dir, ROUND_FILE.format(round=round_))
-
-
-def write_decision(path: str | Path, decision: Mapping[str, Any]) -> None:
-    atomic_write_text(Path(path), json.dumps(decision, indent=1) + "\n")
-
-
-def decisions_on_disk(design_dir: str | Path) -> list[dict]:
+def decisions_on_disk(layout: Layout) -> list[Decision]:
     """The decisions already written, round 0 on, up to the first missing or unreadable one."""
     found = []
     for r in itertools.count():
         try:
-            found.append(json.loads(round_path(design_dir, r).read_text()))
+            found.append(Decision.read(layout.round_file(r)))
         except (OSError, ValueError):
             return found
 
 
-def counts_on_disk(design_dir: str | Path, cells: Sequence[str], settings: Settings) -> dict:
+def counts_on_disk(layout: Layout, cells: Sequence[str], settings: Settings) -> dict:
     """The repeat counts the decisions on disk have asked for so far (the first round's without any)."""
     counts = first_counts(cells, settings)
-    for decision in decisions_on_disk(design_dir):
+    for decision in decisions_on_disk(layout):
         counts = counts_after(counts, decision, settings)
     return counts
 
 
-def round_line(decision: Mapping[str, Any]) -> str:
+def round_line(decision: Decision) -> str:
     """The terminal's line after a decision."""
-    verdicts = decision["verdicts"]
-    settled = sum(v["verdict"] not in ("open", "undecided") for v in verdicts)
-    spent = decision["spent"]
-    budget = decision["budget"]
+    spent, budget = decision.spent, decision.budget
     used = f"{spent['runs']} runs, {_minutes(spent['seconds'])}"
     if budget.get("seconds"):
         used += f" of {_minutes(budget['seconds'])}"
-    head = f"ddpbench: round {decision['round'] + 1}: {settled}/{len(verdicts)} questions decided"
-    if decision["done"]:
+    head = f"ddpbench: round {decision.round + 1}: {decision.settled}/{len(decision.verdicts)} questions decided"
+    if decision.done:
         return f"{head}; the design is done ({used})"
-    more = sum(n - decision["counts"][c] for c, n in decision["targets"].items())
-    return f"{head}; next round {more} run(s) on {len(decision['targets'])} cell(s) ({used} so far)"
+    return f"{head}; next round {decision.runs_next} run(s) on {len(decision.targets)} cell(s) ({used} so far)"
 
 
 def _minutes(seconds: float) -> str:
@@ -276,9 +330,9 @@ def plan_line(questions: Sequence[Question], settings: Settings, cells: int) -> 
             f"(looks at {'/'.join(map(str, settings.schedule))} runs per cell){budget}")  # fmt: skip
 
 
-def status_line(design_dir: str | Path) -> str:
-    """Where the rounds stand, for `python -m ddpbench.plan.status`."""
-    decisions = decisions_on_disk(design_dir)
+def status_line(layout: Layout) -> str:
+    """Where the rounds stand, for the plan's status."""
+    decisions = decisions_on_disk(layout)
     if not decisions:
         return "until decided: round 1 (every cell's first runs) not yet decided"
     return round_line(decisions[-1]).removeprefix("ddpbench: ").replace("round", "until decided: round", 1)
