@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping
 
 import pandas as pd
 
+from ddpbench.core import layout
 from ddpbench.core.params import NO_LINK, CellParams, ParamError, check_auto_batch_scaling, check_backend, check_cell
 from ddpbench.core.sysinfo import oversubscription, usable_cores
 from ddpbench.plan.config_schema import OFFLINE_DATASET, TIMING_KEYS
@@ -222,7 +223,7 @@ def compare_to_table(path: str | None, results: str) -> str | None:
     if not path:
         return None
     given = Path(path)
-    table = given / "aggregate" / "runs.csv" if given.is_dir() else given
+    table = given / layout.RUNS_TABLE if given.is_dir() else given
     if not table.is_file():
         raise ConfigError(
             "compare_to",
@@ -233,6 +234,6 @@ def compare_to_table(path: str | None, results: str) -> str | None:
                 else "no such file or folder"
             ),
         )
-    if table.resolve() == Path(results, "aggregate", "runs.csv").resolve():
+    if table.resolve() == Path(layout.Layout.of(results).runs_table).resolve():
         raise ConfigError("compare_to", f"{path} is this study's own results; name a stored copy")
     return str(table)

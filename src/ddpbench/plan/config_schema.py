@@ -405,7 +405,7 @@ def build_schema() -> dict[str, Any]:
     }
 
 
-# The sequential design's settings (repeats: until_decided; ddpbench.analysis.design).
+# The sequential design's settings (repeats: until_decided; ddpbench.plan.design).
 UNTIL_DECIDED = {
     "type": "object",
     "default": {},

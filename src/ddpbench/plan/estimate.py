@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from ddpbench.core import sysinfo
+from ddpbench.core import layout, sysinfo
 from ddpbench.core.params import NO_LINK
 from ddpbench.plan import catalog
 from ddpbench.strategies import strategy_traits
@@ -168,7 +168,7 @@ def history_folders(results: Path) -> list[Path]:
     found = []
     for parent in (results, results.parent):
         try:
-            found += [d for d in parent.iterdir() if d.is_dir() and (d / "runs").is_dir()]
+            found += [d for d in parent.iterdir() if d.is_dir() and (d / layout.RUNS).is_dir()]
         except OSError:  # no such folder yet
             continue
     mine = results.resolve()
@@ -178,7 +178,7 @@ def history_folders(results: Path) -> list[Path]:
 
 def _changed(folder: Path) -> float:
     try:
-        return (folder / "runs").stat().st_mtime
+        return (folder / layout.RUNS).stat().st_mtime
     except OSError:
         return 0.0
 
@@ -190,9 +190,9 @@ def measured_runs(folders: Iterable[Path], host: str, limit: int = HISTORY_SUMMA
     runs: list[MeasuredRun] = []
     read = 0
     for folder in folders:
-        if not (folder / "runs").is_dir():
+        if not (folder / layout.RUNS).is_dir():
             continue
-        for path in (folder / "runs").rglob("summary.json"):
+        for path in (folder / layout.RUNS).rglob(layout.SUMMARY):
             if read >= limit:
                 return runs
             read += 1

@@ -348,14 +348,14 @@ def rebuild_from_archive(args: argparse.Namespace) -> int:
             summaries = [str(found[d] / "summary.json") for d in listed_dirs]
         else:
             summaries = sorted(str(p) for p in results.glob(f"{layout.RUNS}/**/{layout.SUMMARY}"))
-        tables = out / "aggregate"
-        aggregate.aggregate(summaries, tables / "runs.csv", tables / "steps.csv")
+        tables = out / pathlib.Path(layout.RUNS_TABLE).parent  # out/aggregate: runs.csv and steps.csv
+        aggregate.aggregate(summaries, out / layout.RUNS_TABLE, out / layout.STEPS_TABLE)
         study, config = recorded_study(results)
         rounds = design.decisions_on_disk(layout.Layout.of(results))  # a sequential design's: its last decision
         if rounds and not getattr(args, "design", None):
             args.design = tables / "design.json"
             rounds[-1].write(args.design)
-    args.runs, args.steps = str(tables / "runs.csv"), str(tables / "steps.csv")
+    args.runs, args.steps = str(out / layout.RUNS_TABLE), str(out / layout.STEPS_TABLE)
     args.baseline_strategy = args.baseline_strategy or (config.get("baseline") or {}).get("strategy") or A.BASELINE_STRATEGY
     # The unstable flag's threshold and the study sections the workflow's report had (names this
     # checkout has a section for): the recorded study's, as the workflow read them.
