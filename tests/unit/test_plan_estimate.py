@@ -6,6 +6,7 @@ import json
 import random
 import re
 import socket
+import time
 
 import pytest
 
@@ -192,11 +193,21 @@ def test_busy_now_needs_both_the_load_average_and_a_sample_to_say_busy(monkeypat
     monkeypatch.setattr(estimate.os, "getloadavg", lambda: (0.1, 0.1, 0.1))
     assert estimate.busy_now(0.2) == (0.0, "")  # quiet load average: no sample taken
     monkeypatch.setattr(estimate.os, "getloadavg", lambda: (1.8, 1.0, 0.5))
+    # the sample runs from the plan's import (its snapshot) to now: taken here, it sleeps the rest
+    monkeypatch.setattr(estimate, "_SNAPSHOT", estimate.snapshot())
     frac, said = estimate.busy_now(0.2)
     assert 0.4 < frac < 0.65 and "1-min load 1.8 on 2 cores" in said  # the sample, its wall slightly over 0.2 s
     readings = iter([100.0, 100.01])  # the average still counts a finished run; the sample says quiet
+    monkeypatch.setattr(estimate, "_SNAPSHOT", estimate.snapshot())
     assert estimate.busy_now(0.2) == (0.0, "")
     # cores saturated: the share is capped at all of them (a 2x slowdown), whatever the load average
     readings = iter([100.0, 100.0 + 0.2 * 2 * 1.05])
+    monkeypatch.setattr(estimate, "_SNAPSHOT", estimate.snapshot())
     monkeypatch.setattr(estimate.os, "getloadavg", lambda: (7.3, 3.3, 2.8))
     assert estimate.busy_now(0.2)[0] == 1.0
+    # a snapshot older than the sample: no sleep, the window since the import is the sample
+    readings = iter([100.0, 100.0 + 0.5 * 2 * 0.6])
+    monkeypatch.setattr(estimate, "_SNAPSHOT", (next(readings), time.process_time(), time.monotonic() - 0.5))
+    monkeypatch.setattr(estimate.os, "getloadavg", lambda: (1.8, 1.0, 0.5))
+    started = time.monotonic()
+    assert 0.5 < estimate.busy_now(0.2)[0] < 0.65 and time.monotonic() - started < 0.1

@@ -206,6 +206,17 @@ def measured_runs(folders: Iterable[Path], host: str, limit: int = HISTORY_SUMMA
     return runs
 
 
+# The machine's busy time when the plan was imported (the workflow's include time): the sample of
+# `busy_now` spans the plan's own work since then (its CPU subtracted), with no sleep of its own
+# unless that took less than the sample.
+def snapshot() -> tuple[float | None, float, float]:
+    """(the machine's busy CPU seconds, this process's CPU seconds, the monotonic clock) now."""
+    return sysinfo.machine_busy_s(), time.process_time(), time.monotonic()
+
+
+_SNAPSHOT = snapshot()
+
+
 def busy_now(sample_s: float = BUSY_SAMPLE_S) -> tuple[float, str]:
     """(share of the CPU other processes take now, how it was read); (0, "") on a quiet machine. A
     run is assumed 1 + that share slower: at most 2x, though a saturated machine can do worse (the
@@ -217,8 +228,8 @@ def busy_now(sample_s: float = BUSY_SAMPLE_S) -> tuple[float, str]:
         return 0.0, ""
     if load / cores <= BUSY_CPU_FRAC:
         return 0.0, ""
-    before, own, start = sysinfo.machine_busy_s(), time.process_time(), time.monotonic()
-    time.sleep(sample_s)
+    before, own, start = _SNAPSHOT
+    time.sleep(max(0.0, sample_s - (time.monotonic() - start)))  # the plan's own reading since its import, mostly
     after = sysinfo.machine_busy_s()
     if before is None or after is None:
         return 0.0, ""
