@@ -7,7 +7,7 @@ cell's time goes (the median seconds between consecutive marks of its summary's 
 
 Minimal job: `torchrun --standalone --nproc-per-node N` of this file, whose ranks only do
 init_process_group("gloo"), barrier(), destroy_process_group() (they stamp the same
-marks a cell does, so the two breakdowns line up). Cell: `python -m ddpbench.run.launch
+marks a cell does, so the two breakdowns line up). Cell: `ddpbench launch
 --nproc-per-node N --strategy ddp --model mlp --batch-size 128 --dataset-size 512
 --warmup-steps 0 --max-steps 2 --min-timed-steps 1 --min-timed-s 0` (step 0 untimed,
 step 1 timed; the default test set of 512 samples is evaluated; at world size 1, where

@@ -6,7 +6,7 @@ Builds synthetic runs tables (tests/report_synth.make_runs; a models axis for th
 in a scratch folder and, for each, runs in a fresh process:
 
   read     reading the table (analysis.load_runs): the floor, start-up of Python and pandas included
-  report   python -m ddpbench.report --no-pdf --runs runs.csv --out DIR (the whole report: tables,
+  report   ddpbench report --no-pdf --runs runs.csv --out DIR (the whole report: tables,
            statistics, fits, figures, report.html and report.tex)
 
 and prints, side by side per size: wall time of each, peak memory (maximum resident set size)
@@ -54,7 +54,7 @@ SIZES = {
                  others_at_1=False, failures=True),
 }  # fmt: skip
 
-# Runs `argv` as `python -m ddpbench.report` (or the table read alone) in this process, then
+# Runs `argv` as `ddpbench report` (or the table read alone) in this process, then
 # writes its own and its children's peak resident set size (kB on Linux) to the file named last.
 CHILD = r"""
 import json, resource, sys

@@ -160,7 +160,7 @@ smoke_cell() { # name:tag device [extra podman run args...]
     # ddpbench.core.container.image_identity() joins it to the name baked into the image.
     "${PODMAN[@]}" run --rm --network=host --shm-size=1g "${ULIMITS[@]}" "$@" \
         -e "DDPBENCH_CONTAINER_DIGEST=$digest" -v "$smoke_out:/out" "localhost/$name" \
-        python -m ddpbench.run.launch --nproc-per-node 2 --out /out \
+        python -m ddpbench launch --nproc-per-node 2 --out /out \
             --device "$device" --strategy ddp --model mlp --dataset synthetic \
             --batch-size 32 --dataset-size 512 --max-steps 6 --warmup-steps 1 \
             --threads-per-rank 1 --timeout-s 300 2>&1 | tee "$smoke_out.log" >&2

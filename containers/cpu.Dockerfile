@@ -77,4 +77,4 @@ LABEL org.opencontainers.image.title="ddpbench-cpu" \
 # Snakemake (--use-singularity) and `podman run` both run commands here with the
 # results folder bind-mounted; nothing in the image needs to be writable.
 WORKDIR /work
-CMD ["python", "-m", "ddpbench.run.launch", "--help"]
+CMD ["python", "-m", "ddpbench", "launch", "--help"]

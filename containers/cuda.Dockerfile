@@ -5,9 +5,9 @@
 # set-up: NVIDIA_* variables for the container toolkit and the CUDA forward-compat libs).
 #
 #   docker build -f containers/cuda.Dockerfile -t ddpbench-cuda:0.1.0 .
-#   docker run --gpus all ddpbench-cuda:0.1.0 python -m ddpbench.run.launch --nproc-per-node 2 ...
+#   docker run --gpus all ddpbench-cuda:0.1.0 python -m ddpbench launch --nproc-per-node 2 ...
 #   apptainer build ddpbench-cuda.sif docker-daemon://ddpbench-cuda:0.1.0
-#   apptainer exec --nv ddpbench-cuda.sif python -m ddpbench.run.launch ...
+#   apptainer exec --nv ddpbench-cuda.sif python -m ddpbench launch ...
 #
 # Not built on the project's CI machines (no registry, no GPU); checked where a GPU
 # machine with a registry is at hand (see the README's container section).
@@ -72,4 +72,4 @@ LABEL org.opencontainers.image.title="ddpbench-cuda" \
       org.opencontainers.image.ref.name="${IMAGE_NAME}" \
       org.opencontainers.image.revision="${GIT_COMMIT}"
 WORKDIR /work
-CMD ["python", "-m", "ddpbench.run.launch", "--help"]
+CMD ["python", "-m", "ddpbench", "launch", "--help"]

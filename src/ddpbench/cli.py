@@ -1,10 +1,12 @@
-"""The `ddpbench` console command: one subcommand per `python -m ddpbench.<module>` entry point.
+"""The `ddpbench` command: one verb per entry point, the project's one command-line surface.
 
-`ddpbench compare BASE NEW` runs exactly what `python -m ddpbench.report.compare_page BASE NEW` runs: the
-module's `main(argv)` with the remaining arguments. Adding a subcommand is one line in
-SUBCOMMANDS (name -> (module, one-line help)); the module needs a `main(argv) -> int`. Modules
-are imported only when their subcommand runs, so `ddpbench --help` stays fast and a module
-that needs torch costs nothing to the others.
+`ddpbench VERB ARGS...` and `python -m ddpbench VERB ARGS...` (ddpbench/__main__.py: no console
+script needed, as inside the containers; the workflow's rules call it so) run the verb's module's
+`main(argv)` with ARGS, in this process. Adding a verb is one line in SUBCOMMANDS (name ->
+(module, one-line help)); the module needs a `main(argv) -> int`. Modules are imported only when
+their verb runs, so `ddpbench --help` stays fast and a module that needs torch costs nothing to
+the others. SUBCOMMANDS is the one place that maps verbs to module paths (besides the commands
+that start a process: torchrun's `-m ddpbench.run.train`, srun's node launcher).
 """
 
 from __future__ import annotations
@@ -27,14 +29,16 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "config-schema": ("plan.config_schema", "the configuration schema and its reference"),
     "netlab": ("cluster.netlab", "two nodes and slow links on one machine (root)"),
     "slurm": ("cluster.slurm", "SLURM helpers"),
+    "decide": ("plan.decide", "the sequential design's decision after a round (the decide_round checkpoint)"),
+    "check-model": ("run.user_model", "check a user's model (package.module:function) as the plan does"),
 }
 
 
 def usage() -> str:
     width = max(map(len, SUBCOMMANDS))
-    lines = ["usage: ddpbench COMMAND [ARGS...]   (ddpbench COMMAND --help for its arguments)", "",
-             "Each command is the same as `python -m ddpbench.<module>` below:", ""]  # fmt: skip
-    lines += [f"  {name:<{width}}  {help_}  ({module})" for name, (module, help_) in SUBCOMMANDS.items()]
+    lines = ["usage: ddpbench COMMAND [ARGS...]   (ddpbench COMMAND --help for its arguments;",
+             "       python -m ddpbench COMMAND ... is the same)", "", "commands:"]  # fmt: skip
+    lines += [f"  {name:<{width}}  {help_}" for name, (_, help_) in SUBCOMMANDS.items()]
     return "\n".join(lines)
 
 
@@ -50,8 +54,11 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(f"ddpbench.{SUBCOMMANDS[name][0]}")
     try:
         return int(module.main(rest) or 0)
-    except SystemExit as exit_:  # argparse's --help and errors
-        return exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+    except SystemExit as exit_:  # argparse's --help and errors, SystemExit("error: ...")
+        if exit_.code is None or isinstance(exit_.code, int):
+            return exit_.code or 0
+        print(exit_.code, file=sys.stderr)  # as the interpreter does with a message
+        return 1
 
 
 if __name__ == "__main__":

@@ -77,7 +77,7 @@ def test_every_summary_carries_the_whole_provenance(summaries, name):
         assert env[key] == here[key], key
     assert env["off_lock"] == "" and env["lock_hash"] and env["code_fingerprint"]
     assert (env["git_commit"] or "").split("-")[0] == (here["git_commit"] or "").split("-")[0]
-    assert env["command"] == shlex.join(["python", "-m", "ddpbench.run.launch", *argv])
+    assert env["command"] == shlex.join(["python", "-m", "ddpbench", "launch", *argv])
     assert env["env_vars"]["MKL_DYNAMIC"] == "FALSE"
     # Run start (the rank's run, or the launcher process) and end: within the test's window.
     assert started - datetime.timedelta(seconds=1) <= utc(env["started_utc"]) <= utc(env["ended_utc"]) <= ended

@@ -27,7 +27,7 @@ def env():
 
 
 def launch(workdir, out, *flags):
-    """`python -m ddpbench.run.launch` at world size 2 in `workdir`, as a workflow job runs it."""
+    """`python -m ddpbench launch` at world size 2 in `workdir`, as a workflow job runs it."""
     cmd = [sys.executable, "-m", "ddpbench.run.launch", "--nproc-per-node", "2", "--out", str(out), *FLAGS, *flags]
     proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=300, env=env())
     assert proc.returncode == 0, proc.stdout + proc.stderr

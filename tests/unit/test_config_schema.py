@@ -14,7 +14,7 @@ CONFIGS = [ROOT / "config.yaml", *sorted((ROOT / "configs").glob("*.yaml"))]
 
 
 def test_committed_schema_is_up_to_date():
-    assert config_schema.main(["--check"]) == 0, "run: python -m ddpbench.plan.config_schema --write"
+    assert config_schema.main(["--check"]) == 0, "run: ddpbench config-schema --write"
 
 
 def test_every_cell_parameter_is_an_axis_and_a_setting():

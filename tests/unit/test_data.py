@@ -100,7 +100,7 @@ def test_mnist_reader_on_tiny_files_in_the_real_format(tmp_path):
 
 def test_missing_real_data_says_how_to_fetch_it(tmp_path):
     p = CellParams(strategy="single", dataset="cifar10", data_root=str(tmp_path))
-    with pytest.raises(RuntimeError, match="python -m ddpbench.run.data --dataset cifar10"):
+    with pytest.raises(RuntimeError, match="ddpbench data --dataset cifar10"):
         data.load(p)
 
 

@@ -4,13 +4,13 @@
   (the test one is what .ci/run calls).
 - Every relative link in README.md and docs/*.md points to a file that exists (and, with a
   #fragment into a Markdown file, to a heading that exists).
-- Every `python -m ddpbench.<module>` (or `torchrun ... -m ddpbench.<module>`) the pages quote
-  answers `--help` with exit status 0.
+- Every `ddpbench VERB` (= `python -m ddpbench VERB`) and `torchrun ... -m ddpbench.<module>`
+  the pages quote answers `--help` with exit status 0.
 - Every config file the pages show (`--configfile configs/....yaml`, and config.yaml) passes
   a Snakemake dry run.
 - The configuration reference in docs/configuration.md is what
-  `python -m ddpbench.plan.config_schema --markdown` prints today.
-- report/workflow.rst (`snakemake --report`'s description) names the entry points the rules
+  `ddpbench config-schema --markdown` prints today.
+- report/workflow.rst (`snakemake --report`'s description) names the verbs the rules
   call, the schema's repeat designs and the interval methods analysis.intervals computes.
 - Every study preset is listed in the README's docs table and docs/report.md.
 """
@@ -24,6 +24,7 @@ import sys
 
 import pytest
 
+from ddpbench import cli
 from ddpbench.plan import config_schema
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -36,6 +37,7 @@ FENCE = re.compile(r"^```.*?^```", re.S | re.M)
 INLINE_CODE = re.compile(r"`[^`\n]*`")
 LINK = re.compile(r"\[[^\]\n]*\]\(([^)\s]+)\)")
 MODULE = re.compile(r"-m (ddpbench(?:\.[A-Za-z0-9_]+)+)")
+VERB = re.compile(r"(?<![\w.-])ddpbench ([a-z][a-z-]*)")  # `ddpbench VERB`, `python -m ddpbench VERB`
 CONFIGFILE = re.compile(r"--configfile\s+(configs/[A-Za-z0-9_./-]+\.ya?ml)")
 
 
@@ -70,6 +72,18 @@ def _modules():
     for page in PAGES:
         found.update(MODULE.findall(_text(page)))
     return sorted(found)
+
+
+def _verbs():
+    found = set()
+    for page in PAGES:
+        found.update(VERB.findall(_text(page)))
+    return sorted(found & set(cli.SUBCOMMANDS))
+
+
+def _commands():
+    """Every command the pages quote, as `python -m` arguments: modules, and verbs after ddpbench."""
+    return [(m,) for m in _modules()] + [("ddpbench", v) for v in _verbs()]
 
 
 def _configfiles():
@@ -108,23 +122,25 @@ def test_relative_links_point_to_existing_files(page):
 
 
 def test_the_pages_quote_entry_points():
-    assert {"ddpbench.launch", "ddpbench.report", "ddpbench.status"} <= set(_modules())
+    assert {"launch", "report", "status", "aggregate", "compare"} <= set(_verbs())
+    assert "ddpbench.run.train" in _modules()  # what torchrun starts
 
 
 @pytest.fixture(scope="module")
 def help_runs():
-    """`python -m <module> --help` for every quoted module, started all at once."""
+    """`python -m <module> --help` and `python -m ddpbench VERB --help` for every quoted command,
+    started all at once."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))}
     procs = {
-        module: subprocess.Popen(
-            [sys.executable, "-m", module, "--help"],
+        " ".join(command): subprocess.Popen(
+            [sys.executable, "-m", *command, "--help"],
             cwd=ROOT,
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
         )
-        for module in _modules()
+        for command in _commands()
     }
     yield procs
     for proc in procs.values():
@@ -134,11 +150,11 @@ def help_runs():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("module", _modules())
-def test_quoted_module_answers_help(help_runs, module):
-    proc = help_runs[module]
+@pytest.mark.parametrize("command", [" ".join(c) for c in _commands()])
+def test_quoted_command_answers_help(help_runs, command):
+    proc = help_runs[command]
     out, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 0, f"python -m {module} --help exited {proc.returncode}:\n{out[-2000:]}"
+    assert proc.returncode == 0, f"python -m {command} --help exited {proc.returncode}:\n{out[-2000:]}"
     assert "usage" in out.lower()
 
 
@@ -161,10 +177,10 @@ def test_shown_config_plans(tmp_path, configfile):
 
 
 def test_configuration_reference_is_current():
-    """docs/configuration.md holds what `python -m ddpbench.plan.config_schema --markdown` prints."""
+    """docs/configuration.md holds what `ddpbench config-schema --markdown` prints."""
     text = _text(ROOT / "docs" / "configuration.md")
     assert config_schema.render_markdown().strip() in text, (
-        "docs/configuration.md's reference is stale: paste `python -m ddpbench.plan.config_schema --markdown` over it"
+        "docs/configuration.md's reference is stale: paste `ddpbench config-schema --markdown` over it"
     )
 
 
@@ -192,15 +208,22 @@ def _rule_shell_commands():
                     yield body
 
 
+def _entry_points(text):
+    """The `python -m ddpbench VERB` verbs `text` calls, a `python -m ddpbench.<module>` as its verb."""
+    verb_of = {f"ddpbench.{module}": verb for verb, (module, _) in cli.SUBCOMMANDS.items()}
+    verbs = set(re.findall(r"python -m ddpbench ([\w-]+)", text))
+    return verbs | {verb_of.get(m, m) for m in re.findall(r"python -m (ddpbench(?:\.\w+)+)", text)}
+
+
 def test_workflow_description_names_the_modules_and_files_the_rules_use():
-    """workflow.rst's `python -m` entry points are exactly those the rules' shell commands call;
-    every module, checkpoint and repository file it names exists."""
+    """workflow.rst's `python -m ddpbench VERB` entry points are exactly those the rules' shell
+    commands call; every module, checkpoint and repository file it names exists."""
     import importlib.util
 
     rst = _rst()
-    called = set(re.findall(r"python -m (ddpbench(?:\.\w+)+)", "\n".join(_rule_shell_commands())))
-    assert called, "no `python -m ddpbench...` found in the rules' shell commands"
-    assert set(re.findall(r"python -m (ddpbench(?:\.\w+)+)", rst)) == called
+    called = _entry_points("\n".join(_rule_shell_commands()))
+    assert called, "no `python -m ddpbench VERB` found in the rules' shell commands"
+    assert _entry_points(rst) == called
     for module in set(re.findall(r"``(?:python -m )?(ddpbench(?:\.\w+)+)``", rst)):
         assert importlib.util.find_spec(module), f"workflow.rst names {module}, which does not exist"
     checkpoints = set(re.findall(r"^checkpoint (\w+):", "".join(map(_text, RULE_FILES)), re.M))

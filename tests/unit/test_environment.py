@@ -81,12 +81,14 @@ def test_default_start_is_this_process_start():
 
 
 def test_command_is_the_launchers_when_it_passed_one(monkeypatch):
-    monkeypatch.setenv(sysinfo.LAUNCH_COMMAND_ENV, "python -m ddpbench.run.launch --out x")
-    assert sysinfo.environment(None, 1)["command"] == "python -m ddpbench.run.launch --out x"
+    monkeypatch.setenv(sysinfo.LAUNCH_COMMAND_ENV, "python -m ddpbench launch --out x")
+    assert sysinfo.environment(None, 1)["command"] == "python -m ddpbench launch --out x"
     assert sysinfo.environment(None, 1, command="given")["command"] == "given"
     monkeypatch.delenv(sysinfo.LAUNCH_COMMAND_ENV)
     monkeypatch.setattr("sys.argv", ["/x/src/ddpbench/run/train.py", "--out", "a b"])
     assert sysinfo.command_line() == "python -m ddpbench.run.train --out 'a b'"
+    monkeypatch.setattr("sys.argv", ["/x/src/ddpbench/__main__.py", "train", "--out", "a b"])
+    assert sysinfo.command_line() == "python -m ddpbench train --out 'a b'"
 
 
 def test_environment_is_fast():

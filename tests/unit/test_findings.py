@@ -8,11 +8,13 @@ import pytest
 from report_synth import make_runs
 
 from ddpbench import analysis
-from ddpbench.report.findings import Finding, findings
-from ddpbench.report.findings.common import ANCHORS, KINDS, key_text, key_texts
+from ddpbench.report.findings import Finding, findings, kinds
+from ddpbench.report.findings.common import ANCHORS, key_text, key_texts
 from ddpbench.report.findings.fits import fit_findings
 from ddpbench.report.findings.phases import profile_findings
 from ddpbench.report.text import pct_text, ratio_text, sig3
+
+KINDS = tuple(kinds())  # the registered kinds, in their order
 
 EMPTY = pd.DataFrame()
 

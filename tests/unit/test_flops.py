@@ -15,7 +15,8 @@ from ddpbench import analysis
 from ddpbench.core import peaks, run_output, timers
 from ddpbench.core.params import CellParams
 from ddpbench.results import aggregate
-from ddpbench.run import flops, gpt, models
+from ddpbench.run import flops, models
+from ddpbench.run.models import gpt
 from ddpbench.run.data import TensorData
 from ddpbench.strategies.base import Context
 

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from ddpbench.run import gpt, models
+from ddpbench.run import models
+from ddpbench.run.models import gpt
 
 
 def parameters(vocab: int, context: int, d: int, layers: int) -> int:

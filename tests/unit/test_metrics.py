@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from ddpbench import strategies
 from ddpbench.core import run_output
 from ddpbench.core import timers
 
@@ -44,9 +45,9 @@ def wall(monkeypatch):
 )
 def test_comm_volume_laws(law, ps, factors):
     for p, factor in zip(ps, factors):
-        assert run_output.comm_volume_factor(law, p) == pytest.approx(factor)
+        assert strategies.comm_volume_factor(law, p) == pytest.approx(factor)
     # On an array of world sizes: one factor per world size, same shape.
-    out = np.asarray(run_output.comm_volume_factor(law, np.array(ps)))
+    out = np.asarray(strategies.comm_volume_factor(law, np.array(ps)))
     assert out.shape == (len(ps),)
     np.testing.assert_allclose(out, factors)
 
@@ -54,7 +55,7 @@ def test_comm_volume_laws(law, ps, factors):
 def test_unknown_comm_volume_law_is_named_with_the_known_ones():
     known = "allreduce, gather_scatter, allreduce_allgather, sharded_zero3, sharded_zero2, point_to_point, none"
     with pytest.raises(ValueError, match=rf"^unknown communication volume law 'ring'; known: {known}$"):
-        run_output.comm_volume_factor("ring", 2)
+        strategies.comm_volume_factor("ring", 2)
 
 
 # -- Clock ----------------------------------------------------------------------------------------

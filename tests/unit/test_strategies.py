@@ -256,3 +256,13 @@ def test_settings_list_exactly_the_strategy_settings_the_strategy_reads(name):
             sources.append(inspect.getsource(func))
     read = {s for s in STRATEGY_SETTINGS if any(re.search(rf"params\.{s}\b", src) for src in sources)}
     assert set(strategy_settings(name)) == read
+
+
+def test_the_reference_of_the_sharded_strategies_is_a_registered_replicated_one():
+    """strategies.REFERENCE (what the memory analysis and the sharding and language-model answers
+    measure the sharded strategies against) is named once, in the registry, and holds everything."""
+    from ddpbench import strategies
+
+    assert strategies.REFERENCE in strategies.names()
+    assert strategies.strategy_traits(strategies.REFERENCE).sharding == "replicated"
+    assert strategies.REFERENCE not in strategies.sharded()

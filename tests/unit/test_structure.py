@@ -10,6 +10,7 @@ counts too; `if TYPE_CHECKING:` blocks do not).
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -63,7 +64,7 @@ MODULES = {module_name(p): p for p in sorted(PACKAGE_DIR.rglob("*.py")) if "__py
 
 
 def component(module: str) -> str | None:
-    """The component of a package module; None for the package itself and the command aliases."""
+    """The component of a package module; None for the package itself and its `__main__`."""
     parts = module.split(".")
     if module == "ddpbench.strategies":
         return "registry"
@@ -226,17 +227,12 @@ def test_no_list_of_strategy_names_outside_the_strategies():
     from ddpbench import strategies
 
     names = set(strategies.names())
-    # the communication volume laws are named for the collective they follow, two of them as a strategy is
-    allowed = {("core/run_output.py", "COMM_VOLUME")}
     found = []
     for path in sorted(PACKAGE_DIR.rglob("*.py")):
         rel = path.relative_to(PACKAGE_DIR).as_posix()
-        if rel.startswith("strategies/"):
+        if rel.startswith("strategies/"):  # (the volume laws, named for their collectives, live there too)
             continue
         tree = ast.parse(path.read_text())
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Assign) and any((rel, getattr(t, "id", "")) in allowed for t in node.targets):
-                node.value = ast.Constant(None)  # (its literal is not looked into)
         for node in ast.walk(tree):
             elts = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else \
                 [k for k in node.keys if k is not None] if isinstance(node, ast.Dict) else []  # fmt: skip
@@ -244,3 +240,116 @@ def test_no_list_of_strategy_names_outside_the_strategies():
             if len(listed) >= 2:
                 found.append(f"{rel}:{node.lineno} {listed}")
     assert not found, found
+
+
+MAX_FUNCTION_LINES = 80
+
+
+def test_no_function_is_too_long_to_read():
+    """A function is read whole: over MAX_FUNCTION_LINES lines (its body and docstring) it is several
+    steps that want their own names (issue 56 split execute, diagnose, train_loop, winner_findings)."""
+    long = []
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if (n := node.end_lineno - node.lineno + 1) > MAX_FUNCTION_LINES:
+                    long.append(f"{module}.{node.name}: {n} lines")
+    assert long == [], long
+
+
+def test_no_module_spells_a_run_record_column():
+    """The extra_*/env_* columns of runs.csv (summary.json's extra and env fields) are named in
+    core.run_record alone (Extra, Env): a column spelled as a literal elsewhere drifts from the field
+    that fills it (issue 56)."""
+    column = re.compile(r"^(extra|env)_[a-z0-9_]+$")
+    found = []
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        rel = path.relative_to(PACKAGE_DIR).as_posix()
+        if rel == "core/run_record.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and column.match(node.value):
+                found.append(f"{rel}:{node.lineno} {node.value!r}")
+    assert not found, found
+
+
+# -- one command line: the `ddpbench` verbs (issue 56, point 6) -----------------------------------
+
+# The package's top level: the package, `python -m ddpbench VERB` and the `ddpbench` command (its
+# verbs in cli.SUBCOMMANDS). A `python -m ddpbench.<name>` alias is a second command line.
+TOP_LEVEL = {"__init__.py", "__main__.py", "cli.py"}
+MODULE_PATH = re.compile(r"(?<![\w.])ddpbench\.[a-z_]+(?:\.[a-z_]+)*")
+# `-m MODULE` commands written in text (docstrings too): a verb's module only where torchrun or
+# srun must start it by module (the rank, the collective sweep, the node launcher).
+STARTED_BY_MODULE = {"ddpbench.run.train", "ddpbench.comm.commbench", "ddpbench.cluster.slurm"}
+MODULE_COMMAND = re.compile(r"-m (ddpbench(?:\.[a-z_]+)+)")
+# The files that may write a module path as a string (not in a docstring), and which: where a
+# process is started with `-m` (torchrun and srun need a module) and importlib's lazy imports.
+# cli.SUBCOMMANDS, the verbs' table, names modules relative to the package and is not matched.
+PROCESS_STARTS = {
+    "run/launch.py": {"ddpbench.run.torchrun", "ddpbench.run.train"},  # torchrun, and the ranks it starts
+    "run/torchrun.py": {"ddpbench.run.torchrun", "ddpbench.run.train"},  # the forked ranks' entry points
+    "cluster/slurm.py": {"ddpbench.cluster.slurm", "ddpbench.run.launch"},  # srun's task per node, its launcher
+    "cluster/netlab.py": {"ddpbench.run.launch"},  # each namespace's launcher
+    "comm/commbench.py": {"ddpbench.comm.commbench"},  # its usage line: torchrun ... -m ddpbench.comm.commbench
+    "core/sysinfo.py": {"ddpbench.run.train"},  # the recorded command line of a rank torchrun started
+    "plan/user_models.py": {"ddpbench.run.user_model"},  # the plan's model check (a subprocess with torch)
+    "analysis/__init__.py": {"ddpbench.analysis"},  # importlib: its names are loaded on first use
+}
+# Files that still write a module path where the verb belongs (usage, help, messages,
+# docstrings): owned by other work in progress in 2026-11. Each leaves this set when its
+# file says `ddpbench VERB` (`python -m ddpbench.report` no longer exists: report/build.py's prog).
+def _docstrings(tree: ast.AST) -> set[int]:
+    nodes = [n for n in ast.walk(tree) if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))]
+    return {id(n.body[0].value) for n in nodes if n.body and isinstance(n.body[0], ast.Expr)
+            and isinstance(n.body[0].value, ast.Constant)}  # fmt: skip
+
+
+def test_module_paths_are_written_only_where_a_process_is_started():
+    """A module path in a string is a second name for a command: users, messages and help say
+    `ddpbench VERB` (the one command line, cli.SUBCOMMANDS), and a module path is written only
+    where a process is started by module (PROCESS_STARTS). A `-m ddpbench.<module>` command, in a
+    docstring too, names a verb's module only where torchrun or srun start it (issue 56)."""
+    from ddpbench import cli
+
+    verb_modules = {f"ddpbench.{module}" for module, _ in cli.SUBCOMMANDS.values()} - STARTED_BY_MODULE
+    found = []
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        rel = path.relative_to(PACKAGE_DIR).as_posix()
+        tree = ast.parse(path.read_text())
+        docstrings = _docstrings(tree)
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+                continue
+            commands = set(MODULE_COMMAND.findall(node.value)) & verb_modules
+            paths = set() if id(node) in docstrings else set(MODULE_PATH.findall(node.value))
+            found += [f"{rel}:{node.lineno} {p}" for p in sorted(commands | (paths - PROCESS_STARTS.get(rel, set())))]
+    assert not found, found
+
+
+def test_the_package_root_holds_no_command_aliases():
+    """The package's top level is the package, its `python -m ddpbench VERB` and the command; no
+    `__main__` elsewhere (`python -m ddpbench.report` was one): each stage is a verb whose module
+    has a `main(argv)`."""
+    from ddpbench import cli
+
+    assert {p.name for p in PACKAGE_DIR.glob("*.py")} == TOP_LEVEL
+    assert [p.relative_to(PACKAGE_DIR).as_posix() for p in PACKAGE_DIR.rglob("__main__.py")] == ["__main__.py"]
+    for verb, (module, _) in cli.SUBCOMMANDS.items():
+        tree = ast.parse((PACKAGE_DIR / f"{module.replace('.', '/')}.py").read_text())
+        assert any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body), f"{verb}: {module} has no main(argv)"
+
+
+def test_the_rules_call_the_verbs():
+    """The workflow's shell commands call `python -m ddpbench VERB` (no console script needed in
+    a container), never a module path."""
+    from ddpbench import cli
+
+    rules = PACKAGE_DIR.parents[1] / "workflow" / "rules"
+    called, found = set(), []
+    for path in sorted(rules.glob("*.smk")):
+        text = path.read_text()
+        called |= set(re.findall(r"python -m ddpbench ([\w-]+)", text))
+        found += [f"{path.name}: {m}" for m in re.findall(r"python -m (ddpbench\.[\w.]+)", text)]
+    assert not found, found
+    assert called and called <= set(cli.SUBCOMMANDS), called - set(cli.SUBCOMMANDS)

@@ -70,7 +70,7 @@ def test_multi_rank_strategy_at_world_one_is_skipped(tmp_path):
 
 def test_missing_data_is_a_failed_summary(tmp_path):
     s = run(tmp_path, strategy="single", dataset="mnist", data_root=str(tmp_path / "none"))
-    assert s["status"] == "failed" and "ddpbench.run.data" in s["reason"]
+    assert s["status"] == "failed" and "ddpbench data" in s["reason"]
     assert (tmp_path / "error_rank0.txt").exists()
 
 

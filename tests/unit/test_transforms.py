@@ -122,3 +122,29 @@ def test_the_axes_take_only_their_values():
         CellParams(compile="max-autotune")
     with pytest.raises(ParamError, match="activation_checkpointing"):
         CellParams(activation_checkpointing="every")
+
+
+def test_prepare_checkpoints_then_compiles_each_block_then_wraps(quick_compile, monkeypatch):
+    """The model-transform seam: BLOCK_STEPS in their order (the compiled forward is the
+    checkpointed one), then the strategy's wrap around the transformed model; the copy kept for
+    the replay is transformed but not wrapped."""
+    assert [name for name, _ in transforms.BLOCK_STEPS] == ["activation_checkpointing", "compile"]
+    order = []
+    for i, (name, step_of) in enumerate(transforms.BLOCK_STEPS):
+
+        def logged(params, index, n, name=name, step_of=step_of):
+            step = step_of(params, index, n)
+            return None if step is None else (lambda f, step=step, name=name: order.append(name) or step(f))
+
+        monkeypatch.setattr(transforms, "BLOCK_STEPS", transforms.BLOCK_STEPS[:i] + ((name, logged),) + transforms.BLOCK_STEPS[i + 1 :])
+    params = CellParams(activation_checkpointing="selective", compile="model")
+    plain, m = model(), model()
+    prepared = transforms.prepare(m, params, lambda inner: nn.Sequential(inner), keep_unwrapped=True)
+    assert order[:2] == ["activation_checkpointing", "compile"] and order.count("compile") == 5
+    assert prepared.record["checkpointed_blocks"] == 3 and prepared.record["compiled_blocks"] == 5
+    assert isinstance(prepared.model, nn.Sequential) and prepared.model[0] is m
+    assert prepared.unwrapped is not m and not isinstance(prepared.unwrapped[0], nn.Sequential)
+    with transforms.eager(params):
+        for got, want in zip(train_two_steps(prepared.unwrapped).values(), train_two_steps(plain).values()):
+            torch.testing.assert_close(got, want)
+    assert transforms.prepare(model(), CellParams(), lambda inner: inner, keep_unwrapped=False).unwrapped is None

@@ -1,4 +1,4 @@
-"""A snakemake killed with SIGKILL mid-grid leaves its lock; `python -m ddpbench.plan.status
+"""A snakemake killed with SIGKILL mid-grid leaves its lock; `ddpbench status
 --unlock-stale` (what scripts/main.sh runs before snakemake) refuses to touch it while
 that snakemake lives, names its PID, and removes it once the process is gone, after which
 snakemake plans again without LockException."""

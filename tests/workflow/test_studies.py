@@ -34,7 +34,7 @@ def plan(tmp_path_factory):
         if (study, args) not in planned:
             workdir = tmp_path_factory.mktemp(f"plan-{study}")
             proc = snakemake(workdir, "-n", "-p", *args, configfile=STUDIES / f"{study}.yaml")
-            commands = [line for line in proc.stdout.splitlines() if "ddpbench.run.launch" in line]
+            commands = [line for line in proc.stdout.splitlines() if "ddpbench launch" in line]
             planned[study, args] = commands, proc.stdout + proc.stderr
         return planned[study, args]
 
@@ -50,7 +50,7 @@ def test_study_plans_offline_on_synthetic_data_of_the_real_shape(plan, study):
         assert re.search(r"--out '?results/[^ ]*/dataset~synthetic/", command), command
     shapes = {re.search(r"--synthetic-shape (\w+)", c).group(1) for c in commands}
     assert shapes == SHAPES[study]
-    assert "prepare_data" not in out and "ddpbench.run.data" not in out
+    assert "prepare_data" not in out and "ddpbench data" not in out
 
 
 @pytest.mark.parametrize("study", sorted(SHAPES))
@@ -100,7 +100,7 @@ def test_sharding_plans_its_grid_offline_as_written(plan):
     assert len(cells) == 25 and {c[0] for c in cells} == {"single", "ddp", "zero", "fsdp_grad_op", "fsdp"}
     assert all((c[3] == "1") == (c[0] == "single") for c in cells)
     assert {c[1:3] for c in cells if c[4] == "model"} == {("fp32", "1")} and sum(c[4] == "model" for c in cells) == 5
-    (report,) = [line for line in out.splitlines() if "ddpbench.report" in line]
+    (report,) = [line for line in out.splitlines() if "ddpbench report" in line]
     assert "--study sharding" in report
 
 
@@ -110,7 +110,7 @@ def test_language_model_plans_its_grid_as_written(plan):
     tokens per step each); its report answers in its section."""
     commands, out = plan("language-model")
     assert len(commands) == 48, out[-3000:]  # 16 cells x 3 repeats: 8, eager and compiled
-    assert "prepare_data" not in out and "ddpbench.run.data" not in out
+    assert "prepare_data" not in out and "ddpbench data" not in out
     assert all("--dataset synthetic_tokens " in c and "--model gpt_tiny " in c and "--vocab-size 256 " in c
                for c in commands)  # fmt: skip
     cells = {tuple(re.search(rf"--{k} (\S+)", c).group(1) for k in ("strategy", "nproc-per-node", "seq-len", "batch-size"))
@@ -119,7 +119,7 @@ def test_language_model_plans_its_grid_as_written(plan):
     assert {c[4] for c in cells} == {"none", "model"}
     assert all((c[1] == "1") == (c[0] == "single") for c in cells)
     assert {(c[2], c[3]) for c in cells} == {("128", "64"), ("512", "16")}  # the same tokens per step
-    (report,) = [line for line in out.splitlines() if "ddpbench.report" in line]
+    (report,) = [line for line in out.splitlines() if "ddpbench report" in line]
     assert "--study language-model" in report
     # its bucket_mb (for ddp's overlap) is one fsdp and single do not read: said, and twins kept (issue 58)
     assert "params.bucket_mb 0.43 is read by bucketed_allreduce, ddp only: fsdp, single run at the default bucket_mb 25" in out
@@ -136,7 +136,7 @@ def test_bad_dataset_override_fails_naming_the_key(tmp_path):
 @pytest.mark.parametrize("study", sorted(SHAPES))
 def test_a_study_with_a_report_section_passes_its_name_to_the_report(plan, study):
     _, out = plan(study, *OFFLINE)
-    (report,) = [line for line in out.splitlines() if "ddpbench.report" in line]
+    (report,) = [line for line in out.splitlines() if "ddpbench report" in line]
     assert f"--study {study}" in report
 
 

@@ -29,7 +29,7 @@ def run(workdir, *args, module="snakemake", check=True):
 
 
 def status(workdir, *args):
-    return run(workdir, *SNAKEMAKE_ARGS, *args, module="ddpbench.plan.status")
+    return run(workdir, "status", *SNAKEMAKE_ARGS, *args, module="ddpbench")
 
 
 def summaries(workdir):
@@ -119,7 +119,7 @@ def test_a_failed_run_is_listed_and_rerun_failed_redoes_it_keeping_the_failure(s
 def test_a_setting_a_strategy_does_not_read_does_not_rerun_it(study):
     """Snakemake's own trigger agrees: a bucket_mb change plans ddp's runs again, never single's."""
     out = run(study, *SNAKEMAKE_ARGS, "-n", "-p", "--config", 'params={"bucket_mb": 10.0}').stdout
-    planned = [line for line in out.splitlines() if "ddpbench.run.launch" in line]
+    planned = [line for line in out.splitlines() if "ddpbench launch" in line]
     assert planned and all("strategy~ddp" in line for line in planned), planned
     assert not any("strategy~single" in line for line in planned)
 
@@ -127,7 +127,7 @@ def test_a_setting_a_strategy_does_not_read_does_not_rerun_it(study):
 def test_adding_an_axis_keeps_the_runs_measured_at_the_old_value(study):
     """bucket_mb: [25, 0.5] where 25 was the setting: only the new value's ddp runs are planned."""
     out = run(study, *SNAKEMAKE_ARGS, "-n", "-p", "--config", 'grid={"bucket_mb": [25.0, 0.5]}').stdout
-    planned = sorted(line.split("--out ")[1].split()[0] for line in out.splitlines() if "ddpbench.run.launch" in line)
+    planned = sorted(line.split("--out ")[1].split()[0] for line in out.splitlines() if "ddpbench launch" in line)
     assert planned and all("bucket_mb~0.5" in p and "strategy~ddp" in p for p in planned), planned
 
 
@@ -137,7 +137,7 @@ def test_an_archive_rebuilds_the_same_tables_elsewhere(study, tmp_path):
     assert "archive:" in (study / RESULTS / "logs" / "archive.log").read_text() and archive.is_file()
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    run(elsewhere, "--from", str(archive), "--out", "rebuilt", "--no-pdf", module="ddpbench.report")
+    run(elsewhere, "report", "--from", str(archive), "--out", "rebuilt", "--no-pdf", module="ddpbench")
     original, rebuilt = study / RESULTS, elsewhere / "rebuilt"
     for table in ("aggregate/runs.csv", "aggregate/steps.csv"):
         pd.testing.assert_frame_equal(pd.read_csv(rebuilt / table), pd.read_csv(original / table))
@@ -153,7 +153,7 @@ def test_a_tampered_archive_is_refused(study, tmp_path):
     import tarfile
 
     archive = tmp_path / "tiny.tar.gz"
-    run(study, "--results", RESULTS, "--out", str(archive), module="ddpbench.results.archive")
+    run(study, "archive", "--results", RESULTS, "--out", str(archive), module="ddpbench")
 
     def rewrite(name, edit=None, extra=None):
         bad = tmp_path / name
@@ -166,7 +166,7 @@ def test_a_tampered_archive_is_refused(study, tmp_path):
                 dst.addfile(member, io.BytesIO(data) if data is not None else None)
             if extra:
                 dst.addfile(extra)
-        return run(tmp_path, "--from", str(bad), "--out", name + ".out", "--no-pdf", module="ddpbench.report", check=False)
+        return run(tmp_path, "report", "--from", str(bad), "--out", name + ".out", "--no-pdf", module="ddpbench", check=False)
 
     changed = rewrite("changed.tar.gz", edit=lambda data: data.replace(b",ok,", b",failed,"))
     assert changed.returncode != 0 and "does not match its manifest checksum" in changed.stderr, changed.stderr[-2000:]

@@ -266,14 +266,14 @@ def test_compare_to_reaches_the_report_rule(tmp_path):
     (tmp_path / "base" / "aggregate" / "runs.csv").write_text("strategy,world_size\n")
     config = write_config(tmp_path, lambda c: c.update(compare_to="base"))
     proc = snakemake(tmp_path, "--dry-run", "--printshellcmds", configfile=config)
-    (line,) = [x for x in proc.stdout.splitlines() if "ddpbench.report" in x]
+    (line,) = [x for x in proc.stdout.splitlines() if "ddpbench report" in x]
     assert line.rstrip().endswith("--compare-to base/aggregate/runs.csv"), line
 
 
 def test_timing_keys_reach_the_launcher_but_not_max_rel_ci(tmp_path):
     config = write_config(tmp_path, lambda c: c["timing"].update(min_timed_steps=7, min_timed_s=0.5, max_rel_ci=0.1))
     proc = snakemake(tmp_path, *TABLES, "--dry-run", "--printshellcmds", configfile=config)
-    commands = [line for line in proc.stdout.splitlines() if "ddpbench.run.launch" in line]
+    commands = [line for line in proc.stdout.splitlines() if "ddpbench launch" in line]
     assert commands and all("--min-timed-steps 7 --min-timed-s 0.5" in c for c in commands), proc.stdout[-3000:]
     assert not any("rel-ci" in c or "--allow-oversubscribe" in c for c in commands)
 

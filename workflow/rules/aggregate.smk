@@ -18,5 +18,5 @@ rule aggregate:
     container:
         image_for_host()
     shell:
-        "printf '%s\\n' {input.summaries:q} | python -m ddpbench.results.aggregate --summaries-from -"
+        "printf '%s\\n' {input.summaries:q} | python -m ddpbench aggregate --summaries-from -"
         " --runs {output.runs:q} --steps {output.steps:q} --log {log:q}"

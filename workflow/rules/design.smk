@@ -32,9 +32,9 @@ checkpoint decide_round:
     params:
         # A changed setting (budget, margin, ...) decides the rounds again from the runs kept.
         settings=lambda wildcards: repr(STUDY.settings),
-        results=RESULTS,
+        results=subpath(output.decision, ancestor=2),
     shell:
-        "printf '%s\\n' {input.summaries:q} | python -m ddpbench.plan.decide --results {params.results:q}"
+        "printf '%s\\n' {input.summaries:q} | python -m ddpbench decide --results {params.results:q}"
         " --round {wildcards.round} --out {output.decision:q} --log {log:q}"
 
 

@@ -54,7 +54,7 @@ def check_stale_runs():
         logger.warning(
             f"ddpbench: {len(stale)} run(s) in {RESULTS}/runs were made by other code, "
             "settings or environment than the current ones (their statistics are kept "
-            "apart): `python -m ddpbench.plan.status` lists them, `--rerun` redoes them"
+            "apart): `ddpbench status` lists them, `--rerun` redoes them"
         )
 
 

@@ -74,14 +74,14 @@ rule report:
             f"--design {shlex.quote(input.design[0])}" if input.design else ""
         ),
     shell:
-        "python -m ddpbench.report --runs {input.runs:q} --steps {input.steps:q}"
+        "python -m ddpbench report --runs {input.runs:q} --steps {input.steps:q}"
         " --baseline-strategy {params.baseline_strategy:q} --max-rel-ci {params.max_rel_ci}"
         " --out {params.out_dir:q} --plan {params.plan:q} --log {log:q} {params.compare_to} {params.study}"
         " {params.design} {params.pdf}"
 
 
 # `snakemake archive`: the whole study in one file (runs, tables, report, config, lock)
-# that `python -m ddpbench.report --from` rebuilds elsewhere. Not part of the default target.
+# that `ddpbench report --from` rebuilds elsewhere. Not part of the default target.
 rule archive:
     input:
         html=f"{RESULTS}/report/report.html",
@@ -97,4 +97,4 @@ rule archive:
     params:
         results=subpath(input.runs, ancestor=2),
     shell:
-        "python -m ddpbench.results.archive --results {params.results:q} --out {output:q} > {log:q} 2>&1"
+        "python -m ddpbench archive --results {params.results:q} --out {output:q} > {log:q} 2>&1"

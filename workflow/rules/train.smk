@@ -36,7 +36,7 @@ rule train:
         # The launcher clears an earlier attempt's files itself; it writes its output to
         # the log and its result line to the terminal (the ranks' output: run_dir/train.log).
         # exec: the launcher is Snakemake's own child, so a killed Snakemake stops the cell.
-        "exec python -m ddpbench.run.launch {params.topology} --out {params.run_dir:q}"
+        "exec python -m ddpbench launch {params.topology} --out {params.run_dir:q}"
         " {params.oversubscribe} {params.flags} --log {log:q} --stop-with-parent"
 
 
@@ -57,5 +57,5 @@ rule prepare_data:
     shell:
         # The harness's one downloading entry point (torchvision's layout under
         # data_root); its one-line record of what is there is this rule's output.
-        "python -m ddpbench.run.data --dataset {wildcards.dataset:q} --data-root {params.root:q}"
+        "python -m ddpbench data --dataset {wildcards.dataset:q} --data-root {params.root:q}"
         " --image-size {params.image_size} > {output.record:q} 2> {log:q}"

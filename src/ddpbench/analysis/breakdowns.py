@@ -8,6 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ddpbench.core.run_record import Extra
+
 # -- the profiler's breakdown of a step (profile_steps > 0: aggregate's profile.csv) -------------
 
 
@@ -76,8 +78,8 @@ def round_time(runs: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
     and the averaging), else one step (every other strategy synchronises each step); `steps_per_round`."""
     ok = runs[runs["status"] == "ok"]
     step = pd.to_numeric(ok.get("step_time_median_s", pd.Series(np.nan, index=ok.index)), errors="coerce")
-    measured = pd.to_numeric(ok.get("extra_round_time_s", pd.Series(np.nan, index=ok.index)), errors="coerce")
-    per = pd.to_numeric(ok.get("extra_steps_per_round", pd.Series(np.nan, index=ok.index)), errors="coerce")
+    measured = pd.to_numeric(ok.get(Extra.round_time_s, pd.Series(np.nan, index=ok.index)), errors="coerce")
+    per = pd.to_numeric(ok.get(Extra.steps_per_round, pd.Series(np.nan, index=ok.index)), errors="coerce")
     # A run too short for one whole round has no measured round: its steps per round times its step
     frame = ok[cols].assign(round_s=measured.fillna(step * per.fillna(1.0)), steps_per_round=per.fillna(1.0))
     return frame.groupby(cols, dropna=False, sort=True)[["round_s", "steps_per_round"]].median().reset_index()
@@ -87,13 +89,13 @@ def auto_batch(runs: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
     """Per cell of `batch_size` auto (`cols`): `chosen`, the per-rank batch it settled on (median over
     its ok runs), `tried` (one run's list) and `method` (how it judged what fits)."""
     empty = pd.DataFrame(columns=[*cols, "chosen", "tried", "method"])
-    if "batch_size" not in runs or "extra_auto_batch" not in runs:
+    if "batch_size" not in runs or Extra.auto_batch not in runs:
         return empty
     ok = runs[(runs["status"] == "ok") & (runs["batch_size"].astype(str) == "auto")]
     if ok.empty:
         return empty
-    frame = ok[cols].assign(chosen=pd.to_numeric(ok["extra_auto_batch"], errors="coerce"),
-                            tried=ok.get("extra_auto_batch_tried", pd.Series("", index=ok.index)).astype(str),
-                            method=ok.get("extra_auto_batch_method", pd.Series("", index=ok.index)).astype(str))  # fmt: skip
+    frame = ok[cols].assign(chosen=pd.to_numeric(ok[Extra.auto_batch], errors="coerce"),
+                            tried=ok.get(Extra.auto_batch_tried, pd.Series("", index=ok.index)).astype(str),
+                            method=ok.get(Extra.auto_batch_method, pd.Series("", index=ok.index)).astype(str))  # fmt: skip
     return frame.groupby(cols, dropna=False, sort=True).agg(chosen=("chosen", "median"), tried=("tried", "first"),
                                                             method=("method", "first")).reset_index()  # fmt: skip

@@ -24,6 +24,7 @@ from ddpbench.analysis.intervals import LEVEL, Interval, metric_interval
 from ddpbench.analysis.links import ACHIEVED
 from ddpbench.analysis.tables import SUPERSEDED, TIME, axes, numeric_column, run_version, text_column, text_key
 from ddpbench.core.run_output import TIMELINE_SPANS
+from ddpbench.core.run_record import Env, Extra
 
 # Per-cell statistics: summary metric -> label with its unit (timing metrics: geometric means over
 # repeats, intervals.TIMING_METRICS; the others medians).
@@ -41,18 +42,18 @@ METRICS = {
     "cuda_max_allocated_mb": "peak CUDA memory [MiB]",
     # Bytes a rank holds for training, counted from its own tensors (its shards under zero and the
     # FSDP strategies; the largest rank's): exact, the same in every repeat of a cell.
-    "extra_param_bytes": "parameters held per rank [bytes]",
-    "extra_grad_bytes": "gradients held per rank [bytes]",
-    "extra_optimizer_state_bytes": "optimizer state held per rank [bytes]",
-    "extra_held_bytes": "memory held per rank (parameters + gradients + optimizer state) [bytes]",
+    Extra.param_bytes: "parameters held per rank [bytes]",
+    Extra.grad_bytes: "gradients held per rank [bytes]",
+    Extra.optimizer_state_bytes: "optimizer state held per rank [bytes]",
+    Extra.held_bytes: "memory held per rank (parameters + gradients + optimizer state) [bytes]",
     # Model FLOP utilisation (core.peaks): the counted FLOPs per sample, the achieved rate (throughput x
     # FLOPs) and its share of world x the peak per rank, measured (matmul benchmark) and from the datasheet.
-    "extra_train_flops_per_sample": "model FLOPs per sample (forward + backward, counted) [FLOP]",
-    "extra_achieved_flops_per_s": "achieved model FLOP/s, all ranks [FLOP/s]",
-    "extra_peak_flops_measured": "measured peak per rank (matmul) [FLOP/s]",
-    "extra_peak_flops_datasheet": "datasheet peak per device [FLOP/s]",
-    "extra_mfu_measured": "MFU (measured peak)",
-    "extra_mfu_datasheet": "MFU (datasheet peak)",
+    Extra.train_flops_per_sample: "model FLOPs per sample (forward + backward, counted) [FLOP]",
+    Extra.achieved_flops_per_s: "achieved model FLOP/s, all ranks [FLOP/s]",
+    Extra.peak_flops_measured: "measured peak per rank (matmul) [FLOP/s]",
+    Extra.peak_flops_datasheet: "datasheet peak per device [FLOP/s]",
+    Extra.mfu_measured: "MFU (measured peak)",
+    Extra.mfu_datasheet: "MFU (datasheet peak)",
     "rank_skew": "rank skew",
     "train_loss_final": "last-step train loss",  # the last optimizer step's (docs/metrics.md)
     "test_acc": "test accuracy",
@@ -83,7 +84,7 @@ def cell_stats(runs: pd.DataFrame, max_rel_ci: float = MAX_REL_CI) -> pd.DataFra
     flags = dict(
         n_busy=busy_runs(runs).to_numpy(bool),
         n_oversubscribed=oversubscribed_runs(runs).to_numpy(bool),
-        n_off_lock=(text_column(runs, "env_off_lock") != "").to_numpy(),
+        n_off_lock=(text_column(runs, Env.off_lock) != "").to_numpy(),
         n_nondeterministic=nondeterministic_mask(runs[timed], cols).reindex(runs.index, fill_value=False).to_numpy(bool),
         n_diverged=unhealthy_runs(runs).to_numpy(bool),
     )

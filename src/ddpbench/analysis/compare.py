@@ -46,6 +46,7 @@ from ddpbench.analysis.compare_cells import (
 from ddpbench.analysis.health import MAX_REL_CI, busy_runs, oversubscribed_runs, timed_runs
 from ddpbench.analysis.provenance import provenance_diff
 from ddpbench.analysis.tables import BASELINE_STRATEGY, TIME, axes, label, load_runs_frame, varying
+from ddpbench.core.run_record import Env
 
 # What a bare `--fail-on-slowdown 5%` gates: the metrics that say how long training takes.
 GATED_BY_DEFAULT = ("samples_per_s", "step_time_median_s", "epoch_time_s")
@@ -244,7 +245,7 @@ def load_warnings(used: dict[str, pd.DataFrame]) -> list[str]:
     for name, runs in used.items():
         busy, over = int(busy_runs(runs).sum()), int(oversubscribed_runs(runs).sum())
         if busy:
-            frac = pd.to_numeric(runs.get("env_other_cpu_frac"), errors="coerce").max()
+            frac = pd.to_numeric(runs.get(Env.other_cpu_frac), errors="coerce").max()
             parts.append(f"{name}: {busy} of {len(runs)} runs on a busy machine (other processes took up to "
                          f"{100 * frac:.0f} % of the CPU while timed)")  # fmt: skip
         if over:

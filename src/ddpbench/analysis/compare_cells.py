@@ -20,6 +20,7 @@ from ddpbench.analysis.cells import NO_COMPARISON, NO_DIFFERENCE
 from ddpbench.analysis.health import THROUGHPUT, likely_causes, timed_runs
 from ddpbench.analysis.intervals import LEVEL, Interval, log_t_interval, numeric_values, rel_halfwidth
 from ddpbench.analysis.tables import BASELINE_STRATEGY, IRRELEVANT_AT_BASELINE, LAUNCH_AXES, TIME
+from ddpbench.core.run_record import Env
 
 # Between-job noise: the standard deviation of a cell's log value from one job to another on the
 # same machine, beyond what its repeats inside one job show (their interval cannot: they share
@@ -263,7 +264,7 @@ def _compare_metric(metric: Metric, b: Side, n: Side, key) -> dict:
                 _terms=4 if metric.name == "speedup" else 2)
 
 
-JOB_COLUMN = "env_job_id"  # runs.csv: the workflow invocation a run belongs to (core.sysinfo.JOB_ID_ENV)
+JOB_COLUMN = Env.job_id  # runs.csv: the workflow invocation a run belongs to (core.sysinfo.JOB_ID_ENV)
 ESTIMATE = "estimate"  # --job-noise estimate
 
 

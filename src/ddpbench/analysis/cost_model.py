@@ -12,7 +12,8 @@ import pandas as pd
 from ddpbench.analysis.fits import Fit, r_squared
 from ddpbench.analysis.intervals import LEVEL, Interval
 from ddpbench.comm import commfit
-from ddpbench.core.run_output import comm_volume_factor
+from ddpbench.strategies import comm_volume_factor
+from ddpbench.core.run_record import Extra
 
 N_BOOT = 500  # resamples of the cost model's bootstrap
 SEED = 0
@@ -101,7 +102,7 @@ DEFAULT_VOLUME_LAW = "allreduce"  # runs from before extra_comm_volume existed w
 
 def comm_volume_law(g: pd.DataFrame) -> str:
     """How a group's bytes per rank grow with p (extra_comm_volume, the strategy's own statement)."""
-    laws = g["extra_comm_volume"].dropna().astype(str) if "extra_comm_volume" in g else pd.Series(dtype=str)
+    laws = g[Extra.comm_volume].dropna().astype(str) if Extra.comm_volume in g else pd.Series(dtype=str)
     return laws.mode().iloc[0] if len(laws) else DEFAULT_VOLUME_LAW
 
 

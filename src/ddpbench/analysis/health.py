@@ -11,6 +11,7 @@ import pandas as pd
 from ddpbench.analysis.intervals import log_t_interval, rel_halfwidth
 from ddpbench.analysis.tables import TIME, numeric_column, run_version, text_column
 from ddpbench.core import sysinfo
+from ddpbench.core.run_record import Env, Extra
 
 MAX_REL_CI = 0.05
 # Two 1-thread ranks on 2 quiet cores differ by 10-20 % in computation per step (the
@@ -45,7 +46,7 @@ def nondeterministic_mask(used: pd.DataFrame, cols: list[str]) -> pd.Series:
     cpu = used[used["device"].astype(str) == "cpu"]
     if len(cpu) < 2:
         return mask
-    same = [c for c in (*cols, "seed", "total_steps", "env_threads_per_rank") if c in cpu]
+    same = [c for c in (*cols, "seed", "total_steps", Env.threads_per_rank) if c in cpu]
     keys = [cpu[c].astype(str) for c in same] + [run_version(cpu)]
     values = pd.DataFrame({o: cpu[o].astype(str) for o in outcomes})
     mask.loc[cpu.index] = (values.groupby(keys, dropna=False, sort=False).transform("nunique") > 1).any(axis=1)
@@ -60,21 +61,21 @@ def busy_runs(runs: pd.DataFrame) -> pd.Series:
     """Runs measured on a busy machine: other processes took > 10 % of the CPU during the timed
     steps (missing column: not busy). The load average is not used: it lags by a minute, so
     right after the previous run's ranks it reads about their count on a quiet machine."""
-    return numeric_column(runs, "env_other_cpu_frac") > BUSY_CPU_FRAC
+    return numeric_column(runs, Env.other_cpu_frac) > BUSY_CPU_FRAC
 
 
 def oversubscribed_runs(runs: pd.DataFrame) -> pd.Series:
-    return _truthy(runs["extra_oversubscribed"]) if "extra_oversubscribed" in runs else pd.Series(False, index=runs.index)
+    return _truthy(runs[Extra.oversubscribed]) if Extra.oversubscribed in runs else pd.Series(False, index=runs.index)
 
 
 def unhealthy_runs(runs: pd.DataFrame) -> pd.Series:
     """Runs that did not learn: loss non-finite, ended far above its start, or spiked (run.cell's
     extra.training_health): a fast run that does not learn answers nothing."""
-    return text_column(runs, "extra_training_health").isin(["diverged", "unstable"])
+    return text_column(runs, Extra.training_health).isin(["diverged", "unstable"])
 
 
 def _few_timed_steps(runs: pd.DataFrame) -> bool:
-    short = "extra_measurement_short" in runs and _truthy(runs["extra_measurement_short"]).any()
+    short = Extra.measurement_short in runs and _truthy(runs[Extra.measurement_short]).any()
     timed, needed = numeric_column(runs, "timed_steps").median(), numeric_column(runs, "min_timed_steps").median()
     return bool(short or timed < needed)
 

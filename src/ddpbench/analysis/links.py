@@ -29,9 +29,10 @@ from ddpbench.analysis.tables import (
     varying,
 )
 from ddpbench.core.params import NO_LINK
+from ddpbench.core.run_record import Extra
 
-ACHIEVED = "extra_link_achieved_bps"  # bits/s the probe measured at the cell's start
-NOMINAL = "extra_link_rate_bps"  # bits/s the link was shaped to (none when unshaped)
+ACHIEVED = Extra.link_achieved_bps  # bits/s the probe measured at the cell's start
+NOMINAL = Extra.link_rate_bps  # bits/s the link was shaped to (none when unshaped)
 _RATE = re.compile(r"([0-9]+(?:\.[0-9]+)?)(kbit|mbit|gbit)")
 _RATE_UNIT = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}  # tc's units are decimal
 # Settings the baseline ignores (a strategy's own knobs: bucket size, PowerSGD's, ...) tell apart variants of

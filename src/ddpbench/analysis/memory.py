@@ -24,13 +24,13 @@ import pandas as pd
 from ddpbench.analysis.cells import verdict
 from ddpbench.analysis.intervals import Interval, welch_log_ratio
 from ddpbench.analysis.tables import axes, numeric_column
-from ddpbench.strategies import sharded
+from ddpbench.core.run_record import Extra
+from ddpbench.strategies import REFERENCE, sharded  # REFERENCE: what each rank holds without sharding: everything
 
 SHARDED = sharded()  # ZeRO-1 (optimizer state), ZeRO-2 (+ gradients), ZeRO-3 (+ parameters): zero, fsdp_grad_op, fsdp
-REFERENCE = "ddp"  # what each rank holds without sharding: everything
-HELD = "extra_held_bytes"
-HELD_PARTS = (("extra_param_bytes", "parameters"), ("extra_grad_bytes", "gradients"),
-              ("extra_optimizer_state_bytes", "optimizer state"))  # fmt: skip
+HELD = Extra.held_bytes
+HELD_PARTS = ((Extra.param_bytes, "parameters"), (Extra.grad_bytes, "gradients"),
+              (Extra.optimizer_state_bytes, "optimizer state"))  # fmt: skip
 PEAKS = (
     ("cuda_max_allocated_mb", "peak CUDA allocated"),
     ("peak_rss_mb", "peak RSS"),

@@ -14,24 +14,26 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
+from ddpbench.core.run_record import Env, env_label, is_env_column
+
 # The provenance section, in reading order: (label, env column). Per-run measurements of
 # the machine (load, other processes' CPU) are summarised as ranges, never listed per run.
 PROVENANCE_ROWS = [
-    ("host", "env_host"), ("CPU model", "env_cpu_model"), ("usable cores", "env_cores"), ("memory [GB]", "env_ram_gb"),
-    ("OS", "env_os"), ("kernel", "env_kernel"), ("C library", "env_glibc"), ("GPU", "env_gpu_name"),
-    ("backend", "env_backend"), ("threads per rank (actual)", "env_threads_per_rank"),
-    ("Python", "env_python"), ("torch", "env_torch"), ("torchvision", "env_torchvision"), ("numpy", "env_numpy"),
-    ("scipy", "env_scipy"), ("pandas", "env_pandas"), ("matplotlib", "env_matplotlib"), ("psutil", "env_psutil"),
-    ("Snakemake", "env_snakemake"), ("CUDA", "env_cuda"), ("cuDNN", "env_cudnn"), ("NCCL", "env_nccl"),
-    ("git commit", "env_git_commit"), ("uncommitted changes (diff hash)", "env_git_diff_hash"),
-    ("code fingerprint", "env_code_fingerprint"), ("lock hash (uv.lock)", "env_lock_hash"),
-    ("container image", "env_container_image"),
+    ("host", Env.host), ("CPU model", Env.cpu_model), ("usable cores", Env.cores), ("memory [GB]", Env.ram_gb),
+    ("OS", Env.os), ("kernel", Env.kernel), ("C library", Env.glibc), ("GPU", Env.gpu_name),
+    ("backend", Env.backend), ("threads per rank (actual)", Env.threads_per_rank),
+    ("Python", Env.python), ("torch", Env.torch), ("torchvision", Env.torchvision), ("numpy", Env.numpy),
+    ("scipy", Env.scipy), ("pandas", Env.pandas), ("matplotlib", Env.matplotlib), ("psutil", Env.psutil),
+    ("Snakemake", Env.snakemake), ("CUDA", Env.cuda), ("cuDNN", Env.cudnn), ("NCCL", Env.nccl),
+    ("git commit", Env.git_commit), ("uncommitted changes (diff hash)", Env.git_diff_hash),
+    ("code fingerprint", Env.code_fingerprint), ("lock hash (uv.lock)", Env.lock_hash),
+    ("container image", Env.container_image),
 ]  # fmt: skip
-PER_RUN = ("env_started_utc", "env_ended_utc", "env_command", "env_loadavg_start", "env_loadavg_end",
-           "env_other_cpu_s", "env_other_cpu_frac", "env_off_lock")  # fmt: skip
-OFF_LOCK = ("packages off the lock", "env_off_lock")  # listed after PROVENANCE_ROWS when recorded
-MEASURED = [("machine load at run start (1-min average)", "env_loadavg_start"),
-            ("other processes' share of the CPU while timed", "env_other_cpu_frac")]  # fmt: skip
+PER_RUN = (Env.started_utc, Env.ended_utc, Env.command, Env.loadavg_start, Env.loadavg_end,
+           Env.other_cpu_s, Env.other_cpu_frac, Env.off_lock)  # fmt: skip
+OFF_LOCK = ("packages off the lock", Env.off_lock)  # listed after PROVENANCE_ROWS when recorded
+MEASURED = [("machine load at run start (1-min average)", Env.loadavg_start),
+            ("other processes' share of the CPU while timed", Env.other_cpu_frac)]  # fmt: skip
 NOT_RECORDED = "(not recorded)"
 
 
@@ -70,8 +72,8 @@ def provenance_diff(base: pd.DataFrame, new: pd.DataFrame, ignored: Iterable[str
     columns = list(PROVENANCE_ROWS)
     if OFF_LOCK[1] in base or OFF_LOCK[1] in new:
         columns.append(OFF_LOCK)
-    extra = [c for c in dict.fromkeys([*base.columns, *new.columns]) if c.startswith("env_") and c not in known]
-    columns += [(c.removeprefix("env_var_").removeprefix("env_"), c) for c in extra]
+    extra = [c for c in dict.fromkeys([*base.columns, *new.columns]) if is_env_column(c) and c not in known]
+    columns += [(env_label(c), c) for c in extra]
     for label, col in columns:
         b, n = base.get(col), new.get(col)
         if (b is None or b.isna().all()) and (n is None or n.isna().all()):
@@ -86,13 +88,13 @@ def provenance_diff(base: pd.DataFrame, new: pd.DataFrame, ignored: Iterable[str
                              differs=False, measured=True))  # fmt: skip
     started = [_text_range(df) for df in (base, new)]
     if any(started):
-        rows.insert(0, dict(label="measured (UTC)", column="env_started_utc", base=started[0] or NOT_RECORDED,
+        rows.insert(0, dict(label="measured (UTC)", column=Env.started_utc, base=started[0] or NOT_RECORDED,
                             new=started[1] or NOT_RECORDED, differs=False, measured=True))  # fmt: skip
     return pd.DataFrame(rows, columns=["label", "column", "base", "new", "differs", "measured"])
 
 
 def _text_range(df: pd.DataFrame) -> str:
-    if "env_started_utc" not in df or df["env_started_utc"].isna().all():
+    if Env.started_utc not in df or df[Env.started_utc].isna().all():
         return ""
-    s = df["env_started_utc"].dropna().astype(str)
+    s = df[Env.started_utc].dropna().astype(str)
     return f"{s.min()} – {s.max()}"

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ddpbench.core.params import CellParams
+from ddpbench.core.run_record import Env
 from ddpbench.strategies import STRATEGY_SETTINGS, names as strategy_names, strategy_settings
 
 # seed may be varied per repeat by the workflow, so it is never part of a cell's identity.
@@ -74,10 +75,10 @@ def run_version(runs: pd.DataFrame) -> pd.Series:
     source + lock), the user's model source (a module.path:function model) and the packages
     that differ from the lock. Runs from before provenance
     was recorded share one (unknown) version."""
-    code = text_column(runs, "env_code_fingerprint")
-    model = text_column(runs, "env_user_model_digest")  # the user's own model's source, where it is one
+    code = text_column(runs, Env.code_fingerprint)
+    model = text_column(runs, Env.user_model_digest)  # the user's own model's source, where it is one
     code = code.where(model == "", code + ", model: " + model)
-    off = text_column(runs, "env_off_lock")
+    off = text_column(runs, Env.off_lock)
     return code.where(off == "", code + ", off-lock: " + off)
 
 
@@ -101,7 +102,7 @@ def supersede_other_versions(runs: pd.DataFrame) -> pd.DataFrame:
     runs = runs.copy()
     # A table whose runs all succeeded reads `reason` as an all-NaN float column: make room for text.
     runs["reason"] = runs["reason"].astype(object) if "reason" in runs else None
-    order = pd.DataFrame({"started": text_column(runs, "env_started_utc"), "row": range(len(runs))}, index=runs.index)
+    order = pd.DataFrame({"started": text_column(runs, Env.started_utc), "row": range(len(runs))}, index=runs.index)
     cols = axes(runs)
     for _, g in runs.groupby(cols, dropna=False, sort=False):
         if version[g.index].nunique() < 2:

@@ -8,7 +8,7 @@ token-bucket filter (``tc qdisc ... root tbf rate R``; this works on kernels wit
 netem), so the same cell can be measured over an unshaped link, 1 Gbit/s, 100 Mbit/s...
 — the ``link`` launch-level setting.
 
-`run_cell` starts ``python -m ddpbench.run.launch --nnodes 2`` in each namespace with a c10d
+`run_cell` starts ``ddpbench launch --nnodes 2`` in each namespace with a c10d
 rendezvous on node 0, gloo bound to the veth interface (GLOO_SOCKET_IFNAME) and torchrun's
 ``--local-addr`` set through PET_LOCAL_ADDR (both namespaces share the host name, which
 resolves to 127.0.0.1, so the default address would be wrong); rank 0 (node 0) writes the
@@ -22,8 +22,8 @@ the next one (its namespaces carry the dead process id).
 
 Command line (root)::
 
-    python -m ddpbench.cluster.netlab --link 100mbit --nproc-per-node 2 --out DIR --model mlp ...
-    python -m ddpbench.cluster.netlab --link unshaped,1gbit,100mbit --out-root DIR <cell flags>
+    ddpbench netlab --link 100mbit --nproc-per-node 2 --out DIR --model mlp ...
+    ddpbench netlab --link unshaped,1gbit,100mbit --out-root DIR <cell flags>
 
 It behaves like ddpbench.run.launch (bad cell flags: exit 2 before anything starts; a
 summary.json always left, status failed with the reason when a node or the lab failed;
@@ -50,6 +50,7 @@ from typing import Sequence
 
 from ddpbench.results import progress
 from ddpbench.core.run_output import write_json
+from ddpbench.core.run_record import EXTRA_BLOCK, read_summary
 
 SUBNET_PREFIX = "198.18.0."  # RFC 2544 benchmarking range; never any other address
 ADDRESSES = (SUBNET_PREFIX + "1", SUBNET_PREFIX + "2")
@@ -438,8 +439,8 @@ def _tag_link(out: Path, link: Link, measured: dict | None = None) -> dict:
     """Add the link's set rate (bits/s; None unshaped) and what the probe measured to a run's
     summary (atomically) and return the summary."""
     path = out / "summary.json"
-    summary = json.loads(path.read_text())
-    summary.setdefault("extra", {}).update(link_rate_bps=link.rate_bps, **(measured or {}))
+    summary = read_summary(path)
+    summary.setdefault(EXTRA_BLOCK, {}).update(link_rate_bps=link.rate_bps, **(measured or {}))
     write_json(path, summary)
     return summary
 
@@ -453,7 +454,7 @@ def _write_failure(out: Path, link: Link, params, nproc_per_node: int, reason: s
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Like ddpbench.run.launch (cell flags validated first, exit 2 on a bad value; a summary
+    """Like `ddpbench launch` (cell flags validated first, exit 2 on a bad value; a summary
     always left, exit 0), for a 2-node cell per link in namespaces."""
     from ddpbench.core.params import CellParams, ParamError
 
@@ -463,9 +464,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         i = argv.index("--")
         argv, after = argv[:i], argv[i + 1 :]
     parser = argparse.ArgumentParser(
-        prog="python -m ddpbench.cluster.netlab",
+        prog="ddpbench netlab",
         description="Run a 2-node cell in two network namespaces over a (shaped) veth link. "
-        "Cell flags are those of ddpbench.run.launch (optionally after '--').",
+        "Cell flags are those of ddpbench launch (optionally after '--').",
     )
     parser.add_argument("--link", default=UNSHAPED, help="comma-separated: unshaped, 1gbit, 100mbit, ...")
     parser.add_argument("--nproc-per-node", type=int, default=2, help="ranks per node (world size = 2 x this)")
@@ -474,7 +475,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=29400, help="rendezvous port on 198.18.0.1")
     args, cell_args = parser.parse_known_args(argv)
     cell_args += after
-    cell_parser = argparse.ArgumentParser(prog="python -m ddpbench.cluster.netlab (cell flags)")
+    cell_parser = argparse.ArgumentParser(prog="ddpbench netlab (cell flags)")
     CellParams.add_arguments(cell_parser)
     try:
         params = CellParams.from_namespace(cell_parser.parse_args(cell_args))

@@ -1,6 +1,6 @@
 """Multi-node cells inside a SLURM allocation: one launcher per node, started with srun.
 
-`python -m ddpbench.run.launch --nnodes N ...` without ``--rdzv-endpoint`` inside a SLURM job
+`ddpbench launch --nnodes N ...` without ``--rdzv-endpoint`` inside a SLURM job
 (SLURM_JOB_ID set; profiles/slurm gives a train job ``nodes`` nodes) lands here: this
 process runs on the allocation's first node, picks a free port there, and runs
 
@@ -114,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if rest[:1] == ["--"]:
             rest = rest[1:]
         return node_main(rest)
-    print("usage: python -m ddpbench.cluster.slurm node -- <ddpbench.run.launch flags>  (started by srun)", file=sys.stderr)
+    print("usage: ddpbench slurm node -- <ddpbench launch flags>  (started by srun)", file=sys.stderr)
     return 2
 
 

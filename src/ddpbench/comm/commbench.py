@@ -350,7 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
 def init_distributed(device_kind: str) -> tuple[int, int, torch.device, str]:
     """Read the torchrun environment, pick the backend from the device, join the group."""
     if "RANK" not in os.environ:
-        raise SystemExit("ddpbench.comm.commbench must run under torchrun (RANK/WORLD_SIZE are not set)")
+        raise SystemExit("ddpbench commbench must run under torchrun (RANK/WORLD_SIZE are not set)")
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     if device_kind == "cuda":
         if not torch.cuda.is_available():
@@ -372,7 +372,7 @@ def run(args: argparse.Namespace) -> int:
         sweep = Sweep(args, rank, world, device)
         if rank == 0:
             print(
-                f"# ddpbench.comm.commbench: backend {backend}, device {device.type}, world size {world}, "
+                f"# ddpbench commbench: backend {backend}, device {device.type}, world size {world}, "
                 f"float32, torch {torch.__version__}, threads/rank {torch.get_num_threads()}, "
                 f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at start"
             )
@@ -427,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run(args)
     except CollectiveCheckError as exc:
-        print(f"ddpbench.comm.commbench: error: {exc}", file=sys.stderr, flush=True)
+        print(f"ddpbench commbench: error: {exc}", file=sys.stderr, flush=True)
         return 1
 
 

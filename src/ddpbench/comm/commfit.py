@@ -1,7 +1,7 @@
 """Bus-bandwidth definitions and the latency-bandwidth (alpha, B) fit of a collective sweep.
 
 No torch here: the report imports this module to turn the sweep's CSV
-(`python -m ddpbench.comm.commbench`) into the cost model's communication term.
+(`ddpbench commbench` under torchrun) into the cost model's communication term.
 
 Definitions (nccl-tests, doc/PERFORMANCE.md), with ``t`` the time of one call and
 ``p`` the world size:
@@ -197,10 +197,10 @@ def fit_all(sweep: Any, collectives: Iterable[str] | None = None, **kwargs: Any)
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m ddpbench.comm.commfit",
+        prog="ddpbench commfit",
         description="Fit latency alpha and bus bandwidth B per collective from a commbench CSV.",
     )
-    parser.add_argument("csv", help="CSV written by python -m ddpbench.comm.commbench")
+    parser.add_argument("csv", help="CSV written by ddpbench commbench")
     parser.add_argument("--weighting", choices=("relative", "absolute"), default="relative")
     parser.add_argument("--min-bytes", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")

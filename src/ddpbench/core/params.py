@@ -1,6 +1,6 @@
 """The one typed, validated definition of a grid cell's parameters.
 
-`CellParams` is what `python -m ddpbench.run.train` accepts (one ``--kebab-case`` flag
+`CellParams` is what `ddpbench train` accepts (one ``--kebab-case`` flag
 per field) and what the workflow validates every config axis against, so a value the
 harness would reject fails before any job runs, naming the offending key.
 
@@ -17,14 +17,41 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from ddpbench import strategies
+from ddpbench import PACKAGE_DIR, strategies
+from ddpbench.core import registry
 from ddpbench.strategies import strategy_traits, unread_settings
 
 DEVICES = ("cpu", "cuda")
 SCALINGS = ("strong", "weak")
-IMAGE_MODELS = ("mlp", "simple_cnn", "vgg11", "resnet18", "resnet50", "densenet121")
-TORCHVISION_MODELS = ("vgg11", "resnet18", "resnet50", "densenet121")  # built by torchvision.models
-TOKEN_MODELS = ("gpt_tiny", "gpt2_small", "gpt2_medium")  # GPT-style decoders (run/gpt.py)
+# The built-in models: one module per family in ddpbench/run/models/ declares MODELS (name -> facts)
+# and ORDER; read here from the source, without torch (the registry there builds them).
+MODELS_PATH = (PACKAGE_DIR / "run" / "models",)
+MODEL_KINDS = ("image", "tokens")
+# What a family may declare of a model: kind (required, one of MODEL_KINDS), torchvision (built by
+# torchvision.models), sequential_layers (an nn.Sequential of that many layers), exact (no batch
+# norm or dropout: exact strategies equal `single` bit for bit).
+MODEL_FACT_TYPES = {"kind": str, "torchvision": bool, "sequential_layers": int, "exact": bool}
+
+
+def model_facts(path=MODELS_PATH) -> dict[str, dict[str, Any]]:
+    """name -> facts (its family's declaration, plus `family`) of every model the families on `path`
+    declare, in the families' ORDER (then by name) and each family's own order."""
+    families = sorted(registry.entries(path, "MODELS"), key=lambda f: (registry.declared(path, f, "ORDER", 0), f))
+    facts: dict[str, dict[str, Any]] = {}
+    for family in families:
+        for name, declared in registry.declared(path, family, "MODELS").items():
+            wrong = [k for k, v in declared.items() if not isinstance(v, MODEL_FACT_TYPES.get(k, ()))]
+            if wrong or declared.get("kind") not in MODEL_KINDS or name in facts:
+                raise ValueError(f"run/models/{family}.py: model {name!r}: its kind must be one of {MODEL_KINDS} and its "
+                                 f"facts of {MODEL_FACT_TYPES} (wrong: {wrong}), its name not another family's")  # fmt: skip
+            facts[name] = {**declared, "family": family}
+    return facts
+
+
+MODEL_FACTS = model_facts()
+IMAGE_MODELS = tuple(n for n, f in MODEL_FACTS.items() if f["kind"] == "image")
+TORCHVISION_MODELS = tuple(n for n, f in MODEL_FACTS.items() if f.get("torchvision"))  # built by torchvision.models
+TOKEN_MODELS = tuple(n for n, f in MODEL_FACTS.items() if f["kind"] == "tokens")  # GPT-style decoders (run/models/gpt.py)
 MODELS = IMAGE_MODELS + TOKEN_MODELS
 # The user's own model: `package.module:function`, imported from the environment or model_path.
 USER_MODEL_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*"
@@ -87,7 +114,7 @@ class CellParams:
     backend: str = _p(
         "auto", "process-group backend: auto is gloo on cpu, nccl on cuda; gloo on cuda lets ranks share a GPU", choices=BACKENDS
     )
-    strategy: str = _p("ddp", "gradient-sync strategy (module in ddpbench.strategies)", choices=strategies.names)
+    strategy: str = _p("ddp", "gradient-sync strategy (one module each in src/ddpbench/strategies/)", choices=strategies.names)
     batch_size: int | str = _p(
         64, "global batch (scaling=strong) or per-rank batch (scaling=weak); 'auto' searches", minimum=1, maximum=2**20, auto=True
     )
@@ -315,10 +342,10 @@ def check_backend(backend: Any, device: Any) -> None:
 # Training samples of each real dataset's train split (torchvision's readers): data.load
 # refuses a larger dataset_size.
 REAL_TRAIN_SAMPLES = {"cifar10": 50_000, "mnist": 60_000, "imagenette": 9_469}
-# The models that are an nn.Sequential, with their number of layers: the pipeline strategy
-# cuts only those, into world_size consecutive non-empty stages (tests check these
-# against models.build).
-SEQUENTIAL_LAYERS = {"mlp": 6, "simple_cnn": 10}
+# The models that are an nn.Sequential, with their number of layers (their families' declarations):
+# the pipeline strategy cuts only those, into world_size consecutive non-empty stages (tests check
+# these against models.build).
+SEQUENTIAL_LAYERS = {n: f["sequential_layers"] for n, f in MODEL_FACTS.items() if "sequential_layers" in f}
 PIPELINE = "pipeline"  # reads the whole global batch and splits it into micro_batches
 
 

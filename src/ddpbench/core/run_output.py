@@ -1,7 +1,8 @@
 """What a run records: the columns of steps_rank<R>.csv, the keys of summary.json, the
 statistics that turn per-rank step records into a summary (pure functions, unit-tested), the
 launcher's timeline, and the writing of a summary (the ranks' and the launcher's own). The
-timers that produce the step records are in core.timers.
+timers that produce the step records are in core.timers; the fields of a summary's extra and
+env blocks, as the runs.csv columns they become, and its reader are in core.run_record.
 
 Definitions follow docs/metrics.md: a step's time is the maximum over ranks; the first step and
 the warm-up steps are excluded from every timed figure. Phases partition a step: they are
@@ -20,6 +21,7 @@ from typing import Any, Sequence
 
 from ddpbench.core import safe_io, sysinfo
 from ddpbench.core.params import CellParams
+from ddpbench.core.run_record import ENV_BLOCK, EXTRA_BLOCK
 
 PHASES = ("data", "forward", "backward", "comm", "optimizer")
 STEP_COLUMNS = (
@@ -28,29 +30,6 @@ STEP_COLUMNS = (
 )  # fmt: skip
 # A rank's own work in a step (what a slower rank makes the others wait for).
 COMPUTE_PHASES = ("data", "forward", "backward", "optimizer")
-
-# Bytes the busiest rank sends per step, per byte of gradient M, as a function of the
-# world size p: the volume law of each strategy's communication (the cost model scales
-# measured bytes with it). Written so that p may be a number or a numpy array.
-COMM_VOLUME = {
-    "allreduce": lambda p: 2 * (p - 1) / p,  # ring all-reduce (nccl-tests' bus convention)
-    "gather_scatter": lambda p: p - 1,  # the root sends every worker the sum
-    "allreduce_allgather": lambda p: 3 * (p - 1) / p,  # ZeRO-1: gradients + parameter all-gather
-    # FSDP: parameters all-gathered twice per step (ZeRO-3: forward and backward) or once
-    # (ZeRO-2), gradients reduce-scattered once; each (p-1)/p of M in the ring convention.
-    "sharded_zero3": lambda p: 3 * (p - 1) / p,
-    "sharded_zero2": lambda p: 2 * (p - 1) / p,
-    "point_to_point": lambda p: p * 0 + 1,  # pipeline activations: per stage, not per p
-    "none": lambda p: p * 0,
-}
-
-
-def comm_volume_factor(law: str, p):
-    """Bytes sent by the busiest rank per byte of M at world size p under `law`."""
-    if law not in COMM_VOLUME:
-        raise ValueError(f"unknown communication volume law {law!r}; known: {', '.join(COMM_VOLUME)}")
-    return COMM_VOLUME[law](p)
-
 
 #: Columns of a run's profile.csv (run.profiling writes it; aggregate prepends the run's identity columns).
 PROFILE_COLUMNS = ("rank", "activity", "op", "comm", "calls", "self_s_per_step", "share")
@@ -185,8 +164,8 @@ def make_summary(
     metrics = metrics or {}
     for key in METRIC_KEYS:
         summary[key] = _finite(metrics.get(key))
-    summary["extra"] = {k: _finite(v) for k, v in (extra or {}).items()}
-    summary["env"] = env
+    summary[EXTRA_BLOCK] = {k: _finite(v) for k, v in (extra or {}).items()}  # runs.csv: run_record.Extra
+    summary[ENV_BLOCK] = env  # runs.csv: run_record.Env
     return summary
 
 

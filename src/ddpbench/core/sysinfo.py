@@ -22,6 +22,7 @@ from typing import Any
 from ddpbench import PACKAGE_DIR, REPO_ROOT
 from ddpbench.core import safe_io
 from ddpbench.core.container import image_identity
+from ddpbench.core.run_record import ENV_VARS
 
 #: Environment variables recorded in env.env_vars: the ones that select threads and
 #: devices or tune the communication libraries, and an injected fault or slowdown
@@ -41,7 +42,7 @@ LOCK_HASH_ENV = "DDPBENCH_LOCK_HASH"
 PROVENANCE_KEYS = (
     "started_utc", "ended_utc", "host", "cores", "ram_gb", "cpu_model", "os", "kernel", "glibc",
     "python", "torch", *VERSIONED_PACKAGES, "cuda", "cudnn", "nccl", "gpu_name", "backend",
-    "threads_per_rank", "env_vars", "lock_hash", "off_lock", "code_fingerprint", "git_commit",
+    "threads_per_rank", ENV_VARS, "lock_hash", "off_lock", "code_fingerprint", "git_commit",
     "git_diff_hash", "container_image", "command", "job_id",
 )  # fmt: skip
 # Which workflow invocation (job) a run belongs to: the workflow sets it once per `snakemake` call
@@ -382,8 +383,8 @@ def code_fingerprint(root: Path | None = None, lock: str | None = None) -> str:
 
 
 # The code that runs a cell, by folder (and the package's own __init__). What only plans,
-# reads or renders results (plan/, results/, analysis/, report/, the command line and its
-# aliases) changes no measurement, so a change there is not "other code" for a run (the
+# reads or renders results (plan/, results/, analysis/, report/, the command line cli.py and
+# __main__.py) changes no measurement, so a change there is not "other code" for a run (the
 # report is rebuilt from the runs anyway).
 MEASURED_PACKAGES = ("core", "strategies", "run", "comm", "cluster")
 
@@ -474,6 +475,8 @@ def command_line() -> str:
     argv = list(sys.argv)
     if argv and Path(argv[0]).name == "train.py" and Path(argv[0]).parent.name == "run":
         argv = ["-m", "ddpbench.run.train", *argv[1:]]  # how `-m ddpbench.run.train` shows in sys.argv
+    elif argv and Path(argv[0]).name == "__main__.py" and Path(argv[0]).parent.name == "ddpbench":
+        argv = ["-m", "ddpbench", *argv[1:]]  # how `python -m ddpbench train` shows in sys.argv
     return shlex.join(["python", *argv])
 
 
@@ -518,7 +521,7 @@ def environment(
         "gpu_name": _safe(torch.cuda.get_device_name, 0) if cuda else None,
         "backend": backend,
         "threads_per_rank": threads_per_rank,
-        "env_vars": {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)},
+        ENV_VARS: {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)},
         "lock_hash": _safe(_cached_lock_hash),
         "off_lock": _safe(_cached_off_lock),
         "code_fingerprint": _safe(code_fingerprint),

@@ -1,9 +1,9 @@
 """The model and dataset catalog: what a grid's choices cost before anything runs.
 
-    python -m ddpbench.plan.catalog                  # the tables, as in docs/models.md
-    python -m ddpbench.plan.catalog --world-size 4   # ... and what each rank holds at 4 ranks
-    python -m ddpbench.plan.catalog --write          # regenerate plan/catalog.json and docs/models.md
-    python -m ddpbench.plan.catalog --model my_models:net --model-path DIR [--input mnist ...]
+    ddpbench models                  # the tables, as in docs/models.md
+    ddpbench models --world-size 4   # ... and what each rank holds at 4 ranks
+    ddpbench models --write          # regenerate plan/catalog.json and docs/models.md
+    ddpbench models --model my_models:net --model-path DIR [--input mnist ...]
                                                      # the same row for your own model (docs/models.md)
 
 Per model and input (the synthetic shapes at their defaults): parameters, gradient bytes
@@ -26,7 +26,7 @@ import sys
 from typing import Any
 
 from ddpbench import REPO_ROOT
-from ddpbench.core.params import REAL_TRAIN_SAMPLES, SEQUENTIAL_LAYERS, TOKEN_MODELS, CellParams
+from ddpbench.core.params import IMAGE_MODELS, MODEL_FACTS, MODELS, REAL_TRAIN_SAMPLES, SEQUENTIAL_LAYERS, TOKEN_MODELS, CellParams
 from ddpbench.strategies import names as strategy_names, strategy_traits
 
 CATALOG_PATH = pathlib.Path(__file__).with_name("catalog.json")
@@ -34,7 +34,7 @@ DOCS_PATH = REPO_ROOT / "docs" / "models.md"
 INPUTS = ("cifar10", "mnist", "imagenette")  # the synthetic shapes; imagenette at the default image_size
 TOKEN_INPUT = "synthetic_tokens"  # token sequences at the default vocab_size and seq_len
 REAL_TEST_SAMPLES = {"cifar10": 10_000, "mnist": 10_000, "imagenette": 3_925}
-EXACT_MODELS = ("mlp", "simple_cnn")  # no batch norm or dropout: exact strategies equal `single` bit for bit
+EXACT_MODELS = tuple(n for n, f in MODEL_FACTS.items() if f.get("exact"))  # no batch norm or dropout: equal `single` bit for bit
 # Optimizer state per parameter, in parameter sizes (fp32): SGD's momentum buffer (none at
 # momentum 0), AdamW's two moments (plus a 4-byte step count per parameter tensor, left out).
 OPTIMIZER_STATE = {"sgd": 1, "adamw": 2}
@@ -82,18 +82,14 @@ def measure(model_name: str, input_name: str, model_path: str = CellParams().mod
 
 
 def strategies_for(model: str) -> str:
-    from ddpbench import strategies
-
-    names = strategies.names()
+    """The strategies `model` trains with (not counted: a new strategy leaves the catalog current)."""
     if model in SEQUENTIAL_LAYERS:
-        return f"all ({len(names)}); pipeline up to {SEQUENTIAL_LAYERS[model]} stages"
-    return f"all but pipeline ({len(names) - 1})"
+        return f"all; pipeline up to {SEQUENTIAL_LAYERS[model]} stages"
+    return "all but pipeline"
 
 
 def build_catalog() -> dict[str, Any]:
-    from ddpbench.run import models
-
-    rows = [measure(m, i) for m in models._BUILDERS for i in INPUTS]
+    rows = [measure(m, i) for m in IMAGE_MODELS for i in INPUTS]
     rows += [measure(m, TOKEN_INPUT) for m in TOKEN_MODELS]  # at the default vocab_size and seq_len
     datasets = []
     for name in INPUTS:
@@ -105,7 +101,7 @@ def build_catalog() -> dict[str, Any]:
     return {
         "image_size": CellParams().image_size,
         "models": rows,
-        "strategies": {m: strategies_for(m) for m in (*models._BUILDERS, *TOKEN_MODELS)},
+        "strategies": {m: strategies_for(m) for m in MODELS},
         "datasets": datasets,
     }
 
@@ -186,7 +182,7 @@ def markdown(catalog: dict[str, Any]) -> str:
         f"image_size {catalog['image_size']} px. Exact strategies equal `single` bit for bit on "
         f"{', '.join(EXACT_MODELS)} (no batch norm or dropout).",
         "",
-        f"The GPT models (run/gpt.py: pre-norm decoder blocks, causal attention, tied head, no dropout, "
+        f"The GPT models (run/models/gpt.py: pre-norm decoder blocks, causal attention, tied head, no dropout, "
         f"so exact strategies end where `single` ends on them as well) are measured on synthetic_tokens "
         f"at the default vocab_size {CellParams().vocab_size} and seq_len {CellParams().seq_len}: a "
         f"sample is one sequence, its FLOPs those of all its tokens. The embedding grows with the "
@@ -262,8 +258,8 @@ What each choice of the grid's `model` and `synthetic_shape` / `dataset` axes co
 anything runs: parameters, the gradient every data-parallel step communicates (compare it
 with `bucket_mb`: a bucket larger than the gradient means one all-reduce per step and no
 overlap), the optimizer's state, what a rank holds under DDP, ZeRO and FSDP, and the compute
-per sample. `ddpbench models` (or `python -m ddpbench.plan.catalog`)
-prints these tables; they are generated (`python -m ddpbench.plan.catalog --write`) and a unit
+per sample. `ddpbench models`
+prints these tables; they are generated (`ddpbench models --write`) and a unit
 test checks them against the model objects. [Your own model](#your-own-model) gets the same row
 from `ddpbench models --model module.path:function`.
 

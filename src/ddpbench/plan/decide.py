@@ -1,4 +1,4 @@
-"""`python -m ddpbench.plan.decide`: the body of the workflow's decide_round checkpoint. From the
+"""`ddpbench decide`: the body of the workflow's decide_round checkpoint. From the
 summary.json paths of a round's runs (one per line on stdin), the decision after that round
 (plan.design.Decision) for the study the results folder recorded (plan.study.Study.recorded);
 one line to the terminal and the log, and the next round's runs added to the progress count."""
@@ -16,7 +16,7 @@ from ddpbench.results import progress
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m ddpbench.plan.decide", description=__doc__)
+    ap = argparse.ArgumentParser(prog="ddpbench decide", description=__doc__)
     ap.add_argument("--results", required=True, help="the results folder (its config.yaml is the study's)")
     ap.add_argument("--round", type=int, required=True, help="the round just measured (0 is the first)")
     ap.add_argument("--out", type=Path, required=True, help="the decision's file (RESULTS/design/round~R.json)")

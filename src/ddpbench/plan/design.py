@@ -27,6 +27,7 @@ from typing import Any, Mapping, Sequence
 
 from ddpbench.analysis import sequential
 from ddpbench.analysis.sequential import Question
+from ddpbench.core import run_record
 from ddpbench.core.layout import Layout
 from ddpbench.core.safe_io import atomic_write_text
 
@@ -119,7 +120,7 @@ def _key(values: Mapping[str, Any]) -> tuple:
 def read_run(summary_path: str | Path) -> tuple[float | None, float]:
     """(throughput, seconds the run took) of one run: throughput None unless it ran ok."""
     try:
-        s = json.loads(Path(summary_path).read_text())
+        s = run_record.read_summary(summary_path)
     except (OSError, ValueError):
         return None, 0.0
     t = s.get("timeline") or {}

@@ -14,7 +14,6 @@ Pure Python (no torch). ddpbench.plan.preflight puts its line first among the pl
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import socket
@@ -24,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from ddpbench.core import layout, sysinfo
+from ddpbench.core import layout, run_record, sysinfo
 from ddpbench.core.params import NO_LINK
 from ddpbench.plan import catalog
 from ddpbench.strategies import strategy_traits
@@ -138,8 +137,8 @@ class MeasuredRun:
 def _measured_run(summary: dict[str, Any], host: str, folder: str) -> MeasuredRun | None:
     """An ok or skipped run of `host` with its timeline (None otherwise, and for a run slowed on purpose)."""
     try:
-        env, marks = summary.get("env") or {}, summary.get("timeline") or {}
-        injected = "DDPBENCH_INJECT" in (env.get("env_vars") or {})  # slowed on purpose
+        env, marks = summary.get(run_record.ENV_BLOCK) or {}, summary.get("timeline") or {}
+        injected = "DDPBENCH_INJECT" in (env.get(run_record.ENV_VARS) or {})  # slowed on purpose
         if summary.get("status") not in ("ok", "skipped") or env.get("host") != host or injected:
             return None
         wall = float(marks["launcher_exit"]) - float(marks["launcher_start"])
@@ -197,10 +196,10 @@ def measured_runs(folders: Iterable[Path], host: str, limit: int = HISTORY_SUMMA
                 return runs
             read += 1
             try:
-                summary = json.loads(path.read_text())
+                summary = run_record.read_summary(path)
             except (OSError, ValueError):
                 continue
-            run = _measured_run(summary, host, str(folder)) if isinstance(summary, dict) else None
+            run = _measured_run(summary, host, str(folder))
             if run is not None:
                 runs.append(run)
     return runs

@@ -28,7 +28,7 @@ def params_of_cell(cell: Mapping[str, Any], fixed: Mapping[str, Any]) -> dict[st
 
 
 def launch_flags(params: Mapping[str, Any]) -> str:
-    """A cell's parameters as `python -m ddpbench.run.launch` flags (every field, so the
+    """A cell's parameters as `ddpbench launch` flags (every field, so the
     command in the log reproduces the run whatever the defaults become)."""
     return " ".join(f"--{name.replace('_', '-')} {shlex.quote(str(value))}" for name, value in params.items())
 

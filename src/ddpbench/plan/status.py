@@ -2,9 +2,9 @@
 exactly those. It works from what the results folder holds (each run's summary.json), not
 from Snakemake's private metadata, so it holds in a fresh checkout too.
 
-    python -m ddpbench.plan.status [SNAKEMAKE ARGS]          # e.g. --configfile configs/tiny.yaml
-    python -m ddpbench.plan.status --rerun [SNAKEMAKE ARGS]  # move the stale runs aside, run them again
-    python -m ddpbench.plan.status --rerun-failed [SNAKEMAKE ARGS]  # the failed and timed-out ones too
+    ddpbench status [SNAKEMAKE ARGS]          # e.g. --configfile configs/tiny.yaml
+    ddpbench status --rerun [SNAKEMAKE ARGS]  # move the stale runs aside, run them again
+    ddpbench status --rerun-failed [SNAKEMAKE ARGS]  # the failed and timed-out ones too
 
 The current plan (every run the config asks for, with the cell parameters it would run
 with; in a sequential design the runs its rounds have asked for so far, and a line on where
@@ -21,7 +21,7 @@ the tables and report after them. A failed or timed-out run is a measurement too
 never redoes it by itself: the grid goes on past it); `--rerun-failed` also moves those aside
 and redoes them, e.g. after a hang whose cause is gone. The moved run keeps its reason.
 
-    python -m ddpbench.plan.status --unlock-stale [SNAKEMAKE ARGS]  # what scripts/main.sh runs first
+    ddpbench status --unlock-stale [SNAKEMAKE ARGS]  # what scripts/main.sh runs first
 
 `--unlock-stale` clears a lock that a killed Snakemake left behind (.snakemake/locks/ not
 empty while no snakemake process on this machine works in that directory): it says so in
@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddpbench.core import sysinfo
+from ddpbench.core import run_record, sysinfo
 
 PLAN_ENV = "DDPBENCH_PLAN_OUT"  # where the workflow writes its plan when asked (a dry run)
 
@@ -83,10 +83,10 @@ def run_state(run_dir: str, planned: dict[str, Any], now: dict[str, Any]) -> Run
     if not path.is_file():
         return RunState(run_dir, "missing")
     try:
-        summary = json.loads(path.read_text())
+        summary = run_record.read_summary(path)
     except (OSError, ValueError):
         return RunState(run_dir, "failed", ("unreadable summary.json",))
-    env = summary.get("env") or {}
+    env = summary.get(run_record.ENV_BLOCK) or {}
     params = {**(summary.get("params") or {}), "world_size": summary.get("world_size"), "nodes": summary.get("nodes", 1)}
     reasons = []
     if env.get("code_fingerprint") != now["code_fingerprint"]:
@@ -148,9 +148,9 @@ def report(all_states: list[RunState], results: str) -> str:
         if s.state in ("stale", "failed"):
             lines.append(f"{s.state:<6} {s.run_dir}  ({'; '.join(s.reasons)})")
     if counts["stale"]:
-        lines.append("rerun exactly the stale runs: python -m ddpbench.plan.status --rerun [the same snakemake arguments]")
+        lines.append("rerun exactly the stale runs: ddpbench status --rerun [the same snakemake arguments]")
     if counts["failed"]:
-        lines.append("rerun the failed ones too: python -m ddpbench.plan.status --rerun-failed [the same snakemake arguments]")
+        lines.append("rerun the failed ones too: ddpbench status --rerun-failed [the same snakemake arguments]")
     return "\n".join(lines)
 
 
@@ -262,7 +262,7 @@ def unlock_stale(snakemake_args: list[str], cwd: str | os.PathLike = ".", proc: 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m ddpbench.plan.status",
+        prog="ddpbench status",
         description=__doc__.splitlines()[0],
         epilog="Any other argument goes to snakemake (the plan's dry run, and the rerun).",
         allow_abbrev=False,  # a snakemake flag such as --unlock must not be taken for ours

@@ -1,6 +1,6 @@
 """The grid's own models (`model: "package.module:function"`), checked before any job starts.
 
-The planning process has no torch, so the check runs `python -m ddpbench.run.user_model
+The planning process has no torch, so the check runs `ddpbench check-model
 --check-many` in a subprocess (this Python, the checkout's src/ first on PYTHONPATH, the
 working directory the jobs get, so a relative model_path means the same folder). It builds
 each distinct (model, model_path, input) of the grid once, on a zero batch of one sample,
@@ -67,7 +67,7 @@ def _subprocess_env() -> dict[str, str]:
 
 
 def run_checks(checks: list[dict[str, Any]], python: str | None = None, timeout: float = CHECK_TIMEOUT_S) -> subprocess.CompletedProcess:
-    """`python -m ddpbench.run.user_model --check-many` on `checks` (one process for all)."""
+    """`ddpbench check-model --check-many` on `checks` (one process for all)."""
     return subprocess.run(
         [python or sys.executable, "-m", MODULE, "--check-many"],
         input=json.dumps(checks), capture_output=True, text=True, timeout=timeout, env=_subprocess_env(),

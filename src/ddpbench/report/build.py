@@ -1,6 +1,6 @@
 """The report: statistics tables, fits, figures, and one HTML and one LaTeX/PDF document.
 
-    python -m ddpbench.report --runs runs.csv [--steps steps.csv] [--comm comm.csv] [--max-rel-ci 0.05] --out DIR
+    ddpbench report --runs runs.csv [--steps steps.csv] [--comm comm.csv] [--max-rel-ci 0.05] --out DIR
 
 writes DIR/cells.csv, speedup.csv, fits.csv, comparisons.csv, links.csv (header only without two-node
 cells over a link), figures/, report.html (self-contained: SVGs inline, no network), report.tex and,
@@ -262,10 +262,10 @@ def _read_optional(path: str | None) -> pd.DataFrame | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m ddpbench.report", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="ddpbench report", description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", help="aggregated runs.csv (required unless --from)")
     ap.add_argument("--from", dest="archive", metavar="ARCHIVE",
-                    help="a study archive (python -m ddpbench.results.archive): its runs are aggregated again and the "
+                    help="a study archive (ddpbench archive): its runs are aggregated again and the "
                          "report rebuilt into --out (tables in --out/aggregate); baseline and stability threshold "
                          "from its config unless given")
     ap.add_argument("--steps", help="aggregated steps.csv (loss and step-time figures)")

@@ -1,6 +1,6 @@
 """The comparison of two result sets as a page and a command, and as a section of the report.
 
-`python -m ddpbench.compare BASE NEW` (also `ddpbench compare BASE NEW`): BASE and NEW are
+`ddpbench compare BASE NEW` (also `python -m ddpbench compare BASE NEW`): BASE and NEW are
 result folders (holding aggregate/runs.csv) or runs.csv files. It prints what differs between
 the two sides' recorded environments first, then the verdict counts and, per cell, the ratio
 NEW/BASE of the headline metric with its 95 % interval and verdict (analysis.compare decides

@@ -13,6 +13,7 @@ import pandas as pd
 
 from ddpbench import analysis as A
 from ddpbench.analysis.provenance import MEASURED, OFF_LOCK, PER_RUN, PROVENANCE_ROWS
+from ddpbench.core.run_record import Env, env_label, is_env_column
 from ddpbench.report.tables import pct
 from ddpbench.report.text import num
 
@@ -37,9 +38,9 @@ def environment(runs: pd.DataFrame) -> list[tuple[str, str]]:
     every package that shapes a number, the code (commit, diff, fingerprint) and the lock,
     then the thread- and device-selecting variables and anything else recorded."""
     rows: list[tuple[str, str]] = []
-    if "env_started_utc" in runs and runs["env_started_utc"].notna().any():
-        start, end = runs["env_started_utc"].dropna().min(), runs.get("env_ended_utc", runs["env_started_utc"]).dropna().max()
-        rows.append(("measured (UTC)", f"{start} – {end} ({runs['env_started_utc'].notna().sum()} runs)"))
+    if Env.started_utc in runs and runs[Env.started_utc].notna().any():
+        start, end = runs[Env.started_utc].dropna().min(), runs.get(Env.ended_utc, runs[Env.started_utc]).dropna().max()
+        rows.append(("measured (UTC)", f"{start} – {end} ({runs[Env.started_utc].notna().sum()} runs)"))
     for label, col in MEASURED:
         if col in runs:
             rows.append((label, _span(runs[col])))
@@ -50,8 +51,8 @@ def environment(runs: pd.DataFrame) -> list[tuple[str, str]]:
     if OFF_LOCK[1] in runs:
         off = A.text_column(runs, OFF_LOCK[1])
         rows.append((OFF_LOCK[0], _values(off[off != ""]) if (off != "").any() else "none"))
-    rest = [c for c in runs.columns if c.startswith("env_") and c not in known and runs[c].notna().any()]
-    rows += [(c.removeprefix("env_var_").removeprefix("env_"), _values(runs[c])) for c in rest]
+    rest = [c for c in runs.columns if is_env_column(c) and c not in known and runs[c].notna().any()]
+    rows += [(env_label(c), _values(runs[c])) for c in rest]
     return rows
 
 
@@ -63,7 +64,7 @@ def provenance_warnings(runs: pd.DataFrame, cells: pd.DataFrame, speed: pd.DataF
         n_cells = superseded.groupby(A.axes(runs), dropna=False).ngroups
         out.append(f"{len(superseded)} run(s) in {n_cells} cell(s) were made by other code or packages than their "
                    "cell's newest runs: set aside (status superseded), never pooled; statistics use each cell's "
-                   "newest version. `python -m ddpbench.plan.status --rerun` redoes them with the current code.")  # fmt: skip
+                   "newest version. `ddpbench status --rerun` redoes them with the current code.")  # fmt: skip
     versions = A.run_version(runs[runs["status"] == "ok"]).nunique()
     if versions > 1:
         out.append(f"The cells were measured with {versions} different code versions or package sets (code "
@@ -136,7 +137,7 @@ def methodology(runs: pd.DataFrame, cells: pd.DataFrame, n_boot: int, steps_give
         seed=A.SEED,
         seeds=get("seed"),
         threads=threads_text(runs),
-        backend=_values(runs["env_backend"]) if "env_backend" in runs else "–",
+        backend=_values(runs[Env.backend]) if Env.backend in runs else "–",
         steps_given=steps_given,
         comm_given=comm_given,
         coverage_cells=f"{A.TESTED_COVERAGE['cells']:,}",

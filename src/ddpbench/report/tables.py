@@ -12,14 +12,15 @@ import numpy as np
 import pandas as pd
 
 from ddpbench import analysis as A
+from ddpbench.core.run_record import Extra
 from ddpbench.report.text import bandwidth_text, num, with_ci
 
 # Metrics shown in the cells table (the CSV has all of them).
 CELL_TABLE = ["step_time_median_s", "samples_per_s", "tokens_per_s", "epoch_time_s", "frac_comm", "peak_rss_mb",
-              "extra_mfu_measured"]  # fmt: skip
+              Extra.mfu_measured]  # fmt: skip
 # Of those, the ones shown only where some cell has a value (runs from before MFU was measured have none;
 # tokens/s: token data only).
-WHERE_MEASURED = ("tokens_per_s", "extra_mfu_measured")
+WHERE_MEASURED = ("tokens_per_s", Extra.mfu_measured)
 
 
 @dataclass

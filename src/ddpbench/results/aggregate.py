@@ -1,8 +1,8 @@
 """Merge runs into two tidy tables: runs.csv (one row per run) and steps.csv (one row
 per rank and step), the input of the analysis and report.
 
-    python -m ddpbench.results.aggregate results/runs/.../summary.json ... --runs runs.csv --steps steps.csv
-    find results/runs -name summary.json | python -m ddpbench.results.aggregate --summaries-from - ...
+    ddpbench aggregate results/runs/.../summary.json ... --runs runs.csv --steps steps.csv
+    find results/runs -name summary.json | ddpbench aggregate --summaries-from - ...
 
 runs.csv: run_dir, repeat, world_size, nodes, every CellParams field (same name),
 status, reason, every scalar top-level summary metric, extra.<k> as extra_<k>, failure.<k>
@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import os
 import pathlib
 import re
@@ -45,6 +44,7 @@ from typing import Any, Iterable, Iterator
 from ddpbench.core import safe_io, storage
 from ddpbench.core.run_output import STEP_COLUMNS  # one definition: the harness writes these
 from ddpbench.core.run_output import PROFILE_COLUMNS
+from ddpbench.core.run_record import ENV_BLOCK, ENV_VARS, env_column, env_var_column, read_summary
 from ddpbench.core.params import CellParams
 
 STEP_KEYS = (
@@ -97,9 +97,7 @@ def _read_summary(path: pathlib.Path) -> tuple[dict[str, Any] | None, str | None
     if path.exists() and not safe_io.inside(path, path.parent):
         return None, "unreadable summary.json: not a regular file inside its run folder"
     try:
-        summary = json.loads(path.read_text())
-        if not isinstance(summary, dict):
-            raise ValueError("not a JSON object")
+        summary = read_summary(path)  # raises ValueError on JSON that is not an object
     except (OSError, ValueError) as err:
         return None, f"unreadable summary.json: {err}"
     expected = summary.get("world_size")
@@ -165,13 +163,13 @@ def run_row(summary_path: pathlib.Path) -> dict[str, Any]:
         elif key == "timeline_s" and isinstance(value, dict):
             for k, v in value.items():
                 put(f"timeline_{k}_s", v)
-        elif key == "env" and isinstance(value, dict):
+        elif key == ENV_BLOCK and isinstance(value, dict):
             for k, v in value.items():
-                if k == "env_vars" and isinstance(v, dict):
+                if k == ENV_VARS and isinstance(v, dict):
                     for name, val in v.items():
-                        put(f"env_var_{name}", val)
+                        put(env_var_column(name), val)
                 else:
-                    put(f"env_{k}", v)
+                    put(env_column(k), v)
         else:
             put(str(key), value)
     return row
@@ -268,7 +266,7 @@ def _read_list(source: str) -> Iterator[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ddpbench.results.aggregate", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="ddpbench aggregate", description=__doc__.splitlines()[0])
     parser.add_argument("summaries", nargs="*", help="summary.json files of the runs")
     parser.add_argument("--summaries-from", metavar="FILE", help="read summary paths from FILE ('-': stdin), one a line")
     parser.add_argument("--runs", required=True, help="runs.csv to write")

@@ -1,7 +1,7 @@
 """One file that holds a study and regenerates its report elsewhere.
 
-    python -m ddpbench.results.archive [--results results] [--out results.tar.gz]
-    python -m ddpbench.report --from results.tar.gz --out elsewhere/   # rebuilds the tables
+    ddpbench archive [--results results] [--out results.tar.gz]
+    ddpbench report --from results.tar.gz --out elsewhere/   # rebuilds the tables
 
 The archive (gzipped tar) holds, under the results folder's path: every run folder
 (summary.json, steps_rank*.csv, train.log), the aggregate tables, the report folder (HTML,
@@ -128,7 +128,7 @@ def check_unpacked_size(archive: Path, size: int, into: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ddpbench.results.archive", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="ddpbench archive", description=__doc__.splitlines()[0])
     parser.add_argument("--results", type=Path, default=Path("results"), help="the study's results folder")
     parser.add_argument("--out", type=Path, help="archive to write (default: RESULTS.tar.gz beside the folder)")
     args = parser.parse_args(argv)

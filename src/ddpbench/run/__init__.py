@@ -1,6 +1,6 @@
 """The training process: everything that launches ranks or runs inside one (torch).
 
-`launch` runs one cell (`python -m ddpbench.run.launch`: torchrun, the always-written
+`launch` runs one cell (`ddpbench launch`: torchrun, the always-written
 summary, skips and failures); `torchrun` is torchrun itself with forked ranks and a cheap
 exit (`quick_exit`); `train` is one rank's entry (arguments, skips, the process group)
 around `cell`, which trains one cell and writes its summary, through `loop`, the training

@@ -6,9 +6,9 @@ steps, an approximate strategy's replay of `single`) and this rank's steps_rank{
 
 from __future__ import annotations
 
-import copy
 import csv
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,40 @@ def wall_clock(perf_s: float) -> float:
     return time.time() - (time.perf_counter() - perf_s)
 
 
+@dataclass
+class Cell:
+    """What a cell trains with, built alike on every rank: execute's setup, which its later parts read."""
+
+    strategy: Any
+    data: datamod.Data
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    ctx: Context
+    sampler: datamod.ShardedBatchSampler
+    loader: Any
+    global_batch: int
+    per_rank_batch: int
+    first_timed: int
+    total_steps: int
+    transformed: dict[str, Any]  # blocks, checkpointed_blocks, compiled_blocks
+    initial: torch.nn.Module | None  # an approximate strategy's untrained copy (rank 0) for the replay of single
+    auto: dict[str, Any] | None  # batch_size "auto": the search's agreed record
+
+
+@dataclass
+class RankResult:
+    """What execute keeps of a rank's run once trained and evaluated: the bare model, its flat
+    parameters and the ranks' spread of them, the strategy's own fields, the FLOP count, and
+    every rank's payload (rank 0 only; the others' list is theirs alone)."""
+
+    bare: torch.nn.Module
+    flat: torch.Tensor
+    spread: float
+    strategy_extra: dict[str, Any]
+    counted: Any
+    payloads: list[dict[str, Any]]
+
+
 def execute(
     params: CellParams,
     out: Path,
@@ -51,52 +85,94 @@ def execute(
     marks = {} if marks is None else marks
     t_start = time.perf_counter() if t_start is None else t_start
     load_start = sysinfo.loadavg()
+    cell = build_cell(params, ranks, device, heartbeat)
+    marks["model_data_ready"] = time.time()
+    run = train_loop(
+        cell.model, cell.optimizer, cell.strategy, cell.ctx, cell.loader, cell.sampler, cell.total_steps,
+        cell.global_batch, first_timed=cell.first_timed,
+    )  # fmt: skip
+    marks.update(warmup_done=run.timing_started, timed_steps_done=time.time())
+    if heartbeat is not None:
+        heartbeat.finishing()
+    result = finish_rank(cell, run, ranks, device, out, marks)
+    if ranks.rank != 0:
+        return None
+    merge_start_marks(marks, result.payloads)
+    if dump_params is not None:
+        dump_params.parent.mkdir(parents=True, exist_ok=True)
+        torch.save({k: v.detach().cpu() for k, v in result.bare.state_dict().items()}, dump_params)
+    stats = summary_metrics(cell, run, result, params, out, t_start)
+    extra = summary_extra(cell, run, result, stats, params, ranks, device, threads, forked_from_threads)
+    reason = "" if stats["timed_steps"] else "no timed steps: total steps <= 1 + warmup_steps"
+    env = summary_env(params, threads, t_start, load_start, result)
+    return run_output.make_summary("ok", reason, params.as_dict(), ranks.world, ranks.nodes, env, stats, extra)
+
+
+def build_cell(
+    params: CellParams, ranks: Ranks, device: torch.device, heartbeat: diagnose.Heartbeat | None
+) -> Cell:
+    """The data, model, strategy, optimizer and loader of a cell, seeded so that every rank starts
+    from the same data and weights and then draws its own random stream."""
     strategy = strategies.get(params.strategy)
     precision.configure(params, device)
     torch.manual_seed(params.seed)  # identical data and initial weights on every rank
     data = datamod.load(params)
     model = models.build(params.model, data.shape, data.classes, kind=data.kind, model_path=params.model_path).to(device)
     torch.manual_seed(params.seed + 1 + ranks.rank)  # then a per-rank stream (dropout, augmentation)
-    batch_size, auto = params.batch_size, None
-    if batch_size == "auto":
-        limit = len(data.train) // ranks.world
-        found = autobatch.search(
-            model, data.shape, device, params.memory_budget_gb, limit, ranks.local_world, tokens=data.kind == "tokens"
-        )
-        auto = autobatch.agree(found, device)
-        batch_size = auto["chosen"] * (1 if params.scaling == "weak" else ranks.world)
+    batch_size, auto = choose_batch_size(params, data, model, ranks, device)
     global_batch, per_rank_batch = datamod.batch_sizes(batch_size, params.scaling, ranks.world)
 
     ctx = Context(
         params, ranks.rank, ranks.world, device, timers.CommMeter(), timers.Clock(device.type), input_shape=data.shape,
         heartbeat=heartbeat,
     )  # fmt: skip
-    transformed = transforms.apply(model, params)  # checkpointing, compile: per block, before the wrap
-    # Approximate strategies: rank 0 replays `single` from the same start afterwards (untimed).
-    initial = copy.deepcopy(model) if not strategy.exact and ranks.rank == 0 else None
-    model = strategy.wrap(model, ctx)
+    # Checkpointing and compile per block, then the strategy's wrap. Approximate strategies: rank 0
+    # replays `single` from the same start afterwards (untimed), so it keeps the unwrapped model.
+    prepared = transforms.prepare(model, params, lambda m: strategy.wrap(m, ctx), not strategy.exact and ranks.rank == 0)
+    model, transformed, initial = prepared.model, prepared.record, prepared.unwrapped
     optimizer = strategy.make_optimizer(model, ctx)
     shard, shards = strategy.data_shard(ctx)
     sampler = datamod.ShardedBatchSampler(len(data.train), global_batch, shard, shards, params.seed)
     loader = datamod.train_loader(data, sampler, params.num_workers, pin_memory=device.type == "cuda")
     first_timed = strategy.steady_step(ctx) + 1 + params.warmup_steps
     total_steps = planned_steps(params, len(sampler), first_timed)
-    marks["model_data_ready"] = time.time()
+    return Cell(
+        strategy, data, model, optimizer, ctx, sampler, loader, global_batch, per_rank_batch, first_timed, total_steps,
+        transformed, initial, auto,
+    )  # fmt: skip
 
-    run = train_loop(model, optimizer, strategy, ctx, loader, sampler, total_steps, global_batch, first_timed=first_timed)
-    marks.update(warmup_done=run.timing_started, timed_steps_done=time.time())
-    if heartbeat is not None:
-        heartbeat.finishing()
-    # What training held and peaked at, read before evaluation assembles anything.
+
+def choose_batch_size(
+    params: CellParams, data: datamod.Data, model: torch.nn.Module, ranks: Ranks, device: torch.device
+) -> tuple[Any, dict[str, Any] | None]:
+    """The cell's batch_size, searched for when "auto" (the largest per-rank batch that fits the
+    memory budget, agreed over ranks): (batch_size, the search's record or None)."""
+    if params.batch_size != "auto":
+        return params.batch_size, None
+    limit = len(data.train) // ranks.world
+    found = autobatch.search(
+        model, data.shape, device, params.memory_budget_gb, limit, ranks.local_world, tokens=data.kind == "tokens"
+    )
+    auto = autobatch.agree(found, device)
+    return auto["chosen"] * (1 if params.scaling == "weak" else ranks.world), auto
+
+
+def finish_rank(
+    cell: Cell, run: LoopResult, ranks: Ranks, device: torch.device, out: Path, marks: dict[str, float]
+) -> RankResult:
+    """Everything every rank does after its timed steps, in the order the collectives need: what
+    it held and peaked at (read before evaluation allocates), the test set, the parameter spread,
+    the profiled steps, the FLOP count, its steps file, and the gather of its payload to rank 0."""
+    params, strategy, model = cell.ctx.params, cell.strategy, cell.model
     held = {
         "param_bytes": base.parameter_bytes(strategy.held_module(model)),
         "grad_bytes": run.grad_bytes or 0,
-        "optimizer_state_bytes": strategy.optimizer_state_bytes(optimizer),
+        "optimizer_state_bytes": strategy.optimizer_state_bytes(cell.optimizer),
     }
     peaks = {"peak_rss_mb": timers.peak_rss_mb(), "cuda_max_allocated_mb": timers.cuda_max_allocated_mb(device)}
     bare = strategy.bare(model)
     with transforms.eager(params):
-        test = evaluate(bare, data, ranks, device, per_rank_batch)
+        test = evaluate(bare, cell.data, ranks, device, cell.per_rank_batch)
     marks["evaluation_done"] = time.time()
     flat = models.flat_parameters(bare)
     payload = {
@@ -110,26 +186,37 @@ def execute(
         "started": {k: marks.get(k) for k in ("ranks_started", "imports_done")},
     }
     spread = rank_spread(flat)
-    extra = strategy.extra(model, ctx)
+    strategy_extra = strategy.extra(model, cell.ctx)
     if params.profile_steps:  # after everything above has read the trained model
-        payload["profile"] = profile_steps(model, optimizer, strategy, ctx, loader, sampler, run.steps, global_batch, bare)
+        payload["profile"] = profile_steps(
+            model, cell.optimizer, strategy, cell.ctx, cell.loader, cell.sampler, run.steps, cell.global_batch, bare
+        )
     with transforms.eager(params):  # MFU: rank 0, untimed, between barriers
-        counted = flops.measure(bare, data, ctx, per_rank_batch, out)
+        counted = flops.measure(bare, cell.data, cell.ctx, cell.per_rank_batch, out)
     write_steps(out / f"steps_rank{ranks.rank}.csv", run.records)
-    payloads = gather_to_rank0(payload)
-    if ranks.rank != 0:
-        return None
-    # init_process_group waits for every rank: the last rank's start is the one that counts.
+    return RankResult(bare, flat, spread, strategy_extra, counted, gather_to_rank0(payload))
+
+
+def merge_start_marks(marks: dict[str, float], payloads: list[dict[str, Any]]) -> None:
+    """init_process_group waits for every rank: the last rank's start is the one that counts."""
     for mark in ("ranks_started", "imports_done"):
         started = [p["started"][mark] for p in payloads if p["started"].get(mark) is not None]
         if started:
             marks[mark] = max(started)
-    if dump_params is not None:
-        dump_params.parent.mkdir(parents=True, exist_ok=True)
-        torch.save({k: v.detach().cpu() for k, v in bare.state_dict().items()}, dump_params)
 
-    timed_wall = max(p["timed_wall_s"] or 0.0 for p in payloads)
-    stats = run_output.step_statistics([p["records"] for p in payloads], timed_wall, len(data.train))
+
+def timed_wall(payloads: list[dict[str, Any]]) -> float:
+    """The run's timed wall: the slowest rank's (0.0 where no rank timed a step)."""
+    return max(p["timed_wall_s"] or 0.0 for p in payloads)
+
+
+def summary_metrics(
+    cell: Cell, run: LoopResult, result: RankResult, params: CellParams, out: Path, t_start: float
+) -> dict[str, Any]:
+    """The summary's metrics (run_output.METRIC_KEYS) from every rank's payload, on rank 0; writes
+    the run's profile.csv when it profiled steps."""
+    payloads = result.payloads
+    stats = run_output.step_statistics([p["records"] for p in payloads], timed_wall(payloads), len(cell.data.train))
     if params.profile_steps:
         profiling.write_profile(out / "profile.csv", [row for p in payloads for row in p["profile"]["rows"]])
         stats.update(profiling.summary_fields([p["profile"]["step_s"] for p in payloads], stats.get("step_time_median_s")))
@@ -138,8 +225,8 @@ def execute(
     cuda_mb = [p["cuda_max_allocated_mb"] for p in payloads if p["cuda_max_allocated_mb"] is not None]
     rss = [p["peak_rss_mb"] for p in payloads]
     stats.update(
-        global_batch=global_batch,
-        per_rank_batch=per_rank_batch,
+        global_batch=cell.global_batch,
+        per_rank_batch=cell.per_rank_batch,
         wall_time_s=time.perf_counter() - t_start,
         peak_rss_mb=max(rss),
         peak_rss_mb_per_rank=rss,
@@ -147,27 +234,47 @@ def execute(
         **train_outcomes(payloads),
         test_loss=t_loss / t_n if t_n else None,
         test_acc=t_correct / t_n if t_n else None,
-        param_norm=float(flat.norm()),
+        param_norm=float(result.flat.norm()),
         # Token data: a sample is seq_len tokens, each a prediction (throughput in tokens/s too).
-        tokens_per_s=stats["samples_per_s"] * params.seq_len if data.kind == "tokens" and stats.get("samples_per_s") else None,
-    )
+        tokens_per_s=stats["samples_per_s"] * params.seq_len
+        if cell.data.kind == "tokens" and stats.get("samples_per_s") else None,
+    )  # fmt: skip
+    return stats
+
+
+def summary_extra(
+    cell: Cell,
+    run: LoopResult,
+    result: RankResult,
+    stats: dict[str, Any],
+    params: CellParams,
+    ranks: Ranks,
+    device: torch.device,
+    threads: int | None,
+    forked_from_threads: int | None,
+) -> dict[str, Any]:
+    """The summary's `extra` (runs.csv's extra_* columns: core.run_record.Extra), on rank 0: how
+    the run was measured, what each rank held, the model's health, the strategy's own fields, and
+    an approximate strategy's replay of single (run here, untimed, after everything else)."""
+    flat, payloads = result.flat, result.payloads
     held_per_rank = [p["held"] for p in payloads]
     state_bytes = [h["optimizer_state_bytes"] for h in held_per_rank]
     short = stats["timed_steps"] < params.min_timed_steps or (stats.get("timed_wall_s") or 0.0) < params.min_timed_s
+    scaler = run.scaler if run.scaler and run.scaler.enabled else None
     extra = {
-        "steps_per_epoch": len(sampler),
-        "first_timed_step": first_timed,
+        "steps_per_epoch": len(cell.sampler),
+        "first_timed_step": cell.first_timed,
         "steps_run": run.steps,
         "measurement_short": short,  # max_steps or the timeout stopped it before the minimums
-        "comm_volume": strategy.comm_volume,
+        "comm_volume": cell.strategy.comm_volume,
         "oversubscribed": device.type == "cpu" and oversubscribed(threads or 1, ranks.local_world),
         "forked_from_threads": forked_from_threads,
         "model_parameters": flat.numel(),
         "param_sample": models.parameter_sample(flat),
         **dict(zip(("training_health", "training_health_reason"),
                    run_output.training_health([r["loss"] for r in sorted(run.records, key=lambda r: r["step"])]))),  # fmt: skip
-        "param_rank_max_abs_diff": spread,
-        "optimizer_impl": base.optimizer_implementation(optimizer),  # fused | foreach | for-loop
+        "param_rank_max_abs_diff": result.spread,
+        "optimizer_impl": base.optimizer_implementation(cell.optimizer),  # fused | foreach | for-loop
         "optimizer_state_bytes": max(state_bytes),  # the largest rank's
         "optimizer_state_bytes_total": sum(state_bytes),
         # Bytes each rank holds for training, counted from its own tensors (shards): the largest rank's.
@@ -175,26 +282,37 @@ def execute(
         "grad_bytes": max(h["grad_bytes"] for h in held_per_rank),
         "held_bytes": max(sum(h.values()) for h in held_per_rank),
         "held_bytes_per_rank": [sum(h.values()) for h in held_per_rank],
-        **transformed,  # blocks, checkpointed_blocks, compiled_blocks
+        **cell.transformed,  # blocks, checkpointed_blocks, compiled_blocks
         **compile_record(params, [p["records"] for p in payloads]),
-        "loss_scale_final": run.scaler.scale if run.scaler and run.scaler.enabled else None,
-        "skipped_steps": run.scaler.skipped if run.scaler and run.scaler.enabled else 0,
-        **flops.fields(counted, stats.get("samples_per_s"), ranks.world),
-        **extra,
-        **(autobatch.extra(auto) if auto else {}),
+        "loss_scale_final": scaler.scale if scaler else None,
+        "skipped_steps": scaler.skipped if scaler else 0,
+        **flops.fields(result.counted, stats.get("samples_per_s"), ranks.world),
+        **result.strategy_extra,
+        **(autobatch.extra(cell.auto) if cell.auto else {}),
     }
-    if initial is not None:
+    if cell.initial is not None:
         with transforms.eager(params):
-            extra.update(deviation_from_single(initial, bare, data, params, device, run.steps, global_batch))
+            extra.update(
+                deviation_from_single(cell.initial, result.bare, cell.data, params, device, run.steps, cell.global_batch)
+            )
         extra["accuracy_reached"] = stats["test_acc"]
-    reason = "" if stats["timed_steps"] else "no timed steps: total steps <= 1 + warmup_steps"
+    return extra
+
+
+def summary_env(
+    params: CellParams, threads: int | None, t_start: float, load_start: Any, result: RankResult
+) -> dict[str, Any]:
+    """The summary's `env` (runs.csv's env_* columns: core.run_record.Env), on rank 0: the machine
+    and software, the load before and after, the user model's digest, the other processes' CPU and
+    the FLOP count's provenance."""
     backend = dist.get_backend() if dist.is_initialized() else None
     env = sysinfo.environment(backend, threads, started=wall_clock(t_start))
     env.update(loadavg_start=load_start, loadavg_end=sysinfo.loadavg())
     if is_user_model(params.model):  # the user's code is outside the package's code fingerprint
         env["user_model_digest"] = user_model.source_digest(params.model, params.model_path)
-    env.update(sysinfo.other_cpu([p["cpu"] for p in payloads], timed_wall), **flops.provenance(counted))
-    return run_output.make_summary("ok", reason, params.as_dict(), ranks.world, ranks.nodes, env, stats, extra)
+    cpu = sysinfo.other_cpu([p["cpu"] for p in result.payloads], timed_wall(result.payloads))
+    env.update(cpu, **flops.provenance(result.counted))
+    return env
 
 
 def train_sums(run: LoopResult) -> dict[str, tuple[float, float, int]]:

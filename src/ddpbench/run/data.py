@@ -14,7 +14,7 @@ a sample is (tokens[:-1], tokens[1:]). `synthetic` is generated in memory from t
 space, plus noise: loss falls, accuracy rises above chance); cifar10, mnist and
 imagenette are read with torchvision's readers from `data_root` and are never
 downloaded by a training rank: fetch them beforehand with
-`python -m ddpbench.run.data --dataset cifar10 --data-root DIR`.
+`ddpbench data --dataset cifar10 --data-root DIR`.
 """
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ def _torchvision(name: str, root: str, image_size: int, download: bool = False):
     except RuntimeError as e:  # torchvision: "Dataset not found or corrupted ..."
         raise RuntimeError(
             f"{name} not found under data_root={root!r} ({e}); ranks never download: fetch it first with "
-            f"`python -m ddpbench.run.data --dataset {name} --data-root {root}`"
+            f"`ddpbench data --dataset {name} --data-root {root}`"
         ) from None
 
 
@@ -243,7 +243,7 @@ def test_batches(data: Data, rank: int, world: int, batch: int) -> Iterator[tupl
 
 def main(argv: list[str] | None = None) -> int:
     """Fetch a real dataset into data_root (the one place that downloads)."""
-    parser = argparse.ArgumentParser(prog="python -m ddpbench.run.data", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="ddpbench data", description=main.__doc__)
     parser.add_argument("--dataset", required=True, choices=sorted(_NORMALIZE))
     parser.add_argument("--data-root", default="data")
     parser.add_argument("--image-size", type=int, default=160)

@@ -230,6 +230,49 @@ def _oom_text(oom_kills_during: int) -> str:
     return text + ")"
 
 
+@dataclass
+class _Evidence:
+    """What the ranks left in the run folder and the launcher saw, read once: the cause and the
+    secondary failures are both decided from it."""
+
+    out: Path
+    world: int
+    timed_out: bool
+    limit_s: float | None
+    oom_kills_during: int
+    storage_problem: str | None
+    beats: dict
+    codes: dict[int, int]  # torchrun's exit code per rank
+    errors: dict[int, str]  # error_rank{R}.txt per rank
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(set(range(self.world)) | set(self.codes) | set(self.errors))
+
+    @property
+    def signalled(self) -> dict[int, int]:
+        return {r: -c for r, c in self.codes.items() if c < 0}
+
+    @property
+    def wrote(self) -> dict:
+        """The ranks whose write failed (their heartbeat kept the OSError)."""
+        return {r: b.storage_error for r, b in self.beats.items() if b.storage_error is not None}
+
+    def where(self, rank: int | None) -> str:
+        return self.beats[rank].where if rank in self.beats else "(no progress recorded)"
+
+
+def _read_errors(out: Path) -> dict[int, str]:
+    """Each rank's error_rank{R}.txt (a traceback), by rank."""
+    errors = {}
+    for path in out.glob("error_rank*.txt"):
+        try:
+            errors[int(path.stem.removeprefix("error_rank"))] = path.read_text(errors="replace")
+        except (ValueError, OSError):
+            continue
+    return errors
+
+
 def diagnose(
     out: Path,
     world: int,
@@ -242,98 +285,12 @@ def diagnose(
     """The failure block of summary.json: rank, kind, signal, step, phase, reason (one
     line), secondary (the other ranks' failures, one line each). `storage_problem`: the
     launcher's probe of the run folder after the ranks ended (None: it could write)."""
-    beats = read_heartbeats(out)
-    codes = torchrun_exit_codes(log_text)
-    errors = {}
-    for path in out.glob("error_rank*.txt"):
-        try:
-            errors[int(path.stem.removeprefix("error_rank"))] = path.read_text(errors="replace")
-        except (ValueError, OSError):
-            continue
-
-    def where(rank: int | None) -> str:
-        return beats[rank].where if rank in beats else "(no progress recorded)"
-
-    ranks = sorted(set(range(world)) | set(codes) | set(errors))
-    signalled = {r: -c for r, c in codes.items() if c < 0}
-    primary_errors = {r: t for r, t in errors.items() if not _SECONDARY.search(_last_line(t))}
-    comm_timeouts = [r for r, t in errors.items() if _TIMED_OUT.search(_last_line(t))]
-    killed = {r: s for r, s in signalled.items() if s != signal.SIGTERM}  # torchrun stops the rest with SIGTERM
-
-    rank: int | None = None
-    sig: int | None = None
-    wrote = {r: b.storage_error for r, b in beats.items() if b.storage_error is not None}
-    if wrote:  # a full disk stops every rank that writes; the first one is the cause
-        rank = min(wrote, key=lambda r: beats[r].time)
-        kind = "storage"
-        text = f"rank {rank} could not write its files {where(rank)}: {storage.explain(wrote[rank])}"
-    elif killed:
-        rank = min(killed, key=lambda r: beats[r].time if r in beats else 0.0)
-        sig = killed[rank]
-        kind = "oom" if sig == signal.SIGKILL and oom_kills_during > 0 else "signal"
-        text = f"rank {rank} killed by {_signal_name(sig)} {where(rank)}"
-        if kind == "oom":
-            text += "; " + _oom_text(oom_kills_during)
-        elif sig == signal.SIGKILL:
-            text += "; SIGKILL is what the kernel's out-of-memory killer sends (no OOM kill counted in this cgroup)"
-    elif storage_problem:  # no rank could say why (not even in its heartbeat): the folder can
-        kind = "storage"  # not be written, which explains missing summaries and error files
-        text = f"the run folder cannot be written: {storage_problem}"
-    elif primary_errors:
-        rank = min(primary_errors, key=lambda r: (out / f"error_rank{r}.txt").stat().st_mtime)
-        last = _last_line(primary_errors[rank])
-        kind = "oom" if _OOM.search(last) else "exception"
-        text = f"rank {rank} {'ran out of memory' if kind == 'oom' else 'raised'} {where(rank)}: {last[:300]}"
-    elif timed_out or comm_timeouts:
-        # The ranks waited for one that stopped making progress: it is the one behind.
-        alive = [r for r in ranks if r in beats]
-        stuck = min(alive, key=lambda r: (beats[r].progress(), beats[r].time)) if alive else None
-        others = [beats[r] for r in alive if r != stuck]
-        behind = stuck is not None and others and any(b.progress() > beats[stuck].progress() for b in others)
-        if behind or (stuck is not None and not others and timed_out):
-            rank, kind = stuck, "hang"
-            idle = time.time() - beats[stuck].time
-            text = f"rank {rank} stopped making progress {where(rank)}: no heartbeat for {idle:.0f} s while the others waited"
-        else:
-            kind = "timeout"
-            text = (
-                f"wall-clock limit of {limit_s:g} s exceeded" if timed_out and limit_s is not None
-                else "a collective timed out"
-            ) + "; " + ", ".join(f"rank {r} {where(r)}" for r in alive)
-    elif errors and (silent := [r for r in range(world) if r not in errors and r not in codes]):
-        # The others only lost their peer, and one rank left no word: no error report, no exit status
-        # in torchrun's report (which names the first rank to exit: with forked ranks often the
-        # survivor that raised "connection closed"). It died of a signal no handler sees: SIGKILL,
-        # as the kernel's out-of-memory killer sends.
-        rank, sig = min(silent, key=lambda r: beats[r].time if r in beats else 0.0), signal.SIGKILL
-        kind = "oom" if oom_kills_during > 0 else "signal"
-        text = f"rank {rank} killed by SIGKILL {where(rank)} (inferred: no error report, no exit status); " + (
-            _oom_text(oom_kills_during) if kind == "oom" else "no OOM kill counted in this cgroup")
-    elif errors:
-        rank = min(errors, key=lambda r: (out / f"error_rank{r}.txt").stat().st_mtime)
-        kind = "exception"
-        text = f"rank {rank} raised {where(rank)}: {_last_line(errors[rank])[:300]}"
-    else:
-        failed = [r for r, c in codes.items() if c != 0]
-        rank = failed[0] if failed else None
-        kind = "signal" if rank in signalled else "exception"
-        sig = signalled.get(rank)
-        text = (
-            f"rank {rank} exited with code {codes[rank]} {where(rank)}" if rank is not None
-            else "the ranks exited without a summary and without an error report"
-        )
-
-    secondary = []
-    for r in ranks:
-        if r == rank:
-            continue
-        if r in wrote:
-            secondary.append(f"rank {r} {where(r)}: could not write {wrote[r].filename}: {wrote[r].strerror}")
-        elif r in errors:
-            secondary.append(f"rank {r} {where(r)}: {_last_line(errors[r])[:200]}")
-        elif r in signalled:
-            secondary.append(f"rank {r} {where(r)}: stopped by {_signal_name(signalled[r])}")
-    beat = beats.get(rank) if rank is not None else None
+    ev = _Evidence(
+        out, world, timed_out, limit_s, oom_kills_during, storage_problem,
+        read_heartbeats(out), torchrun_exit_codes(log_text), _read_errors(out),
+    )  # fmt: skip
+    rank, kind, sig, text = _cause(ev)
+    beat = ev.beats.get(rank) if rank is not None else None
     memory = cgroup_memory() if kind == "oom" else {}
     return {
         "rank": rank,
@@ -342,9 +299,109 @@ def diagnose(
         "step": beat.step if beat and beat.step >= 0 else None,
         "phase": beat.where if beat else None,
         "reason": text,
-        "secondary": secondary,
+        "secondary": _secondary(ev, rank),
         **memory,  # oom: the memory cgroup's limit and peak (an allocation failure's size is in the reason)
     }
+
+
+_Cause = tuple[int | None, str, int | None, str]  # rank, kind, signal, reason
+
+
+def _cause(ev: _Evidence) -> _Cause:
+    """The root cause, from the most telling evidence down: a failed write, a killing signal, an
+    unwritable folder, a rank's own error, a hang or timeout, a silent death, any error, an exit code."""
+    errors, where = ev.errors, ev.where
+    primary_errors = {r: t for r, t in errors.items() if not _SECONDARY.search(_last_line(t))}
+    comm_timeouts = [r for r, t in errors.items() if _TIMED_OUT.search(_last_line(t))]
+    killed = {r: s for r, s in ev.signalled.items() if s != signal.SIGTERM}  # torchrun stops the rest with SIGTERM
+    wrote = ev.wrote
+    if wrote:  # a full disk stops every rank that writes; the first one is the cause
+        rank = min(wrote, key=lambda r: ev.beats[r].time)
+        return rank, "storage", None, f"rank {rank} could not write its files {where(rank)}: {storage.explain(wrote[rank])}"
+    if killed:
+        return _killed(ev, killed)
+    if ev.storage_problem:  # no rank could say why (not even in its heartbeat): the folder can
+        # not be written, which explains missing summaries and error files
+        return None, "storage", None, f"the run folder cannot be written: {ev.storage_problem}"
+    if primary_errors:
+        rank = min(primary_errors, key=lambda r: (ev.out / f"error_rank{r}.txt").stat().st_mtime)
+        last = _last_line(primary_errors[rank])
+        kind = "oom" if _OOM.search(last) else "exception"
+        return rank, kind, None, f"rank {rank} {'ran out of memory' if kind == 'oom' else 'raised'} {where(rank)}: {last[:300]}"
+    if ev.timed_out or comm_timeouts:
+        return _hang_or_timeout(ev)
+    if errors and (silent := [r for r in range(ev.world) if r not in errors and r not in ev.codes]):
+        return _silent_death(ev, silent)
+    if errors:
+        rank = min(errors, key=lambda r: (ev.out / f"error_rank{r}.txt").stat().st_mtime)
+        return rank, "exception", None, f"rank {rank} raised {where(rank)}: {_last_line(errors[rank])[:300]}"
+    failed = [r for r, c in ev.codes.items() if c != 0]
+    rank = failed[0] if failed else None
+    kind = "signal" if rank in ev.signalled else "exception"
+    text = (
+        f"rank {rank} exited with code {ev.codes[rank]} {where(rank)}" if rank is not None
+        else "the ranks exited without a summary and without an error report"
+    )  # fmt: skip
+    return rank, kind, ev.signalled.get(rank), text
+
+
+def _killed(ev: _Evidence, killed: dict[int, int]) -> _Cause:
+    """A rank killed by a signal other than torchrun's SIGTERM: the first to stop beating."""
+    rank = min(killed, key=lambda r: ev.beats[r].time if r in ev.beats else 0.0)
+    sig = killed[rank]
+    kind = "oom" if sig == signal.SIGKILL and ev.oom_kills_during > 0 else "signal"
+    text = f"rank {rank} killed by {_signal_name(sig)} {ev.where(rank)}"
+    if kind == "oom":
+        text += "; " + _oom_text(ev.oom_kills_during)
+    elif sig == signal.SIGKILL:
+        text += "; SIGKILL is what the kernel's out-of-memory killer sends (no OOM kill counted in this cgroup)"
+    return rank, kind, sig, text
+
+
+def _hang_or_timeout(ev: _Evidence) -> _Cause:
+    """The ranks waited for one that stopped making progress: it is the one behind (a hang);
+    with no rank behind, the wall-clock limit or a collective's timeout (no rank singled out)."""
+    beats = ev.beats
+    alive = [r for r in ev.ranks if r in beats]
+    stuck = min(alive, key=lambda r: (beats[r].progress(), beats[r].time)) if alive else None
+    others = [beats[r] for r in alive if r != stuck]
+    behind = stuck is not None and others and any(b.progress() > beats[stuck].progress() for b in others)
+    if behind or (stuck is not None and not others and ev.timed_out):
+        idle = time.time() - beats[stuck].time
+        text = f"rank {stuck} stopped making progress {ev.where(stuck)}: no heartbeat for {idle:.0f} s while the others waited"
+        return stuck, "hang", None, text
+    text = (
+        f"wall-clock limit of {ev.limit_s:g} s exceeded" if ev.timed_out and ev.limit_s is not None
+        else "a collective timed out"
+    ) + "; " + ", ".join(f"rank {r} {ev.where(r)}" for r in alive)  # fmt: skip
+    return None, "timeout", None, text
+
+
+def _silent_death(ev: _Evidence, silent: list[int]) -> _Cause:
+    """The others only lost their peer, and one rank left no word: no error report, no exit status
+    in torchrun's report (which names the first rank to exit: with forked ranks often the
+    survivor that raised "connection closed"). It died of a signal no handler sees: SIGKILL,
+    as the kernel's out-of-memory killer sends."""
+    rank, sig = min(silent, key=lambda r: ev.beats[r].time if r in ev.beats else 0.0), signal.SIGKILL
+    kind = "oom" if ev.oom_kills_during > 0 else "signal"
+    text = f"rank {rank} killed by SIGKILL {ev.where(rank)} (inferred: no error report, no exit status); " + (
+        _oom_text(ev.oom_kills_during) if kind == "oom" else "no OOM kill counted in this cgroup")
+    return rank, kind, sig, text
+
+
+def _secondary(ev: _Evidence, rank: int | None) -> list[str]:
+    """The other ranks' failures, one line each: a failed write, an error, a signal."""
+    wrote, signalled, secondary = ev.wrote, ev.signalled, []
+    for r in ev.ranks:
+        if r == rank:
+            continue
+        if r in wrote:
+            secondary.append(f"rank {r} {ev.where(r)}: could not write {wrote[r].filename}: {wrote[r].strerror}")
+        elif r in ev.errors:
+            secondary.append(f"rank {r} {ev.where(r)}: {_last_line(ev.errors[r])[:200]}")
+        elif r in signalled:
+            secondary.append(f"rank {r} {ev.where(r)}: stopped by {_signal_name(signalled[r])}")
+    return secondary
 
 
 def summary_reason(failure: dict[str, Any], details: str = "") -> str:

@@ -1,6 +1,6 @@
-"""`python -m ddpbench.run.launch`: run one cell with torchrun and always leave a summary.
+"""`ddpbench launch`: run one cell with torchrun and always leave a summary.
 
-    python -m ddpbench.run.launch --nproc-per-node P --out DIR [--nnodes N --node-rank R
+    ddpbench launch --nproc-per-node P --out DIR [--nnodes N --node-rank R
         --rdzv-endpoint HOST:PORT] [cell flags ...]
 
 Validates the cell flags first (exit 2 naming the bad parameter, nothing started), runs
@@ -44,6 +44,7 @@ from ddpbench.results import progress
 from ddpbench.core import safe_io, storage, sysinfo
 from ddpbench.core.params import NO_LINK, CellParams
 from ddpbench.core.run_output import RANKS_SUMMARY, failure_summary, write_failure
+from ddpbench.core.run_record import read_summary
 
 REASON_CHARS = 2000
 ALLOW_OVERSUBSCRIBE_ENV = "DDPBENCH_ALLOW_OVERSUBSCRIBE"
@@ -51,14 +52,14 @@ KILL_WAIT_S = 10.0
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ddpbench.run.launch", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="ddpbench launch", description=__doc__.split("\n")[0])
     parser.add_argument("--nproc-per-node", type=int, default=1, help="ranks on this node")
     parser.add_argument("--out", type=Path, required=True, help="run folder")
     parser.add_argument("--nnodes", type=int, default=1)
     parser.add_argument("--node-rank", type=int, default=0)
     parser.add_argument("--rdzv-endpoint", help="HOST:PORT of the c10d rendezvous (multi-node)")
     parser.add_argument("--grace-s", type=float, default=30.0, help="added to timeout_s for the wall-clock limit")
-    parser.add_argument("--dump-params", type=Path, help="passed to ddpbench.run.train")
+    parser.add_argument("--dump-params", type=Path, help="passed to the ranks (ddpbench train)")
     parser.add_argument(
         "--allow-oversubscribe",
         action="store_true",
@@ -73,8 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args, params = CellParams.parse_args(parser, argv)
     # Provenance: the ranks record this command line (sysinfo.LAUNCH_COMMAND_ENV), and so
-    # does every summary the launcher writes itself.
-    args.command = shlex.join(["python", "-m", "ddpbench.run.launch", *map(str, sys.argv[1:] if argv is None else argv)])
+    # does every summary the launcher writes itself: the verb's form, which reruns the cell
+    # however the launcher was started (the verb, or by module as srun's and netlab's nodes do).
+    args.command = shlex.join(["python", "-m", "ddpbench", "launch", *map(str, sys.argv[1:] if argv is None else argv)])
     if args.nproc_per_node < 1 or args.nnodes < 1:
         parser.exit(2, "error: --nproc-per-node and --nnodes must be >= 1\n")
     if faults.refusal():
@@ -187,7 +189,7 @@ def complete_summary(args, params: CellParams, out: Path, rc: int, timed_out: bo
     """After torchrun: rank 0's summary, or the diagnosed failure in its place, completed with
     the launcher's timeline and published as summary.json; its result line said."""
     ranks_path = out / RANKS_SUMMARY
-    summary = json.loads(ranks_path.read_text()) if ranks_path.exists() else None
+    summary = read_summary(ranks_path) if ranks_path.exists() else None
     # An ok (or skipped) summary stands even if a rank then failed in teardown: what it
     # measured is complete. Without one, or with rank 0's "failed", the cause is diagnosed.
     if summary is None or summary["status"] == "failed":
@@ -248,7 +250,7 @@ def _launcher_start() -> float:
 def add_timeline(args: argparse.Namespace, summary_path: Path) -> None:
     """Add the launcher's marks to a summary.json another launcher published (the lab's node 0):
     this launcher's span bounds the run."""
-    publish(args, summary_path.parent, json.loads(summary_path.read_text()))
+    publish(args, summary_path.parent, read_summary(summary_path))
 
 
 def with_progress(line: str) -> str:

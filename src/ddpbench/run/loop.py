@@ -159,7 +159,7 @@ def train_loop(
     `on_step()` is called at the end of every step (the profiler's step, ddpbench.run.profiling).
     """
     result = LoopResult()
-    result.scaler = scaler = LossScaler(ctx.params.precision == "fp16")
+    result.scaler = LossScaler(ctx.params.precision == "fp16")
     held = strategy.held_module(model)
     heartbeat = ctx.heartbeat
     timer = timers.StepTimer(ctx.clock, ctx.instrument, on_lap=heartbeat.lap if heartbeat else None)
@@ -176,10 +176,7 @@ def train_loop(
         if step >= total_steps:
             if checks >= MAX_TIMING_CHECKS or not timing:
                 break
-            # End of the plan: enough timed seconds? (A pause: not in the timed wall.)
-            recorder.settle(0)
-            timed_s, elapsed = agreed_max([recorder.timed_wall_s, time.perf_counter() - loop_start], device)
-            total_steps += more_steps(ctx.params, step - first_timed, timed_s, elapsed, step)
+            total_steps += _steps_to_add(ctx, recorder, loop_start, step, first_timed)
             checks += 1
             if step >= total_steps:
                 break
@@ -195,9 +192,7 @@ def train_loop(
         timed = instrument and step >= first_timed
         if timed and not timing:
             timing = True
-            transforms.timed_steps(ctx.params)  # compiled: no recompile from here on
-            result.timing_started = time.time()
-            result.cpu["start"] = sysinfo.cpu_snapshot()
+            _start_timing(ctx, result)
         timer.begin()
         x, y = next(batches)
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
@@ -205,24 +200,55 @@ def train_loop(
         if fault and fault[0] == "slow":  # charged to forward: a slower rank
             time.sleep(faults.slow_seconds(fault[1], time.perf_counter() - step_start))
             step_start = time.perf_counter()
-        loss, correct = accumulate(model, strategy, ctx, x, y, global_batch, scaler.scale, timer)
-        samples = strategy.counted_samples(len(y), ctx)
-        strategy.sync_gradients(model, ctx)
-        timer.lap("comm")
-        if result.grad_bytes is None:
-            result.grad_bytes = gradient_bytes(held)
-        if scaler.unscale(held, strategy.sharded_gradients, meter):
-            optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        timer.lap("optimizer")
-        strategy.after_step(model, optimizer, ctx)
-        timer.lap("comm")
+        loss, correct, samples = _optimizer_step(model, optimizer, strategy, ctx, x, y, global_batch, timer, held, result)
         result.last.append((loss, correct, samples))
         if instrument:
             recorder.push(timer.close(), meter.take(), step, epoch, timed, loss, samples)
         if on_step is not None:
             on_step()
         step += 1
+    return _finish(ctx, result, recorder, step, timing)
+
+
+def _steps_to_add(ctx: Context, recorder: StepRecorder, loop_start: float, step: int, first_timed: int) -> int:
+    """End of the plan: enough timed seconds? The ranks agree on the steps still needed (a pause,
+    one collective: not in the timed wall)."""
+    recorder.settle(0)
+    timed_s, elapsed = agreed_max([recorder.timed_wall_s, time.perf_counter() - loop_start], ctx.device)
+    return more_steps(ctx.params, step - first_timed, timed_s, elapsed, step)
+
+
+def _start_timing(ctx: Context, result: LoopResult) -> None:
+    """The first timed step begins: compiled code may no longer recompile, and the timed CPU use
+    (the other processes' share, sysinfo.other_cpu) is counted from here."""
+    transforms.timed_steps(ctx.params)  # compiled: no recompile from here on
+    result.timing_started = time.time()
+    result.cpu["start"] = sysinfo.cpu_snapshot()
+
+
+def _optimizer_step(model, optimizer, strategy, ctx, x, y, global_batch, timer, held, result) -> tuple[Any, Any, int]:
+    """One step's forward, backward, gradient synchronisation, optimizer step (skipped when fp16's
+    scaler found an overflow) and the strategy's communication after it, each lap timed in its
+    phase: (loss, correct, samples counted)."""
+    scaler = result.scaler
+    loss, correct = accumulate(model, strategy, ctx, x, y, global_batch, scaler.scale, timer)
+    samples = strategy.counted_samples(len(y), ctx)
+    strategy.sync_gradients(model, ctx)
+    timer.lap("comm")
+    if result.grad_bytes is None:
+        result.grad_bytes = gradient_bytes(held)
+    if scaler.unscale(held, strategy.sharded_gradients, ctx.meter):
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    timer.lap("optimizer")
+    strategy.after_step(model, optimizer, ctx)
+    timer.lap("comm")
+    return loss, correct, samples
+
+
+def _finish(ctx: Context, result: LoopResult, recorder: StepRecorder, step: int, timing: bool) -> LoopResult:
+    """The loop's result once its last step is resolved; a timed run's CPU use is read and the
+    compiled code let recompile again."""
     recorder.settle(0)
     result.steps = step
     result.records = recorder.records

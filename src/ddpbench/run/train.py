@@ -1,11 +1,11 @@
-"""`python -m ddpbench.run.train`: run one grid cell under torchrun and write its measurements.
+"""`ddpbench train`: run one grid cell under torchrun and write its measurements.
 
     torchrun --standalone --nproc-per-node P -m ddpbench.run.train --out DIR [--dump-params FILE] [cell flags]
 
 Every rank writes DIR/steps_rank{R}.csv; rank 0 gathers all ranks' step records (one
 collective at the end) and writes DIR/summary.json atomically (its keys: core.run_output, docs/harness.md;
 under the launcher, summary.ranks.json, which the launcher completes and publishes as summary.json).
-Usually started through `python -m ddpbench.run.launch`, which also guarantees a summary
+Usually started through `ddpbench launch`, which also guarantees a summary
 when a rank is killed or the cell runs out of time. Without torchrun it runs world size 1.
 
 Fault injection for the fault tests (DDPBENCH_INJECT): ddpbench.run.faults. Each rank keeps
@@ -51,7 +51,7 @@ REASON_CHARS = 2000
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ddpbench.run.train", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="ddpbench train", description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="run folder (summary.json, steps_rank*.csv)")
     parser.add_argument("--dump-params", type=Path, help="save the final bare model state dict (rank 0) here")
     args, params = CellParams.parse_args(parser, argv)

@@ -1,6 +1,7 @@
-"""The model as it is trained beyond its layers: activation checkpointing and torch.compile,
-applied to each block (strategies.base.blocks: a GPT's transformer blocks, a ResNet's, an MLP's
-layers) before the strategy wraps the model (`apply`).
+"""The model as it is trained beyond its layers, the one seam where a model is changed before
+training (`prepare`, in torchtitan's `parallelize` order): activation checkpointing and
+torch.compile applied to each block (BLOCK_STEPS over strategies.base.blocks: a GPT's transformer
+blocks, a ResNet's, an MLP's layers), then the strategy's wrap.
 
 Each block's forward is replaced on the instance by a method bound to it:
 - `activation_checkpointing: full` runs every block's forward under torch.utils.checkpoint
@@ -27,9 +28,11 @@ FLOPs with it.
 from __future__ import annotations
 
 import contextlib
+import copy
+import dataclasses
 import os
 import types
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 from torch import nn
@@ -51,25 +54,65 @@ def checkpointed_blocks(params: CellParams, n: int) -> list[int]:
     return []
 
 
+def _checkpoint_step(params: CellParams, index: int, blocks_in_model: int) -> Step | None:
+    return _checkpointed if index in checkpointed_blocks(params, blocks_in_model) else None
+
+
+def _compile_step(params: CellParams, index: int, blocks_in_model: int) -> Step | None:
+    if params.compile != "model":
+        return None
+    return lambda forward: torch.compile(forward, fullgraph=True, backend=compile_backend())
+
+
+Step = Callable[[Callable], Callable]  # a block's forward -> the forward it runs instead
+#: What is done to each block's forward, in this order: checkpointed, then compiled (the graph
+#: holds the recompute). Each entry says, for a cell and a block, its Step or None. An axis that
+#: changes the model as it is trained (float8 matmuls, another kernel) is one more entry here, a
+#: CellParams field and a test; `prepare` then hands the model to the strategy's wrap.
+BLOCK_STEPS: tuple[tuple[str, Callable[[CellParams, int, int], Step | None]], ...] = (
+    ("activation_checkpointing", _checkpoint_step),
+    ("compile", _compile_step),
+)
+
+
 def apply(model: nn.Module, params: CellParams) -> dict[str, Any]:
-    """Checkpoint and compile `model`'s blocks in place as `params` asks; what was done, for the
+    """Apply BLOCK_STEPS to `model`'s blocks in place as `params` asks; what was done, for the
     run's record (extra: the block counts)."""
     units = blocks(model)
-    recomputed = set(checkpointed_blocks(params, len(units)))
-    compiled = params.compile == "model"
+    done = {name: 0 for name, _ in BLOCK_STEPS}
     for i, block in enumerate(units):
         forward = type(block).forward  # the class's: a block transformed twice is not stacked
-        if i in recomputed:
-            forward = _checkpointed(forward)
-        if compiled:
-            forward = torch.compile(forward, fullgraph=True, backend=compile_backend())
-        if i in recomputed or compiled:
+        for name, step_of in BLOCK_STEPS:
+            step = step_of(params, i, len(units))
+            if step is not None:
+                forward, done[name] = step(forward), done[name] + 1
+        if forward is not type(block).forward:
             block.forward = types.MethodType(forward, block)
+    compiled = params.compile == "model"
     if compiled:
         _blocks_hand_ddp_their_gradients()
         _graphs["at_apply"] = _dynamo_graphs() or 0
-    return {"blocks": len(units), "checkpointed_blocks": len(recomputed), "compiled_blocks": len(units) if compiled else 0,
-            "compile_backend": compile_backend() if compiled else None}  # fmt: skip
+    return {"blocks": len(units), "checkpointed_blocks": done["activation_checkpointing"],
+            "compiled_blocks": done["compile"], "compile_backend": compile_backend() if compiled else None}  # fmt: skip
+
+
+@dataclasses.dataclass
+class Prepared:
+    """The model as it trains (wrapped by its strategy), what `apply` did to its blocks, and, when
+    asked, a copy of it transformed but not wrapped (the replay of single starts from it)."""
+
+    model: nn.Module
+    record: dict[str, Any]
+    unwrapped: nn.Module | None
+
+
+def prepare(model: nn.Module, params: CellParams, wrap: Callable[[nn.Module], nn.Module], keep_unwrapped: bool) -> Prepared:
+    """The model-transform seam, in torchtitan's order: each block checkpointed and compiled
+    (BLOCK_STEPS), then the strategy's wrap (DDP, fully_shard, a pipeline stage, ...) around it,
+    so that the strategy's hooks stay outside the compiled graphs."""
+    record = apply(model, params)
+    unwrapped = copy.deepcopy(model) if keep_unwrapped else None
+    return Prepared(wrap(model), record, unwrapped)
 
 
 def compile_backend() -> str:
@@ -91,7 +134,7 @@ def _blocks_hand_ddp_their_gradients() -> None:
         config.optimize_ddp = False
 
 
-def _checkpointed(forward):
+def _checkpointed(forward: Callable) -> Callable:
     from torch.utils.checkpoint import checkpoint
 
     def recomputing(self, *args, **kwargs):

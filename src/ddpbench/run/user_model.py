@@ -11,9 +11,9 @@ token sequences (a distribution over the vocabulary at each position).
 The plan checks a grid's user models before any job starts by running this module in a
 subprocess (the planning process has no torch):
 
-    python -m ddpbench.run.user_model --check SPEC [--model-path DIR] --kind image --shape C H W --classes K
-    python -m ddpbench.run.user_model --check SPEC [--model-path DIR] --kind tokens --vocab-size V --seq-len T
-    python -m ddpbench.run.user_model --check-many < checks.json   # a JSON list of such checks
+    ddpbench check-model --check SPEC [--model-path DIR] --kind image --shape C H W --classes K
+    ddpbench check-model --check SPEC [--model-path DIR] --kind tokens --vocab-size V --seq-len T
+    ddpbench check-model --check-many < checks.json                # a JSON list of such checks
 
 Each check builds the model, runs a forward pass on a zero batch of one sample and checks
 the output's shape; it prints one JSON line per check ({"model", "ok", "parameters"} or
@@ -189,7 +189,7 @@ def _run(one: dict[str, Any]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m ddpbench.run.user_model", description="Check a user's model (module.path:function) as the plan does."
+        prog="ddpbench check-model", description="Check a user's model (module.path:function) as the plan does."
     )
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--check", metavar="SPEC", help="the model, package.module:function")

@@ -2,7 +2,8 @@
 
 This __init__ is the registry: what the plan needs of every strategy (its name, the settings
 it reads, the world sizes it runs at), read from the modules' source without importing them,
-so the workflow validates and plans a grid without torch. It imports nothing of ddpbench.
+so the workflow validates and plans a grid without torch, and the communication volume laws the
+strategies declare (`COMM_VOLUME`, `comm_volume_factor`). It imports nothing of ddpbench.
 The strategy modules themselves run inside a rank (torch): they import core (core.timers among it) and
 comm.collectives, never the analysis or the report.
 
@@ -149,12 +150,42 @@ def strategy_traits(name: str) -> StrategyTraits:
     )  # fmt: skip
     if traits.sharding not in SHARDINGS:
         raise ValueError(f"{path}: sharding {traits.sharding!r} is not one of {SHARDINGS}")
+    if attr("comm_volume") not in COMM_VOLUME:
+        raise ValueError(f"{path}: comm_volume {attr('comm_volume')!r} is not one of {tuple(COMM_VOLUME)}")
     return traits
+
+
+# Bytes the busiest rank sends per step, per byte of gradient M, as a function of the world size
+# p: the volume law a strategy's communication follows (base.Strategy.comm_volume names it; the
+# cost model scales measured bytes with it). Written so that p may be a number or a numpy array.
+COMM_VOLUME = {
+    "allreduce": lambda p: 2 * (p - 1) / p,  # ring all-reduce (nccl-tests' bus convention)
+    "gather_scatter": lambda p: p - 1,  # the root sends every worker the sum
+    "allreduce_allgather": lambda p: 3 * (p - 1) / p,  # ZeRO-1: gradients + parameter all-gather
+    # FSDP: parameters all-gathered twice per step (ZeRO-3: forward and backward) or once
+    # (ZeRO-2), gradients reduce-scattered once; each (p-1)/p of M in the ring convention.
+    "sharded_zero3": lambda p: 3 * (p - 1) / p,
+    "sharded_zero2": lambda p: 2 * (p - 1) / p,
+    "point_to_point": lambda p: p * 0 + 1,  # pipeline activations: per stage, not per p
+    "none": lambda p: p * 0,
+}
+
+
+def comm_volume_factor(law: str, p):
+    """Bytes sent by the busiest rank per byte of M at world size p under `law`."""
+    if law not in COMM_VOLUME:
+        raise ValueError(f"unknown communication volume law {law!r}; known: {', '.join(COMM_VOLUME)}")
+    return COMM_VOLUME[law](p)
 
 
 # How a strategy keeps the model between steps (base.Strategy.sharding), least sharded first.
 SHARDINGS = ("replicated", "zero1", "zero2", "zero3", "stages")
 ZERO = ("zero1", "zero2", "zero3")  # ZeRO's stages: optimizer state, + gradients, + parameters
+
+
+#: The replicated strategy that the sharded ones are measured against (memory held, throughput):
+#: PyTorch's DDP, every rank holding everything.
+REFERENCE = "ddp"
 
 
 def sharded() -> tuple[str, ...]:

@@ -92,7 +92,7 @@ class Strategy:
     exact: bool = True
     min_world: int = 2
     max_world: int | None = None
-    #: How the busiest rank's bytes per step grow with p (metrics.COMM_VOLUME): the cost
+    #: How the busiest rank's bytes per step grow with p (ddpbench.strategies.COMM_VOLUME): the cost
     #: model extrapolates measured bytes with it.
     comm_volume: str = "allreduce"
     #: How each rank keeps the model between steps (SHARDINGS): replicated, ZeRO-1/2/3 or pipeline

@@ -27,6 +27,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 
+from ddpbench.core.params import SEQUENTIAL_LAYERS
 from ddpbench.strategies.base import Strategy, make_optimizer, nbytes
 
 SETTINGS = ("micro_batches",)  # the strategy-specific cell parameters it reads
@@ -123,7 +124,7 @@ class Pipeline(Strategy):
         if not isinstance(model, nn.Sequential):
             raise ValueError(
                 f"pipeline: {ctx.params.model} is not an nn.Sequential, so it has no layer order to cut "
-                "into stages; supported models: mlp, simple_cnn"
+                f"into stages; supported models: {', '.join(SEQUENTIAL_LAYERS)}"
             )
         return Pipelined(model, ctx, torch.zeros(1, *ctx.input_shape, device=ctx.device))
 

@@ -21,6 +21,7 @@ from ddpbench.report.figures.layout import (MAX_LEGEND, MAX_PANELS, MAX_SERIES, 
 from ddpbench.report.figures.marks import add_unscaled, hbars, level_note, strategy_rows
 from ddpbench.report.figures.style import strategy_label, strategy_order, strategy_style
 from ddpbench.report.figures.tables import Data
+from ddpbench.strategies import REFERENCE
 
 PART_COLORS = ["#4c72b0", "#dd8452", "#55a868"]  # parameters, gradients, optimizer state (never a strategy's)
 HELD_LABEL = "held per rank [MiB]"
@@ -62,7 +63,7 @@ def _draw_peak(ax, g: pd.DataFrame) -> None:
 def _reading_order(names) -> list[str]:
     """The baseline, ddp, then the sharded strategies from least to most sharded, then the rest as coloured:
     the bars shrink down the panel."""
-    first = [A.BASELINE_STRATEGY, "ddp", *A.SHARDED]
+    first = [A.BASELINE_STRATEGY, REFERENCE, *A.SHARDED]
     names = list(dict.fromkeys(names))
     return [s for s in first if s in names] + [s for s in strategy_order(names) if s not in first]
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ddpbench.core.run_record import Extra
 from ddpbench.report.figures.layout import GROUP_LABEL, place
 from ddpbench.report.figures.marks import level_note
 from ddpbench.report.figures.scaling import _tag, _vs_workers
@@ -23,7 +24,7 @@ from ddpbench.report.figures.sizes import _vs_axis
 from ddpbench.report.figures.tables import Data, numeric
 from ddpbench.report.findings.mfu import PEAK, flops_text, peak_text
 
-MFU = "extra_mfu_measured"
+MFU = Extra.mfu_measured
 YLABEL = "MFU = achieved FLOP/s / (p × peak per rank)"
 
 

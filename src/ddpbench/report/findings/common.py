@@ -1,6 +1,7 @@
-"""What every kind of finding shares: `Finding` itself, its kinds and anchors, and the helpers that
-read the analysis tables (a row's number, the grid's varying axes, a cell's name, rows matching a
-cell, the best cell at the largest world size).
+"""What every kind of finding shares: `Finding` itself, `Kind` (what a topic module declares of each
+kind it gives), `Tables` (what its rules read), the anchors, and the helpers that read the analysis
+tables (a row's number, the grid's varying axes, a cell's name, rows matching a cell, the best cell
+at the largest world size).
 
 Every table may be empty, and may lack columns; a value compares as text (`key_text`), so 16.0
 matches 16 and NaN matches NaN, as a table read back from CSV has them.
@@ -9,6 +10,7 @@ matches 16 and NaN matches NaN, as a table read back from CSV has them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -16,7 +18,6 @@ import pandas as pd
 from ddpbench import analysis
 from ddpbench.report.text import value_text
 
-KINDS = ("winner", "memory", "scaling", "time", "mfu", "batch", "dataset", "link", "fit", "warning")
 ANCHORS = ("comparisons", "speedup-table", "cells", "fits", "problems", "links", "fig-phases", "fig-throughput_vs_batch",
            "fig-dataset_size", "fig-link", "fig-profile", "fig-memory_held", "fig-mfu", "decisions")  # fmt: skip
 AXIS_TEXT = {"world_size": "world size", "batch_size": "batch", "dataset_size": "dataset size", "nodes": "nodes"}
@@ -24,10 +25,42 @@ AXIS_TEXT = {"world_size": "world size", "batch_size": "batch", "dataset_size": 
 
 @dataclass(frozen=True)
 class Finding:
-    kind: str  # one of KINDS
+    kind: str  # a kind a topic module declares (ddpbench.report.findings.kinds())
     text: str  # one plain sentence, numbers with their intervals
     anchor: str  # HTML anchor id of the table or figure behind it, one of ANCHORS
     decided: bool = True  # False: a comparison its intervals could not decide (a tie answers no "which is fastest")
+
+
+@dataclass(frozen=True)
+class Tables:
+    """What a kind's rules read: the analysis tables (each may be empty; the findings' __init__ adds
+    the optional columns a rule reads as missing) and the grid's varying axes."""
+
+    runs: pd.DataFrame
+    cells: pd.DataFrame
+    speed: pd.DataFrame
+    comparisons: pd.DataFrame
+    fits: pd.DataFrame
+    links: pd.DataFrame
+    profile: pd.DataFrame
+    shown: list[str]
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of finding, as its topic module declares it in `KINDS` (kind name -> Kind): the
+    package's __init__ discovers every module's kinds, so adding a kind is adding a module.
+
+    Three places in the report's order, each a number (lower first; the built-in kinds use multiples
+    of 10, so a new kind fits between two): `order`, where the kind stands among the findings;
+    `trim`, which kind gives up an extra finding first when the report has too many; `drop`, which
+    kind loses its last finding first once every kind is down to one."""
+
+    find: Callable[[Tables], list[Finding]]  # the kind's findings, most important first
+    at_most: int  # findings of this kind kept before the report's overall limit
+    order: int
+    trim: int
+    drop: int
 
 
 def as_frame(df) -> pd.DataFrame:

@@ -13,6 +13,9 @@ import pandas as pd
 from ddpbench.report.findings.common import Finding, largest, row_num
 from ddpbench.report.text import finite, listing, pct_text, ratio_text, sig3, value_text
 
+# The kinds this module gives (ddpbench.report.findings discovers them; fields: common.Kind).
+KINDS = {"fit": dict(find=lambda t: fit_findings(t.fits, t.speed, t.runs), at_most=3, order=90, trim=20, drop=10)}
+
 LAW_TEXT = {"amdahl": "Amdahl's law", "gustafson": "Gustafson's law", "cost_model": "the cost model"}
 
 

@@ -15,6 +15,9 @@ from ddpbench import analysis
 from ddpbench.report.findings.common import Finding, row_num, setting_text
 from ddpbench.report.text import bandwidth_text, finite, listing, sig3
 
+# The kinds this module gives (ddpbench.report.findings discovers them; fields: common.Kind).
+KINDS = {"link": dict(find=lambda t: link_findings(t.links), at_most=2, order=80, trim=80, drop=50)}
+
 
 # Below this R² a fit explains less than half the variation of what it fits: the report does
 # not read a crossing or an effective bandwidth off it, it says the fit does not hold.

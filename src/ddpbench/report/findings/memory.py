@@ -19,6 +19,9 @@ from ddpbench import analysis
 from ddpbench.report.findings.common import Finding, row_num, setting_text
 from ddpbench.report.text import finite, listing, ratio_text, sig3
 
+# The kinds this module gives (ddpbench.report.findings discovers them; fields: common.Kind).
+KINDS = {"memory": dict(find=lambda t: memory_findings(t.runs, t.cells, t.shown), at_most=3, order=20, trim=100, drop=70)}
+
 ANCHOR = "fig-memory_held"
 SHARDS = 0.99  # a part held at most this fraction of ddp's counts as sharded
 

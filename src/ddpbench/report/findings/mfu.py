@@ -17,13 +17,17 @@ from __future__ import annotations
 import pandas as pd
 
 from ddpbench import analysis
+from ddpbench.core.run_record import Extra
 from ddpbench.report.findings.common import Finding, cell_name, key_texts, matching_rows, ok_runs, row_num
 from ddpbench.report.text import finite, pct_text, sig3
 
+# The kinds this module gives (ddpbench.report.findings discovers them; fields: common.Kind).
+KINDS = {"mfu": dict(find=lambda t: mfu_findings(t.cells, t.shown, t.runs), at_most=1, order=50, trim=50, drop=20)}
+
 ANCHOR = "fig-mfu"
-MFU, SHEET = "extra_mfu_measured", "extra_mfu_datasheet"
-ACHIEVED, PEAK, SHEET_PEAK = "extra_achieved_flops_per_s", "extra_peak_flops_measured", "extra_peak_flops_datasheet"
-MATRIX_N, BUSY, OTHER = "extra_peak_flops_matrix_n", "extra_peak_flops_busy", "extra_peak_flops_other_cpu_frac"
+MFU, SHEET = Extra.mfu_measured, Extra.mfu_datasheet
+ACHIEVED, PEAK, SHEET_PEAK = Extra.achieved_flops_per_s, Extra.peak_flops_measured, Extra.peak_flops_datasheet
+MATRIX_N, BUSY, OTHER = Extra.peak_flops_matrix_n, Extra.peak_flops_busy, Extra.peak_flops_other_cpu_frac
 UNITS = ((1e15, "PFLOP/s"), (1e12, "TFLOP/s"), (1e9, "GFLOP/s"), (1e6, "MFLOP/s"))
 
 

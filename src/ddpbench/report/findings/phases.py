@@ -14,6 +14,12 @@ from ddpbench import analysis
 from ddpbench.report.findings.common import Finding, best_cell, cell_name, matching_rows, ok_runs, row_num
 from ddpbench.report.text import finite, pct_text, sig3
 
+# The kinds this module gives (ddpbench.report.findings discovers them; fields: common.Kind).
+KINDS = {
+    "time": dict(find=lambda t: time_findings(t.runs, t.cells, t.speed, t.shown) + profile_findings(t.profile, t.runs, t.shown),
+                 at_most=3, order=40, trim=40, drop=60),
+}
+
 LARGE_IMBALANCE = 0.1
 PHASES = ("data", "forward", "backward", "exposed_comm", "optimizer", "other")  # they partition a step
 PHASE_TEXT = {"exposed_comm": "exposed communication", "other": "other (unattributed) time"}

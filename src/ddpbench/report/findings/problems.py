@@ -13,6 +13,9 @@ from ddpbench import analysis
 from ddpbench.report.findings.common import Finding, cell_name, matching_rows, ok_runs
 from ddpbench.report.text import listing, plural
 
+# The kinds this module gives (ddpbench.report.findings discovers them; fields: common.Kind).
+KINDS = {"warning": dict(find=lambda t: warning_findings(t.runs, t.cells, t.shown), at_most=6, order=100, trim=90, drop=100)}
+
 
 def _cell_reason(runs: pd.DataFrame, cell, status: str) -> str:
     if runs.empty or "reason" not in runs or "status" not in runs:

@@ -14,6 +14,9 @@ from ddpbench import analysis
 from ddpbench.report.findings.common import Finding, largest, ok_runs, row_num, setting_text
 from ddpbench.report.text import finite, pct_text, ratio_text, value_text
 
+# The kinds this module gives (ddpbench.report.findings discovers them; fields: common.Kind).
+KINDS = {"scaling": dict(find=lambda t: scaling_findings(t.runs, t.speed, t.shown), at_most=3, order=30, trim=10, drop=80)}
+
 
 def scaling_findings(runs: pd.DataFrame, speed: pd.DataFrame, shown: list[str]) -> list[Finding]:
     if speed.empty or "speedup" not in speed or speed["speedup"].notna().sum() == 0:

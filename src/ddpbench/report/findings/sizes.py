@@ -15,6 +15,14 @@ from ddpbench.report.findings.common import (AXIS_TEXT, Finding, best_cell, cell
                                              row_num)  # fmt: skip
 from ddpbench.report.text import finite, ratio_text, sig3, value_text
 
+# The kinds this module gives (ddpbench.report.findings discovers them; fields: common.Kind).
+KINDS = {
+    "batch": dict(find=lambda t: axis_findings("batch_size", "batch", "fig-throughput_vs_batch", t.runs, t.cells, t.speed, t.shown),
+                  at_most=1, order=60, trim=60, drop=40),
+    "dataset": dict(find=lambda t: axis_findings("dataset_size", "dataset", "fig-dataset_size", t.runs, t.cells, t.speed, t.shown),
+                    at_most=1, order=70, trim=70, drop=30),
+}
+
 
 def axis_findings(axis: str, kind: str, anchor: str, runs: pd.DataFrame, cells: pd.DataFrame, speed: pd.DataFrame,
                   shown: list[str]) -> list[Finding]:  # fmt: skip

@@ -19,6 +19,9 @@ from ddpbench import analysis
 from ddpbench.report.findings.common import Finding, row_num, setting_text
 from ddpbench.report.text import finite, listing, ratio_text, sig3
 
+# The kinds this module gives (ddpbench.report.findings discovers them; fields: common.Kind).
+KINDS = {"winner": dict(find=lambda t: winner_findings(t.comparisons, t.shown), at_most=3, order=10, trim=30, drop=90)}
+
 
 def _rank(g: pd.DataFrame) -> list[str]:
     """Strategies of one setting, fastest first: by the sum of their log throughput ratios against
@@ -77,37 +80,14 @@ def _where(settings: list[str], setting_cols: list[str], total: int) -> str:
 
 
 def winner_findings(comparisons: pd.DataFrame, shown: list[str]) -> list[Finding]:
+    """Per setting, the fastest strategy (or a tie, or no comparison), settings with the same
+    outcome said in one sentence: wins first, then partial wins, ties, and what cannot be compared."""
     if comparisons.empty or "verdict" not in comparisons:
         return []
     setting = [c for c in comparisons.columns if c not in analysis.COMPARISON_COLUMNS]
     shown_setting = [c for c in setting if c in shown or c == "world_size"]
     groups = comparisons.groupby(setting, dropna=False, sort=False) if setting else [((), comparisons)]
-    outcomes = []  # (kind, key, setting label, detail)
-    for _, g in groups:
-        order = _rank(g)
-        if len(order) < 2:
-            continue
-        top, second = order[0], order[1]
-        pair = g[((g["strategy_a"] == top) & (g["strategy_b"] == second)) | ((g["strategy_a"] == second) & (g["strategy_b"] == top))]
-        if pair.empty:
-            continue
-        r = pair.iloc[0]
-        est, lo, hi, verdict = _oriented(r, top)
-        where = setting_text(r, shown_setting)
-        flags = (" (unstable)" if analysis.truthy(r.get("unstable", False)) else "") + (
-            " (different code versions)" if analysis.truthy(r.get("versions_differ", False)) else "")
-        undecided = _undecided(g, top, order[2:]) if verdict == "A faster" else []
-        if undecided:  # faster than the runner-up, not (decidedly) than every other strategy: no winner
-            outcomes.append(("partial", (top, second, tuple(u[0] for u in undecided)), where,
-                             (top, second, est, lo, hi, r.get("ratio_ci_level", np.nan), flags, undecided)))  # fmt: skip
-        elif verdict == "A faster":
-            outcomes.append(("win", top, where, (top, second, est, lo, hi, r.get("ratio_ci_level", np.nan), flags)))
-        elif verdict == "B faster":  # cannot happen with consistent estimates; stated as measured
-            outcomes.append(("win", second, where, (second, top, 1 / est, 1 / hi, 1 / lo, r.get("ratio_ci_level", np.nan), flags)))
-        elif verdict == analysis.NO_DIFFERENCE:
-            outcomes.append(("tie", tuple(sorted((top, second))), where, (top, second, est, lo, hi, flags)))
-        else:
-            outcomes.append(("none", tuple(sorted((top, second))), where, (top, second, est, flags)))
+    outcomes = [o for _, g in groups if (o := _outcome(g, shown_setting)) is not None]
     total = len(outcomes)
     grouped: dict[tuple, list] = {}
     for kind, key, where, detail in outcomes:
@@ -115,46 +95,89 @@ def winner_findings(comparisons: pd.DataFrame, shown: list[str]) -> list[Finding
     out = []
     order_of = {"win": 0, "partial": 1, "tie": 2, "none": 3}
     for (kind, key), items in sorted(grouped.items(), key=lambda kv: (order_of[kv[0][0]], -len(kv[1]))):
-        wheres = [w for w, _ in items]
-        place = _where(wheres, shown_setting, total)
+        place = _where([w for w, _ in items], shown_setting, total)
         if kind == "win":
-            if len(items) == 1:
-                win, lose, est, lo, hi, level, flags = items[0][1]
-                text = f"{win} is {ratio_text(est, lo, hi, level)} faster than {lose}{place}{flags}."
-            else:
-                margins = sorted(items, key=lambda it: it[1][2])
-                lo_m, hi_m = margins[0][1], margins[-1][1]
-                losers = sorted({d[1] for _, d in items})
-                runner = f"the runner-up ({listing(losers)})"
-                if sig3(lo_m[2]) == sig3(hi_m[2]):
-                    lows, highs = [d[3] for _, d in items], [d[4] for _, d in items]
-                    by = f"by {sig3(lo_m[2])}× at each, every interval within [{sig3(min(lows))}, {sig3(max(highs))}],"
-                else:
-                    by = f"by {ratio_text(*lo_m[2:6])} to {ratio_text(*hi_m[2:6])}"
-                n_flag = sum(bool(d[6]) for _, d in items)
-                flags = f" ({n_flag} of these comparisons flagged)" if n_flag else ""
-                text = f"{key} is the fastest{place}, {by} over {runner}{flags}."
-            out.append(Finding("winner", text, "comparisons"))
+            out.append(Finding("winner", _win_text(key, items, place), "comparisons"))
         elif kind == "partial":
-            for where, (top, second, est, lo, hi, level, flags, undecided) in items:
-                against = "; ".join(f"{o}: {ratio_text(*iv)}" for o, iv in undecided)
-                text = (f"{top} has the highest throughput{_where([where], shown_setting, total)}, "
-                        f"{ratio_text(est, lo, hi, level)} faster than {second}{flags}, but no winner: its throughput "
-                        f"over {listing([o for o, _ in undecided])}'s is undecided ({against}: "
-                        f"{'an interval that holds 1 or none' if len(undecided) > 1 else _undecided_why(undecided[0][1])}).")
-                out.append(Finding("winner", text, "comparisons", decided=False))
+            out.extend(_partial_findings(items, shown_setting, total))
         elif kind == "tie":
-            top, second, est, lo, hi, flags = items[0][1]
-            if len(items) == 1:
-                text = (f"No detectable difference between {top} and {second}{place}: {top}'s throughput is "
-                        f"{ratio_text(est, lo, hi)} {second}'s, an interval that holds 1{flags}.")
-            else:
-                ests = sorted(d[2] for _, d in items)
-                text = (f"No detectable difference between {key[0]} and {key[1]}{place}: every throughput ratio's "
-                        f"interval holds 1 (the faster over the slower by {sig3(ests[0])}× to {sig3(ests[-1])}×, point estimates).")
-            out.append(Finding("winner", text, "comparisons", decided=False))
+            out.append(Finding("winner", _tie_text(key, items, place), "comparisons", decided=False))
         else:
             text = (f"{key[0]} and {key[1]} cannot be compared{place}: fewer than 2 repeats on a side, "
                     "so no interval and no winner.")
             out.append(Finding("winner", text, "comparisons", decided=False))
     return out
+
+
+def _outcome(g: pd.DataFrame, shown_setting: list[str]) -> tuple | None:
+    """One setting's outcome (kind, key, setting label, detail): kind "win", "partial" (faster than
+    the runner-up, not decidedly than every other), "tie" or "none" (no interval); the key groups
+    settings whose sentence is the same. None for a setting with fewer than two strategies compared."""
+    order = _rank(g)
+    if len(order) < 2:
+        return None
+    top, second = order[0], order[1]
+    pair = g[((g["strategy_a"] == top) & (g["strategy_b"] == second)) | ((g["strategy_a"] == second) & (g["strategy_b"] == top))]
+    if pair.empty:
+        return None
+    r = pair.iloc[0]
+    est, lo, hi, verdict = _oriented(r, top)
+    where = setting_text(r, shown_setting)
+    flags = (" (unstable)" if analysis.truthy(r.get("unstable", False)) else "") + (
+        " (different code versions)" if analysis.truthy(r.get("versions_differ", False)) else "")
+    undecided = _undecided(g, top, order[2:]) if verdict == "A faster" else []
+    if undecided:  # faster than the runner-up, not (decidedly) than every other strategy: no winner
+        return ("partial", (top, second, tuple(u[0] for u in undecided)), where,
+                (top, second, est, lo, hi, r.get("ratio_ci_level", np.nan), flags, undecided))  # fmt: skip
+    if verdict == "A faster":
+        return "win", top, where, (top, second, est, lo, hi, r.get("ratio_ci_level", np.nan), flags)
+    if verdict == "B faster":  # cannot happen with consistent estimates; stated as measured
+        return "win", second, where, (second, top, 1 / est, 1 / hi, 1 / lo, r.get("ratio_ci_level", np.nan), flags)
+    if verdict == analysis.NO_DIFFERENCE:
+        return "tie", tuple(sorted((top, second))), where, (top, second, est, lo, hi, flags)
+    return "none", tuple(sorted((top, second))), where, (top, second, est, flags)
+
+
+def _win_text(key: str, items: list, place: str) -> str:
+    """The winner's sentence: its margin over the runner-up at one setting, or the range of its
+    margins over the settings it wins at."""
+    if len(items) == 1:
+        win, lose, est, lo, hi, level, flags = items[0][1]
+        return f"{win} is {ratio_text(est, lo, hi, level)} faster than {lose}{place}{flags}."
+    margins = sorted(items, key=lambda it: it[1][2])
+    lo_m, hi_m = margins[0][1], margins[-1][1]
+    losers = sorted({d[1] for _, d in items})
+    runner = f"the runner-up ({listing(losers)})"
+    if sig3(lo_m[2]) == sig3(hi_m[2]):
+        lows, highs = [d[3] for _, d in items], [d[4] for _, d in items]
+        by = f"by {sig3(lo_m[2])}× at each, every interval within [{sig3(min(lows))}, {sig3(max(highs))}],"
+    else:
+        by = f"by {ratio_text(*lo_m[2:6])} to {ratio_text(*hi_m[2:6])}"
+    n_flag = sum(bool(d[6]) for _, d in items)
+    flags = f" ({n_flag} of these comparisons flagged)" if n_flag else ""
+    return f"{key} is the fastest{place}, {by} over {runner}{flags}."
+
+
+def _partial_findings(items: list, shown_setting: list[str], total: int) -> list[Finding]:
+    """One undecided finding per setting where the fastest beats the runner-up but not every other."""
+    out = []
+    for where, (top, second, est, lo, hi, level, flags, undecided) in items:
+        against = "; ".join(f"{o}: {ratio_text(*iv)}" for o, iv in undecided)
+        text = (f"{top} has the highest throughput{_where([where], shown_setting, total)}, "
+                f"{ratio_text(est, lo, hi, level)} faster than {second}{flags}, but no winner: its throughput "
+                f"over {listing([o for o, _ in undecided])}'s is undecided ({against}: "
+                f"{'an interval that holds 1 or none' if len(undecided) > 1 else _undecided_why(undecided[0][1])}).")
+        out.append(Finding("winner", text, "comparisons", decided=False))
+    return out
+
+
+def _tie_text(key: tuple, items: list, place: str) -> str:
+    """No detectable difference between two strategies: at one setting with its ratio, or over
+    several with the range of their point estimates."""
+    top, second, est, lo, hi, flags = items[0][1]
+    if len(items) == 1:
+        return (f"No detectable difference between {top} and {second}{place}: {top}'s throughput is "
+                f"{ratio_text(est, lo, hi)} {second}'s, an interval that holds 1{flags}.")
+    ests = sorted(d[2] for _, d in items)
+    return (f"No detectable difference between {key[0]} and {key[1]}{place}: every throughput ratio's "
+            f"interval holds 1 (the faster over the slower by {sig3(ests[0])}× to {sig3(ests[-1])}×, point estimates).")

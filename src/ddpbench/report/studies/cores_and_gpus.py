@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ddpbench import analysis as A
+from ddpbench.core.run_record import Extra
 from ddpbench.report.studies.common import (Study, StudyData, cell_ci, comm_share, devices_not_run, skipped_counts,
                                             study_cells, to_float)  # fmt: skip
 
@@ -24,7 +25,7 @@ def _out_of_memory(runs: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
 
 def _oversubscribed(runs: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
     """Per cell: whether any of its runs had more ranks than the machine's cores (flagged per run)."""
-    flag = runs.get("extra_oversubscribed", pd.Series(False, index=runs.index)).map(A.truthy)
+    flag = runs.get(Extra.oversubscribed, pd.Series(False, index=runs.index)).map(A.truthy)
     frame = runs[cols].assign(_over=flag.to_numpy())
     return frame.groupby(cols, dropna=False, sort=False)["_over"].any().reset_index()
 

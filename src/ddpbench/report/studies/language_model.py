@@ -21,12 +21,13 @@ import numpy as np
 import pandas as pd
 
 from ddpbench import analysis as A
+from ddpbench.core.run_record import Extra
 from ddpbench.report.studies.common import Study, StudyData, axes_text, cell_ci, comm_share, study_cells, to_float
 from ddpbench.report.text import finite, listing, num, pct_text, ratio_text, sig3, value_text
+from ddpbench.strategies import REFERENCE  # the replicated strategy the others are measured against
 
-REFERENCE = "ddp"
-MFU = "extra_mfu_measured"  # cells.csv: model FLOPs achieved / (p x the matmul peak measured per rank)
-MFU_DATASHEET = "extra_mfu_datasheet"
+MFU = Extra.mfu_measured  # cells.csv: model FLOPs achieved / (p x the matmul peak measured per rank)
+MFU_DATASHEET = Extra.mfu_datasheet
 # What train_loss_final is: the last step's loss; in a runs.csv from before the 10-step mean had its own
 # column (train_loss_last10_mean), it was that mean, and the report says so.
 LAST_STEP_LOSS, OLD_TAIL_LOSS = "last-step train loss", "train loss (mean of the last 10 steps)"

@@ -18,8 +18,8 @@ import pandas as pd
 from ddpbench import analysis as A
 from ddpbench.report.studies.common import Study, StudyData, axes_text, cell_ci, study_cells, to_float
 from ddpbench.report.text import finite, listing, num, ratio_text, sig3
+from ddpbench.strategies import REFERENCE  # the replicated strategy the others are measured against
 
-REFERENCE = "ddp"
 # The settings whose effect the answer states, with the value each is compared against
 # (a grid that lacks one, or has only one value of it, gets no such sentence).
 EFFECTS = (("precision", "fp32"), ("grad_accum", 1), ("compile", "none"))

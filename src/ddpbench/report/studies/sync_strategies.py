@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ddpbench import analysis as A
+from ddpbench.core.run_record import Extra
 from ddpbench.report.studies.common import Study, StudyData, axes_text, cell_ci, ms_text, study_cells, to_float
 from ddpbench.report.text import listing, num, sig3
 
@@ -91,14 +92,14 @@ def _norms(runs: pd.DataFrame, cols: list[str]) -> pd.Series:
 def _samples(runs: pd.DataFrame, cols: list[str]) -> dict[tuple, np.ndarray]:
     """Each cell's final parameter vector at the sampled coordinates (extra.param_sample), from its
     first ok run that recorded one (runs of a cell start from the same seed)."""
-    if "extra_param_sample" not in runs:
+    if Extra.param_sample not in runs:
         return {}
-    ok = runs[(runs["status"] == "ok") & runs["extra_param_sample"].notna()]
+    ok = runs[(runs["status"] == "ok") & runs[Extra.param_sample].notna()]
     out = {}
     for key, g in ok.groupby(cols, dropna=False, sort=False):
         try:
             out[A.cell_key(key if isinstance(key, tuple) else (key,))] = np.array(
-                str(g["extra_param_sample"].iloc[0]).split(), float)  # fmt: skip
+                str(g[Extra.param_sample].iloc[0]).split(), float)  # fmt: skip
         except ValueError:
             continue
     return out

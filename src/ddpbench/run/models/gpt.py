@@ -9,6 +9,7 @@ vocabulary at every position, (batch, seq_len, vocab_size).
 Sizes: `gpt_tiny` trains on a CPU in seconds; `gpt2_small` (124 M parameters at GPT-2's
 50,257-token vocabulary and 1,024 context) and `gpt2_medium` (350 M) are GPT-2's, for GPUs.
 The cell's vocab_size and seq_len set the embedding and the context; the sizes set the rest.
+The models' family in the registry (ddpbench.run.models): MODELS names the sizes, SIZES shapes them.
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+
+MODELS = {"gpt_tiny": {"kind": "tokens"}, "gpt2_small": {"kind": "tokens"}, "gpt2_medium": {"kind": "tokens"}}
+ORDER = 50
 
 
 @dataclass(frozen=True)
@@ -101,8 +106,9 @@ class GPT(nn.Module):
         return F.linear(self.ln_f(x), self.tok.weight)  # the head is the token embedding (tied)
 
 
-def build(name: str, vocab_size: int, seq_len: int) -> GPT:
-    return GPT(SIZES[name], vocab_size, seq_len)
+def build(name: str, shape: tuple[int, ...], classes: int) -> GPT:
+    """GPT `name` over a vocabulary of `classes` tokens with a context of shape[0] (seq_len)."""
+    return GPT(SIZES[name], classes, shape[0])
 
 
 def non_embedding_parameters(model: GPT) -> int:

@@ -1,6 +1,0 @@
-"""`python -m ddpbench.catalog`: an alias of `python -m ddpbench.plan.catalog` (and of `ddpbench` subcommands), kept for scripts written before the regroup."""
-
-import runpy
-
-if __name__ == "__main__":
-    runpy.run_module("ddpbench.plan.catalog", run_name="__main__", alter_sys=True)
