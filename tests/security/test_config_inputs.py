@@ -49,9 +49,9 @@ def test_data_root_with_shell_metacharacters_is_inert(workdir):
     """Before: `--data-root d;id;#` unquoted, so `id` ran as a command of its own."""
     proc = dry_run(workdir, 'params={"data_root": "d;id;#"}', 'grid={"dataset": ["mnist"]}')
     assert proc.returncode == 0, proc.output[-3000:]
-    prepare = [c for c in shell_commands(proc) if "ddpbench.run.data" in c]
+    prepare = [c for c in shell_commands(proc) if "ddpbench data" in c]
     assert prepare and all("--data-root 'd;id;#'" in c for c in prepare), prepare
-    train = [c for c in shell_commands(proc) if "ddpbench.run.launch" in c]
+    train = [c for c in shell_commands(proc) if "ddpbench launch" in c]
     assert train and all("--data-root 'd;id;#'" in c for c in train)
 
 
