@@ -49,8 +49,12 @@ def test_the_report_says_what_the_design_decided_open_questions_first(tmp_path):
     assert report.main(["--runs", str(runs_csv), "--out", str(out), "--no-pdf", "--bootstrap", "200", "--design", str(path)]) == 0
     html = (out / "report.html").read_text()
     findings = html[html.index('id="findings"'):html.index('id="decisions"')]
-    assert "Undecided: ddp, world size 2 against allreduce, world size 2" in findings \
-        or "Undecided: allreduce, world size 2 against ddp, world size 2" in findings  # fmt: skip
+    # issue 55: the answer first, then the design's spending, the open questions in one line
+    undecided = findings.index("Undecided (3): ")  # 3 of 6 questions open: one line
+    assert findings.count("Undecided") == 1
+    assert findings.index("Run until decided:") < undecided and findings.index("<li") < findings.index("Run until decided:")
+    assert "ddp, world size 2 against allreduce, world size 2 (within a factor 1.01)" in findings[undecided:] \
+        or "allreduce, world size 2 against ddp, world size 2 (within a factor 1.01)" in findings[undecided:]  # fmt: skip
     section = html[html.index('id="decisions"'):]
     assert "What the design decided" in section and "9 runs" in section
     rows = section[section.index('id="decision-questions"'):section.index("</table>", section.index('id="decision-questions"'))]
@@ -67,3 +71,19 @@ def test_a_fixed_design_has_no_decision_section_and_a_bad_file_is_named(tmp_path
     bad.write_text("{}")
     with pytest.raises(SystemExit, match="round~0.json: not a design decision"):
         decisions.read(bad)
+
+
+def test_the_margin_is_a_factor_and_a_difference_inside_it_says_so():
+    """issue 55: ±15 % was a factor 1.15 either way ([0.870, 1.15]); faster is checked before
+    equivalent, so a difference whose interval lies inside the margin is one by less than it."""
+    def verdict(v, low, high):
+        return design.VerdictRecord(("a", "b"), "comparison", 0.15, v, (low + high) / 2, low, high, (5, 5))
+
+    assert decisions.within_text(verdict("faster", 1.2, 1.3)) == "a factor 1.15"
+    assert decisions.verdict_text(verdict("faster", 1.01, 1.04)) == "faster, by less than the margin"
+    assert decisions.verdict_text(verdict("faster", 1.05, 1.30)) == "faster"
+    assert decisions.verdict_text(verdict("slower", 0.87, 0.99)) == "slower, by less than the margin"
+    assert decisions.verdict_text(verdict("slower", 0.80, 0.99)) == "slower"
+    assert decisions.verdict_text(verdict("equivalent", 0.9, 1.1)) == "equivalent"
+    precision = design.VerdictRecord(("a",), "precision", 0.10, "met", 100.0, 95.0, 105.0, (5,))
+    assert decisions.within_text(precision) == "±10%"

@@ -73,7 +73,7 @@ def test_the_dry_run_shows_the_first_round_and_the_most_the_design_could_run(tmp
     workdir = seed_grid(tmp_path, seeds=2, min_timed_s=0, max_per_cell=8, margin=0.001)
     proc = run(workdir, "-n")
     out = proc.stdout + proc.stderr
-    assert "until decided: 1 question(s) (1 comparison(s) to ±0%); the first round runs 6 (3 per cell), " \
+    assert "until decided: 1 question(s) (1 comparison(s) within a factor 1.00); the first round runs 6 (3 per cell), " \
            "the design at most 16 (looks at 3/5/8 runs per cell)" in out, out[-3000:]  # fmt: skip
     jobs = dict(line.split()[:2] for line in out.splitlines() if line.split()[:1] in (["train"], ["decide_round"]))
     assert jobs == {"train": "6", "decide_round": "1"}, out[-3000:]

@@ -321,7 +321,7 @@ def plan_line(questions: Sequence[Question], settings: Settings, cells: int) -> 
     precision = sum(q.kind == "precision" for q in questions)
     asked = [f"{precision} cell(s) to ±{settings.precision:.0%}"] if precision else []
     if len(questions) > precision:
-        asked.append(f"{len(questions) - precision} comparison(s) to ±{settings.margin:.0%}")
+        asked.append(f"{len(questions) - precision} comparison(s) within a factor {1 + settings.margin:.2f}")
     most = cells * settings.cap
     if settings.budget_runs:
         most = min(most, settings.budget_runs)

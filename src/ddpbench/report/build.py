@@ -186,8 +186,9 @@ def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.P
         # The findings and the page's tables are written while the workers draw
         against = (comparison_section(inp.compare_to, runs, out, inp.baseline_strategy, inp.max_rel_ci)
                    if inp.compare_to else None)  # fmt: skip
-        found = decisions.findings(inp.design) + findings(runs, cells, speed, comparisons, fits, links=links,
-                                                         profile=inp.profile)  # fmt: skip
+        # The answer first, then what the design spent and the questions it left open.
+        found = findings(runs, cells, speed, comparisons, fits, links=links, profile=inp.profile) \
+            + decisions.findings(inp.design)  # fmt: skip
         shown = A.varying(runs, A.axes(runs)) or ["world_size"]
         ctx = dict(
             title=inp.title,

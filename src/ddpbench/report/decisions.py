@@ -60,10 +60,29 @@ def labels(cells: list[str]) -> dict[str, str]:
     return {c: text(p) or c for c, p in parts.items()}
 
 
+def within_text(v: VerdictRecord) -> str:
+    """A question's tolerance in words: a cell's precision is ± its relative half-width; a
+    comparison's margin is a factor either way (1.15: the ratio within [0.870, 1.15])."""
+    if v.kind == "precision":
+        return f"±{v.tolerance:.0%}"
+    return f"a factor {1 + v.tolerance:.2f}"
+
+
+def verdict_text(v: VerdictRecord) -> str:
+    """The verdict in words: a difference whose interval also lies inside the margin is one
+    "by less than the margin" (faster or slower is checked before equivalent)."""
+    text = VERDICT_TEXT.get(v.verdict, v.verdict)
+    factor = 1 + v.tolerance
+    if v.verdict in ("faster", "slower") and v.low is not None and v.high is not None \
+            and 1 / factor <= v.low and v.high <= factor:  # fmt: skip
+        text += ", by less than the margin"
+    return text
+
+
 def _question_text(v: VerdictRecord, name: dict) -> str:
     if v.kind == "precision":
-        return f"{name[v.cells[0]]}: throughput to ±{v.tolerance:.0%}"
-    return f"{name[v.cells[0]]} against {name[v.cells[1]]} (±{v.tolerance:.0%})"
+        return f"{name[v.cells[0]]}: throughput to {within_text(v)}"
+    return f"{name[v.cells[0]]} against {name[v.cells[1]]} (within {within_text(v)})"
 
 
 def _interval(v: VerdictRecord) -> tuple[str, str]:
@@ -87,7 +106,7 @@ def section(decision: Decision | None) -> dict | None:
         estimate, interval = _interval(v)
         more = v.runs_to_decide
         against = name[v.cells[1]] if v.kind == "comparison" else "its precision"
-        rows.append([name[v.cells[0]], against, f"±{v.tolerance:.0%}", VERDICT_TEXT.get(v.verdict, v.verdict),
+        rows.append([name[v.cells[0]], against, within_text(v), verdict_text(v),
                      estimate, interval,
                      " / ".join(map(str, v.runs)),
                      "–" if not v.open else (f"about {more}" if more is not None else v.why or "not estimable")])  # fmt: skip
@@ -105,8 +124,9 @@ def section(decision: Decision | None) -> dict | None:
     note = (f"Intervals are the design's repeated confidence intervals: a comparison's at level {1 - alpha:.2%} at "
             f"every look ({sequential.LEVEL:.0%} over all its looks together), a cell's at "
             f"{1 - sequential.PRECISION_ALPHA:.0%}, so each covers the truth with probability ≥ 95 % however the "
-            "rounds ended (docs/report.md). Faster/slower: the interval excludes 1; equivalent: it lies inside "
-            "±margin; undecided: neither when the design ended. Runs: per cell; 'runs to decide': about how many "
+            "rounds ended (docs/report.md). Faster/slower: the interval excludes 1 (by less than the margin when "
+            "it also lies inside it); equivalent: it lies inside the margin, a factor either way (1.15: the ratio "
+            "within [0.870, 1.15]); undecided: neither when the design ended. Runs: per cell; 'runs to decide': about how many "
             "more per cell, if spread and estimate stay as measured.")  # fmt: skip
     return dict(
         summary=(f"{len(verdicts)} questions after {decision.round + 1} round(s): {settled} decided, "
@@ -118,8 +138,8 @@ def section(decision: Decision | None) -> dict | None:
 
 
 def findings(decision: Decision | None) -> list[Finding]:
-    """What the design spent and decided, then one finding per question it left open (the report
-    lists these first), or none without a design."""
+    """What the design spent and decided, then the questions it left open gathered in one line (the
+    report lists these after the answer's findings), or none without a design."""
     if decision is None:
         return []
     name = labels(list(decision.counts))
@@ -128,12 +148,14 @@ def findings(decision: Decision | None) -> list[Finding]:
                            f"{decision.round + 1} round(s) and {decision.spent['runs']} runs "
                            f"({min(runs)} to {max(runs)} a cell, more where the answer stayed open longer).",
                    ANCHOR)]  # fmt: skip
+    undecided = []
     for v in decision.verdicts:
         if not v.open:
             continue
         estimate, interval = _interval(v)
         more = v.runs_to_decide
-        close = f"about {more} more run(s) per cell would decide it" if more is not None else "more runs are not estimated to decide it"
-        out.insert(len(out) - 1, Finding("warning", f"Undecided: {_question_text(v, name)}: {estimate} {interval} after "
-                                      f"{' / '.join(map(str, v.runs))} runs; {close}.", ANCHOR, decided=False))  # fmt: skip
+        close = f"about {more} more a cell would decide it" if more is not None else "more runs are not estimated to decide it"
+        undecided.append(f"{_question_text(v, name)}: {estimate} {interval} after {' / '.join(map(str, v.runs))} runs, {close}")
+    if undecided:
+        out.append(Finding("warning", f"Undecided ({len(undecided)}): " + "; ".join(undecided) + ".", ANCHOR, decided=False))
     return out
