@@ -74,7 +74,7 @@ class Study:
     layout: Layout
     settings: design.Settings | None  # a sequential design's; None for fixed repeats
     questions: tuple[Question, ...]
-    compare_to: str | None  # the baseline study's runs.csv (compare_to:)
+    compare_to: str | None  # the baseline study's runs.csv (compare_to:), checked; None in a recorded study
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], warn: Warn = _quiet, checks: bool = True) -> Study:
@@ -96,7 +96,8 @@ class Study:
         warn_link_cells(cells, fixed, warn)
         warn_unread_settings(config["params"], axes, warn)
         layout = Layout.of(config["results"])
-        compare_to = compare_to_table(config["compare_to"], layout.results) if checks else config["compare_to"]
+        # A recorded study is read, not run again: it is compared with nothing.
+        compare_to = compare_to_table(config["compare_to"], layout.results) if checks else None
         by_path = dict(zip(cells.index, cells.to_dict(orient="records")))
         questions = tuple(design.grid_questions(by_path, config["baseline"], settings)) if settings else ()
         return cls(config, axes, fixed, base, cells, layout, settings, questions, compare_to)
