@@ -292,12 +292,17 @@ def decisions_on_disk(layout: Layout) -> list[Decision]:
             return found
 
 
-def counts_on_disk(layout: Layout, cells: Sequence[str], settings: Settings) -> dict:
-    """The repeat counts the decisions on disk have asked for so far (the first round's without any)."""
+def counts_of_rounds(cells: Sequence[str], decisions: Sequence[Decision], settings: Settings) -> dict:
+    """Repeat counts of the round after `decisions` (the first round's, then each moving them on)."""
     counts = first_counts(cells, settings)
-    for decision in decisions_on_disk(layout):
+    for decision in decisions:
         counts = counts_after(counts, decision, settings)
     return counts
+
+
+def counts_on_disk(layout: Layout, cells: Sequence[str], settings: Settings) -> dict:
+    """The repeat counts the decisions on disk have asked for so far (the first round's without any)."""
+    return counts_of_rounds(cells, decisions_on_disk(layout), settings)
 
 
 def round_line(decision: Decision) -> str:

@@ -191,10 +191,7 @@ class Study:
     # -- a sequential design's rounds
     def counts_of_round(self, decisions: list[design.Decision]) -> dict[str, int]:
         """Repeat counts of the round after `decisions` (round 0's, then each moving them on)."""
-        counts = design.first_counts(list(self.cells.index), self.settings)
-        for decision in decisions:
-            counts = design.counts_after(counts, decision, self.settings)
-        return counts
+        return design.counts_of_rounds(list(self.cells.index), decisions, self.settings)
 
     def decide(self, round_: int, summaries: list[str]) -> design.Decision:
         """The decision after round `round_` from its runs' summary.json paths."""
