@@ -31,8 +31,9 @@ from ddpbench.strategies.base import make_optimizer, task_loss
 from ddpbench.strategies.fsdp import LOW_PRECISION
 
 
-def bare_rate(params: CellParams, steps: int, warmup: int) -> float:
-    """Samples/s of the plainest loop over `steps` steps after `warmup`."""
+def bare_rate(params: CellParams, steps: int, warmup: int, profile: int = 0) -> float:
+    """Samples/s of the plainest loop over `steps` steps after `warmup`; then, if `profile`, that
+    many more steps under torch.profiler, printing the kernels that took the most device time."""
     device = torch.device("cuda") if params.device == "cuda" else torch.device("cpu")
     precision.configure(params, device)
     torch.manual_seed(params.seed)
@@ -65,7 +66,29 @@ def bare_rate(params: CellParams, steps: int, warmup: int) -> float:
         step(warmup + i)
     if device.type == "cuda":
         torch.cuda.synchronize()
-    return steps * params.batch_size / (time.perf_counter() - start)
+    rate = steps * params.batch_size / (time.perf_counter() - start)
+    if profile:
+        print_top_kernels(lambda i: step(warmup + steps + i), profile, device)
+    return rate
+
+
+def print_top_kernels(step, steps: int, device: torch.device) -> None:
+    """Where the step's time goes: the 20 kernels (or CPU ops) with the most self time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        for i in range(steps):
+            step(i)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+    averages = prof.key_averages()
+    for key in ("self_device_time_total", "self_cuda_time_total", "self_cpu_time_total"):
+        try:  # the column's name changed across torch versions
+            print(averages.table(sort_by=key, row_limit=20), flush=True)
+            return
+        except (AttributeError, KeyError, ValueError):
+            continue
 
 
 def harness_run(params: CellParams, out: Path) -> dict:
@@ -77,6 +100,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=30, help="timed steps on each side")
+    parser.add_argument("--profile", type=int, default=0, metavar="STEPS",
+                        help="after the rounds, profile this many steps of the bare loop and print its top kernels")
     CellParams.add_arguments(parser)
     parser.set_defaults(strategy="single", model="gpt_tiny", dataset="synthetic_tokens", batch_size=16, warmup_steps=3,
                         optimizer="adamw", lr=0.001, dataset_size=512, test_size=0)  # fmt: skip
@@ -104,6 +129,9 @@ def main() -> None:
             ratios.append(rate["harness"] / rate["bare"])
             print(f"round {r}: harness {rate['harness'] * per_sample:,.0f} {unit}, bare {rate['bare'] * per_sample:,.0f} "
                   f"{unit}, ratio {ratios[-1]:.3f}", flush=True)  # fmt: skip
+        if args.profile:
+            torch.compiler.reset()
+            bare_rate(params, 2, params.warmup_steps + 1, profile=args.profile)
     extra = summaries[-1]["extra"]
     print(f"median harness/bare over {rounds} rounds: {statistics.median(ratios):.3f} (target >= 0.98); "
           f"torch {torch.__version__}, {params.device}, {params.model}, {params.precision}")  # fmt: skip

@@ -2,6 +2,7 @@
 
 import json
 import os
+from pathlib import Path
 
 from ddpbench.plan import catalog, estimate, preflight as plan
 from ddpbench.core.params import CellParams
@@ -107,6 +108,16 @@ def test_cpu_flags_are_read_from_cpuinfo_on_x86_and_arm(tmp_path):
     assert plan.cpu_flags(x86) == {"fpu", "sse2", "avx512f", "avx512_bf16"}
     assert plan.cpu_flags(arm) == {"fp", "asimd", "asimdhp", "bf16"}
     assert plan.cpu_flags(tmp_path / "none") is None
+
+
+def test_a_cuda_language_model_whose_vocabulary_is_not_a_multiple_of_64_is_told_the_padded_size():
+    lm = dict(dataset="synthetic_tokens", model="gpt2_small")
+    cells = [cell(device="cuda", vocab_size=50257, **lm), cell(device="cuda", vocab_size=50304, **lm),
+             cell(device="cpu", vocab_size=50257, **lm), cell(device="cuda", vocab_size=1000, **lm)]  # fmt: skip
+    (line,) = plan.vocab_warnings(cells)
+    assert line.startswith("2 CUDA cell(s) have vocab_size 1,000, 50,257") and "set params.vocab_size to 1,024, 50,304" in line
+    assert plan.vocab_warnings(cells[1:3]) == []  # aligned on CUDA, or on a CPU
+    assert any("vocab_size" in w for w in plan.warnings(cells[:1], 1, 1, Path("/nonexistent"), frozenset()))
 
 
 def test_low_precision_on_a_cpu_without_its_arithmetic_is_named_as_emulated():

@@ -86,3 +86,13 @@ def test_the_progress_line_of_a_token_cell_gives_tokens_per_s_too():
     line = progress_line(Path("r"), {"status": "ok", "samples_per_s": 29.1, "tokens_per_s": 29.1 * 512})
     assert line == "[ddpbench] r: ok 29.1 samples/s, 14,899 tokens/s"
     assert progress_line(Path("r"), {"status": "ok", "samples_per_s": 29.1}) == "[ddpbench] r: ok 29.1 samples/s"
+
+
+def test_token_loss_takes_positions_as_rows_with_the_same_value_as_the_class_dimension_form():
+    """task_loss flattens (N, T, V) to rows (CUDA's contiguous softmax, not its strided spatial
+    one, docs/gpu.md); per sample it is still the mean over positions of the (N, V, T) form."""
+    g = torch.Generator().manual_seed(0)
+    out, y = torch.randn(3, 5, 11, generator=g), torch.randint(0, 11, (3, 5), generator=g)
+    per_sample = torch.nn.functional.cross_entropy(out.transpose(1, 2), y, reduction="none").mean(1)
+    assert torch.allclose(task_loss(out, y), per_sample.mean(), rtol=1e-6)
+    assert torch.allclose(task_loss(out, y, "sum"), per_sample.sum(), rtol=1e-6)

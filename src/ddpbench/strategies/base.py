@@ -335,7 +335,11 @@ def task_loss(out: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> to
     model's (N, T, V) against next tokens (N, T). A sample's loss is its mean over positions,
     so "sum" sums samples (what test loss divides by samples)."""
     if out.dim() == 3:
-        per_sample = nn.functional.cross_entropy(out.transpose(1, 2), y, reduction="none").mean(1)
+        # Positions as rows (N*T, V), not (N, V, T): the (N, C, d) form runs CUDA's strided
+        # "spatial" softmax, which took 38 % of a GPT-2-small step on an H200; the rows' is contiguous.
+        n, t, v = out.shape
+        per_position = nn.functional.cross_entropy(out.reshape(n * t, v), y.reshape(n * t), reduction="none")
+        per_sample = per_position.view(n, t).mean(1)
         return per_sample.sum() if reduction == "sum" else per_sample.mean()
     return nn.functional.cross_entropy(out, y, reduction=reduction)
 

@@ -91,7 +91,7 @@ class FSDP(Strategy):
         ctx_state = model._ddpbench_state
         plain = ctx_state.get("bare")
         if plain is None:
-            full = {k: v.full_tensor() if isinstance(v, DTensor) else v for k, v in model.state_dict().items()}
+            full = {k: whole(v) if isinstance(v, DTensor) else v for k, v in model.state_dict().items()}
             plain = ctx_state["skeleton"].to_empty(device=next(iter(full.values())).device)
             plain.load_state_dict(full)
             ctx_state["bare"] = plain
@@ -104,6 +104,29 @@ class FSDP(Strategy):
             "reshard_after_forward": self.reshard_after_forward,
             "exposed_comm_measured": ctx.device.type == "cpu",
         }
+
+
+def whole(t) -> torch.Tensor:
+    """The whole of a sharded parameter (a DTensor, FSDP's Shard(0)), on every rank.
+    DTensor.full_tensor() all-gathers through functional collectives, which killed both ranks
+    by SIGSEGV with gloo on CUDA tensors (torch 2.11, two ranks sharing one GPU); there the
+    shards go through the CPU, padded to torch.chunk's equal pieces as FSDP cuts them."""
+    group = t.device_mesh.get_group()
+    if t.device.type == "cpu" or dist.get_backend(group) != "gloo" or t.dim() == 0:
+        return t.full_tensor()
+    return gathered_through_cpu(t.to_local(), t.shape, group).to(t.device)
+
+
+def gathered_through_cpu(local: torch.Tensor, shape: torch.Size, group) -> torch.Tensor:
+    """Rank r's piece is torch.chunk(whole, world)[r]: pieces of ceil(n / world) rows, the last
+    ones shorter or empty. Each is padded to that size, all-gathered on the CPU and cut back."""
+    world = dist.get_world_size(group)
+    rows = -(-shape[0] // world)
+    padded = torch.zeros((rows, *shape[1:]), dtype=local.dtype)
+    padded[: local.shape[0]] = local.detach().cpu()
+    out = torch.empty((rows * world, *shape[1:]), dtype=local.dtype)
+    ORIGINAL["all_gather_into_tensor"](out, padded, group=group)  # not counted as training's
+    return out[: shape[0]]
 
 
 def skeleton(model: nn.Module) -> nn.Module:
