@@ -8,12 +8,15 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 from report_synth import make_runs
 
+from ddpbench import analysis
 from ddpbench.plan import design
 from ddpbench.report import build as report
 from ddpbench.report import decisions
+from ddpbench.report.findings.winner import winner_findings
 
 pytestmark = pytest.mark.unit
 
@@ -87,3 +90,95 @@ def test_the_margin_is_a_factor_and_a_difference_inside_it_says_so():
     assert decisions.verdict_text(verdict("equivalent", 0.9, 1.1)) == "equivalent"
     precision = design.VerdictRecord(("a",), "precision", 0.10, "met", 100.0, 95.0, 105.0, (5,))
     assert decisions.within_text(precision) == "±10%"
+
+
+# -- one voice (issue 55, item 1): the comparisons read the design's verdicts ------------------------
+
+
+
+def design_runs():
+    """single at p = 1, allreduce and ddp at p = 2, 4 repeats each, with run folders as the
+    workflow names them (RESULTS/runs/<cell>/repeat~N)."""
+    runs = make_runs(strategies=("single", "ddp", "allreduce"), world_sizes=(1, 2), repeats=4, failures=False,
+                     others_at_1=False)  # fmt: skip
+    runs["run_dir"] = [f"results/x/runs/device~cpu/world_size~{p}/strategy~{s}/repeat~{r}"
+                       for p, s, r in zip(runs["world_size"], runs["strategy"], runs["repeat"])]  # fmt: skip
+    return runs
+
+
+def decided(verdict, estimate, low, high, cells=("ddp", "allreduce")) -> design.Decision:
+    """A design's last decision on ddp against allreduce at p = 2 (estimate: ddp / allreduce)."""
+    x, y = (f"device~cpu/world_size~2/strategy~{s}" for s in cells)
+    record = design.VerdictRecord((x, y), "comparison", 0.15, verdict, estimate, low, high, (4, 4))
+    return design.Decision(round=2, done=True, counts={x: 4, y: 4}, targets={}, stopped={x: "decided", y: "decided"},
+                           verdicts=(record,), spent={"runs": 8, "seconds": 40.0}, budget={}, settings={})  # fmt: skip
+
+
+@pytest.mark.parametrize("cell_of, run_dir", [
+    ("device~cpu/world_size~2/strategy~ddp", "results/x/runs/device~cpu/world_size~2/strategy~ddp/repeat~3"),
+    ("world_size~2", "/abs/path/runs/world_size~2/repeat~0"),
+    (None, "results/x/runs/repeat~0"),  # no cell folder
+    (None, "results/runs/ddp-p2/r0"),  # not the workflow's layout
+    (None, "results/x/elsewhere/world_size~2/repeat~0"),
+])  # fmt: skip
+def test_a_runs_cell_is_its_folders_between_runs_and_its_repeat(cell_of, run_dir):
+    assert decisions.cell_of_run(run_dir) == cell_of
+
+
+def test_a_pair_the_design_asked_about_reads_its_verdict_and_interval_turned_to_the_rows_order():
+    runs = design_runs()
+    welch = analysis.comparisons_table(runs)
+    assert len(welch) == 1 and welch.iloc[0]["strategy_a"] == "allreduce" and welch.iloc[0]["interval_from"] == "welch"
+    # the design asked ddp against allreduce (ddp / allreduce = 0.9); the row is allreduce / ddp
+    row = decisions.overlay(welch, runs, decided("slower", 0.9, 0.85, 0.95)).iloc[0]
+    assert row["interval_from"] == "design" and row["verdict"] == "A faster"
+    assert row["ratio"] == pytest.approx(1 / 0.9) and row["ratio_ci_low"] == pytest.approx(1 / 0.95)
+    assert row["ratio_ci_high"] == pytest.approx(1 / 0.85) and row["ratio_ci_level"] == 0.95
+    assert row["n_a"] == 4 and row["n_b"] == 4  # the rest of the row as it was
+    (finding,) = winner_findings(decisions.overlay(welch, runs, decided("slower", 0.9, 0.85, 0.95)), ["world_size"])
+    assert finding.text.startswith("allreduce is 1.11× [1.05, 1.18] faster than ddp")
+    # asked the other way round, the same row
+    same = decisions.overlay(welch, runs, decided("faster", 1 / 0.9, 1 / 0.95, 1 / 0.85, cells=("allreduce", "ddp")))
+    assert same.iloc[0]["verdict"] == "A faster" and same.iloc[0]["ratio"] == pytest.approx(1 / 0.9)
+
+
+@pytest.mark.parametrize("verdict, word, opening", [
+    ("equivalent", analysis.EQUIVALENT, "ddp and allreduce are equivalent within the design's margin at world size 2: "
+                                        "ddp's throughput is 1.02× [0.950, 1.09] allreduce's, an interval inside the margin"),
+    ("undecided", analysis.UNDECIDED, "The design left ddp against allreduce undecided at world size 2: ddp's throughput "
+                                      "is 1.02× [0.950, 1.09] allreduce's, an interval that holds 1 and reaches past"),
+])  # fmt: skip
+def test_equivalent_and_undecided_are_the_designs_words_not_no_detectable_difference(verdict, word, opening):
+    runs = design_runs()
+    table = decisions.overlay(analysis.comparisons_table(runs), runs, decided(verdict, 1.02, 0.95, 1.09))
+    assert table.iloc[0]["verdict"] == word
+    (finding,) = winner_findings(table, ["world_size"])
+    assert finding.text.startswith(opening), finding.text
+    assert "No detectable difference" not in finding.text
+
+
+def test_pairs_the_design_did_not_ask_about_keep_welch_labelled_descriptive_and_no_design_changes_nothing():
+    runs = design_runs()
+    welch = analysis.comparisons_table(runs)
+    unasked = decided("slower", 0.9, 0.85, 0.95, cells=("ddp", "single"))  # another pair
+    table = decisions.overlay(welch, runs, unasked)
+    assert table.iloc[0]["interval_from"] == "descriptive"
+    assert table.drop(columns="interval_from").equals(welch.drop(columns="interval_from"))
+    assert decisions.overlay(welch, runs, None) is welch
+
+
+def test_the_report_gives_one_interval_per_pair_in_its_table_csv_and_findings(tmp_path):
+    runs = design_runs()
+    runs_csv, path = tmp_path / "runs.csv", tmp_path / "round~2.json"
+    runs.to_csv(runs_csv, index=False)
+    decided("slower", 0.9, 0.85, 0.95).write(path)
+    out = tmp_path / "out"
+    assert report.main(["--runs", str(runs_csv), "--out", str(out), "--no-pdf", "--bootstrap", "100", "--design", str(path)]) == 0
+    html = (out / "report.html").read_text()
+    findings = html[html.index('id="findings"'):html.index("</section>", html.index('id="findings"'))]
+    assert "allreduce is 1.11× [1.05, 1.18] faster than ddp" in findings  # the design's, not Welch's
+    table = html[html.index('id="comparisons"'):]
+    row = table[: table.index("</table>")]
+    assert "1.11 [1.05, 1.18]" in row and "the design&#39;s" in row and "1 are the design&#39;s questions" in table
+    csv = pd.read_csv(out / "comparisons.csv")
+    assert csv.iloc[0]["interval_from"] == "design" and csv.iloc[0]["ratio"] == pytest.approx(1 / 0.9)

@@ -23,11 +23,12 @@ import importlib
 # at plan time (every Snakemake start) does not load pandas and scipy.optimize for the report's names.
 _EXPORTS = {
     "breakdowns": ("auto_batch", "epoch_throughput", "profile_cells", "profile_comm_shares", "round_time"),
-    "cells": ("COMPARISON_COLUMNS", "METRICS", "NO_DIFFERENCE", "cell_stats", "comparisons_table", "verdict"),
+    "cells": ("COMPARISON_COLUMNS", "EQUIVALENT", "METRICS", "NO_DIFFERENCE", "UNDECIDED", "cell_stats",
+              "comparisons_table", "verdict"),
     "cost_model": ("N_BOOT", "SEED"),
     "fits": ("amdahl_time", "gustafson_speedup"),
     "health": ("MAX_REL_CI", "THROUGHPUT", "busy_runs", "likely_causes", "oversubscribed_runs", "stability", "timed_runs", "truthy"),
-    "intervals": ("LEVEL", "TESTED_COVERAGE", "TIMING_METRICS", "Interval", "log_t_interval", "numeric_values", "order_stat_rank", "rel_halfwidth", "welch_log_ratio"),
+    "intervals": ("DESCRIPTIVE", "DESIGN", "WELCH", "LEVEL", "TESTED_COVERAGE", "TIMING_METRICS", "Interval", "log_t_interval", "numeric_values", "order_stat_rank", "rel_halfwidth", "welch_log_ratio"),
     "links": ("ACHIEVED", "ALWAYS_LOSES", "LINK_TABLE_COLUMNS", "LOSES_BELOW", "NEVER_LOSES", "link_group_axes", "link_runs", "links_table"),
     "memory": ("HELD", "HELD_PARTS", "MIB", "PEAKS", "SAVING_COLUMNS", "SHARDED", "axis_effects", "cell_key", "has_held", "memory_savings", "peaks", "runs_by_cell"),
     "scaling": ("FIT_COLUMNS", "SPEEDUP_COLUMNS", "fits_table", "speedup_table"),

@@ -20,7 +20,7 @@ from ddpbench.analysis.health import (
     oversubscribed_runs,
     unhealthy_runs,
 )
-from ddpbench.analysis.intervals import LEVEL, Interval, metric_interval
+from ddpbench.analysis.intervals import LEVEL, WELCH, Interval, metric_interval
 from ddpbench.analysis.links import ACHIEVED
 from ddpbench.analysis.tables import SUPERSEDED, TIME, axes, numeric_column, run_version, text_column, text_key
 from ddpbench.core.run_output import TIMELINE_SPANS
@@ -127,10 +127,13 @@ def cell_stats(runs: pd.DataFrame, max_rel_ci: float = MAX_REL_CI) -> pd.DataFra
 
 COMPARISON_COLUMNS = [
     "strategy_a", "strategy_b", "n_a", "n_b", "ratio", "ratio_ci_low", "ratio_ci_high", "ratio_ci_level", "verdict",
-    "unstable", "unstable_cause", "versions_differ",
+    "unstable", "unstable_cause", "versions_differ", "interval_from",
 ]  # fmt: skip
 NO_DIFFERENCE = "no detectable difference"
 NO_COMPARISON = "no interval (fewer than 2 repeats on a side)"
+# The design's verdicts that are not a difference: inside its margin, or not decided when it ended.
+EQUIVALENT = "equivalent within the margin"
+UNDECIDED = "undecided"
 
 
 def verdict(iv: Interval) -> str:
@@ -207,5 +210,5 @@ def comparisons_table(runs: pd.DataFrame, max_rel_ci: float = MAX_REL_CI) -> pd.
             half = float(qi * se) if se > 0 else 0.0
             iv = Interval(float(np.exp(d)), float(np.exp(d - half)), float(np.exp(d + half)), LEVEL)
         row.update(ratio=iv.estimate, ratio_ci_low=iv.low, ratio_ci_high=iv.high, ratio_ci_level=iv.level,
-                   verdict=verdict(iv))  # fmt: skip
+                   verdict=verdict(iv), interval_from=WELCH)  # fmt: skip
     return pd.DataFrame(rows, columns=[*setting, *COMPARISON_COLUMNS])

@@ -14,7 +14,7 @@ import pandas as pd
 from ddpbench.analysis.cost_model import N_BOOT, fit_comm_sweep, fit_cost_model
 from ddpbench.analysis.fits import amdahl_time, fit_amdahl, fit_gustafson, karp_flatt
 from ddpbench.analysis.health import MAX_REL_CI, stability
-from ddpbench.analysis.intervals import LEVEL, Interval, log_t_interval, welch_log_ratio
+from ddpbench.analysis.intervals import LEVEL, WELCH, Interval, log_t_interval, welch_log_ratio
 from ddpbench.analysis.tables import (
     BASELINE_STRATEGY,
     IRRELEVANT_AT_BASELINE,
@@ -32,7 +32,7 @@ from ddpbench.analysis.tables import (
 SPEEDUP_COLUMNS = [
     "n_repeats", "baseline", "baseline_n", "time_s", "baseline_time_s", "measure", "speedup", "speedup_ci_low",
     "speedup_ci_high", "speedup_ci_level", "efficiency", "efficiency_ci_low", "efficiency_ci_high", "unstable",
-    "unstable_cause", "versions_differ",
+    "unstable_cause", "versions_differ", "interval_from",
 ]  # fmt: skip
 
 
@@ -95,6 +95,7 @@ def speedup_table(
             efficiency_ci_high=s.high / p,
             **_pair_stability({"cell": g, "baseline": base_runs}, max_rel_ci, memo),
             versions_differ=memo.versions_differ(g, base_runs),
+            interval_from=WELCH,  # report.decisions.overlay_speedups: the design's, where it asked
         )
         rows.append(row)
     return pd.DataFrame(rows, columns=[*cols, *SPEEDUP_COLUMNS])

@@ -38,6 +38,7 @@ from ddpbench.report import decisions, figures as plots, studies
 from ddpbench.core import safe_io, storage
 from ddpbench.core import layout, study_config
 from ddpbench.plan import design
+from ddpbench.plan.design import Decision
 from ddpbench.plan.study import Study
 from ddpbench.report.compare_page import comparison_section
 from ddpbench.report.context import DEFINITIONS, environment, grid, methodology, provenance_warnings
@@ -71,7 +72,7 @@ class Inputs:
     compare_to: str | None = None  # a stored result set: this report compares its runs against it
     profile: pd.DataFrame | None = None  # aggregate's profile.csv (runs with profile_steps > 0)
     studies: tuple[str, ...] = ()  # study presets' names (studies.STUDIES): their sections follow the findings
-    design: dict | None = None  # a sequential design's last decision (report.decisions), None for fixed repeats
+    design: Decision | None = None  # a sequential design's last decision (report.decisions), None for fixed repeats
 
 
 # -- the page's parts --------------------------------------------------------------------------
@@ -175,7 +176,9 @@ def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.P
         early = plots.start_figures(plots.Data(runs, cells, none, none, inp.steps, inp.comm, profile=inp.profile), out, formats,
                                     [k for k in kinds if k not in plots.FITTED_KINDS], pool)  # fmt: skip
         speed, fits = pending["speedup+fits"]()
-        comparisons = pending["comparisons"]()
+        speed = decisions.overlay_speedups(speed, runs, inp.design, inp.baseline_strategy)
+        # When a design ran, the pairs it asked about read its verdicts and intervals everywhere below.
+        comparisons = decisions.overlay(pending["comparisons"](), runs, inp.design)
         links = A.links_table(runs, inp.baseline_strategy)
         for name, table in (("cells", cells), ("speedup", speed), ("fits", fits), ("comparisons", comparisons),
                             ("links", links)):  # fmt: skip

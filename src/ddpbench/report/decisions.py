@@ -5,13 +5,22 @@ Per question the verdict and its interval (the design's repeated confidence inte
 however the rounds ended), the runs behind it and, for a question left open, about how many more
 runs per cell would close it; per cell its runs and why it stopped; and the budget spent. Open
 questions come first, in the table and in the findings.
+
+`overlay` makes the rest of the report speak with the design's voice: each row of
+comparisons.csv for a pair the design asked about takes the design's verdict and interval.
 """
 
 from __future__ import annotations
 
 import pathlib
 
-from ddpbench.analysis import sequential
+import pandas as pd
+
+from ddpbench.analysis import cells as analysis_cells, sequential
+from ddpbench.analysis.intervals import DESCRIPTIVE, DESIGN
+from ddpbench.analysis.scaling import SPEEDUP_COLUMNS
+from ddpbench.analysis.tables import text_key
+from ddpbench.core.layout import RUNS
 from ddpbench.plan.design import Decision, VerdictRecord
 from ddpbench.report.findings.common import AXIS_TEXT, Finding
 from ddpbench.report.tables import Table
@@ -159,3 +168,97 @@ def findings(decision: Decision | None) -> list[Finding]:
     if undecided:
         out.append(Finding("warning", f"Undecided ({len(undecided)}): " + "; ".join(undecided) + ".", ANCHOR, decided=False))
     return out
+
+
+# -- one voice: the comparisons table reads the design's verdicts --------------------------------
+
+ROW_VERDICT = {"faster": "A faster", "slower": "B faster", "equivalent": analysis_cells.EQUIVALENT}
+TURNED = {"faster": "slower", "slower": "faster"}
+
+
+def cell_of_run(run_dir: str) -> str | None:
+    """The cell a run belongs to, as the design names it: its name~value folders between the
+    results folder's runs/ and repeat~N (None for a path of another shape)."""
+    parts = pathlib.PurePosixPath(str(run_dir)).parts
+    if len(parts) < 3 or not parts[-1].startswith("repeat~"):
+        return None
+    i = len(parts) - 2
+    while i >= 0 and "~" in parts[i]:
+        i -= 1
+    return "/".join(parts[i + 1 : -1]) if i >= 0 and parts[i] == RUNS and i < len(parts) - 2 else None
+
+
+def _asked(decision: Decision) -> dict[frozenset, VerdictRecord]:
+    return {frozenset(v.cells): v for v in decision.verdicts if v.kind == "comparison" and len(set(v.cells)) == 2}
+
+
+def _cell_index(runs: pd.DataFrame, cols: list[str]) -> dict[tuple, str]:
+    """The values of `cols` (as text) -> the one cell the ok runs with those values are of."""
+    index = {}
+    for key, g in runs[runs["status"] == "ok"].groupby(cols, dropna=False, sort=False):
+        found = {cell_of_run(d) for d in g["run_dir"]} - {None}
+        if len(found) == 1:
+            index[text_key(key if isinstance(key, tuple) else (key,))] = found.pop()
+    return index
+
+
+def overlay(comparisons: pd.DataFrame, runs: pd.DataFrame, decision: Decision | None) -> pd.DataFrame:
+    """comparisons.csv as the design decided it: a row for a pair of cells the design compared takes
+    its verdict (A faster / B faster / equivalent within the margin / undecided) and its repeated
+    interval, turned round where the design asked B against A (interval_from "design"); every other
+    row keeps its Welch interval, labelled descriptive. Unchanged without a design."""
+    if decision is None or comparisons.empty or "run_dir" not in runs:
+        return comparisons
+    asked = _asked(decision)
+    setting = [c for c in comparisons.columns if c not in analysis_cells.COMPARISON_COLUMNS]
+    cell_at = _cell_index(runs, [*setting, "strategy"])
+    out = comparisons.copy()
+    out["interval_from"] = DESCRIPTIVE
+    for i, r in out.iterrows():
+        where = tuple(r[c] for c in setting)
+        a, b = (cell_at.get(text_key((*where, r[side]))) for side in ("strategy_a", "strategy_b"))
+        v = asked.get(frozenset((a, b))) if a and b else None
+        if v is None or v.estimate is None:
+            continue
+        out.loc[i, ["ratio", "ratio_ci_low", "ratio_ci_high", "ratio_ci_level", "verdict", "interval_from"]] = \
+            _as_row(v, turned=v.cells[0] != a)  # fmt: skip
+    return out
+
+
+def overlay_speedups(speed: pd.DataFrame, runs: pd.DataFrame, decision: Decision | None,
+                     baseline_strategy: str) -> pd.DataFrame:  # fmt: skip
+    """speedup.csv as the design decided it: a cell whose speedup question (the cell against the
+    baseline strategy at p = 1, every other axis equal: plan.design.grid_questions) the design
+    asked takes its repeated interval for S(p) (the throughput ratio: an epoch's samples are the
+    same on both sides) and S/p for E(p); interval_from as in `overlay`."""
+    if decision is None or speed.empty or "run_dir" not in runs:
+        return speed
+    asked = _asked(decision)
+    cols = [c for c in speed.columns if c not in SPEEDUP_COLUMNS]
+    cell_at = _cell_index(runs, cols)
+    out = speed.copy()
+    out["interval_from"] = DESCRIPTIVE
+    for i, r in out.iterrows():
+        values = {c: r[c] for c in cols}
+        cell = cell_at.get(text_key(values.values()))
+        base = cell_at.get(text_key({**values, "strategy": baseline_strategy, "world_size": 1}.values()))
+        v = asked.get(frozenset((cell, base))) if cell and base and cell != base else None
+        if v is None or v.estimate is None:
+            continue
+        s, low, high, level, _, source = _as_row(v, turned=v.cells[0] != cell)
+        p = float(r["world_size"])
+        out.loc[i, ["speedup", "speedup_ci_low", "speedup_ci_high", "speedup_ci_level", "efficiency",
+                    "efficiency_ci_low", "efficiency_ci_high", "interval_from"]] = \
+            [s, low, high, level, s / p, low / p, high / p, source]  # fmt: skip
+    return out
+
+
+def _as_row(v: VerdictRecord, turned: bool) -> list:
+    """ratio A/B, its interval, level, verdict and source of a design's comparison of cells (x, y)
+    (x/y as recorded; `turned`: the row's A is y)."""
+    nan = float("nan")
+    est, low, high = v.estimate, (nan if v.low is None else v.low), (nan if v.high is None else v.high)
+    word = TURNED.get(v.verdict, v.verdict) if turned else v.verdict
+    if turned:
+        est, low, high = 1 / est, 1 / high, 1 / low
+    return [est, low, high, sequential.LEVEL, ROW_VERDICT.get(word, analysis_cells.UNDECIDED), DESIGN]

@@ -99,10 +99,22 @@ def speedup_table(speed: pd.DataFrame, shown: list[str]) -> Table:
         for _, r in speed.iterrows()
     ]
     classes = ["unstable" if bool(r.get("unstable", False)) else "" for _, r in speed.iterrows()]
-    return Table(shown + ["measure", "baseline", "repeats", "epoch time [s]", "S(p)", "E(p)", "flags"], rows,
-                 "S = geometric-mean baseline epoch time / geometric-mean epoch time [95% Welch t-interval on the "
-                 "log ratio]; E = S/p with S's interval over p; UNSTABLE: the cell or its baseline is unstable (the cause "
-                 "in the flags)", classes)  # fmt: skip
+    columns = shown + ["measure", "baseline", "repeats", "epoch time [s]", "S(p)", "E(p)", "flags"]
+    note = ("S = geometric-mean baseline epoch time / geometric-mean epoch time [95% Welch t-interval on the "
+            "log ratio]; E = S/p with S's interval over p; UNSTABLE: the cell or its baseline is unstable (the cause "
+            "in the flags)")  # fmt: skip
+    if _from_a_design(speed):
+        for row, (_, r) in zip(rows, speed.iterrows()):
+            row.insert(len(shown) + 6, SOURCE_TEXT.get(r["interval_from"], str(r["interval_from"])))
+        columns.insert(len(shown) + 6, "interval")
+        note += ("; interval: the design's (its repeated 95% interval on the throughput ratio, as in 'What the design "
+                 "decided') where it asked the cell against the baseline, else Welch's, descriptive only")  # fmt: skip
+    return Table(columns, rows, note, classes)
+
+
+def _from_a_design(table: pd.DataFrame) -> bool:
+    """Whether a sequential design's verdicts were laid over the table (report.decisions.overlay)."""
+    return "interval_from" in table and not (table["interval_from"] == A.WELCH).all()
 
 
 def speedup_flags(r) -> str:
@@ -129,10 +141,23 @@ def comparisons_table(cmp: pd.DataFrame, shown: list[str]) -> Table:
                f"UNSTABLE: {r['unstable_cause']}" if bool(r["unstable"]) else ""]
             for _, r in order.iterrows()]  # fmt: skip
     n_diff = int(order["_diff"].sum())
+    classes = ["unstable" if bool(r["unstable"]) else "" for _, r in order.iterrows()]
+    if _from_a_design(order):  # say where each row's interval comes from
+        for row, (_, r) in zip(rows, order.iterrows()):
+            row.insert(len(setting) + 3, SOURCE_TEXT.get(r["interval_from"], str(r["interval_from"])))
+        n_design = int((order["interval_from"] == A.DESIGN).sum())
+        return Table(setting + ["A / B", "throughput ratio A/B", "verdict", "interval", "repeats", "flags"], rows,
+                     f"{n_diff} of {len(order)} comparisons show a difference. {n_design} are the design's questions: "
+                     "their verdict and interval are the design's (its repeated 95% interval, as in 'What the design "
+                     "decided'). The others it did not ask about: a 95% Welch t-interval on the log ratio, descriptive "
+                     "only (collected by the design's rounds, not for them).", classes)  # fmt: skip
     return Table(setting + ["A / B", "throughput ratio A/B", "verdict", "repeats", "flags"], rows,
                  f"{n_diff} of {len(order)} comparisons show a difference. Ratio of geometric-mean throughputs "
                  "[95% Welch t-interval on the log ratio]; a difference is called only when the interval excludes 1.",
-                 ["unstable" if bool(r["unstable"]) else "" for _, r in order.iterrows()])  # fmt: skip
+                 classes)  # fmt: skip
+
+
+SOURCE_TEXT = {"design": "the design's", "descriptive": "descriptive (Welch)"}
 
 
 KIND_ORDER = {"fit": 0, "prediction": 1, "measured": 2}

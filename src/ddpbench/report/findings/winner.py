@@ -3,7 +3,8 @@
 Per setting (all axes equal but strategy, world size included), strategies are ranked by their
 throughput ratios; the fastest is named with its margin over the runner-up only where that
 comparison's interval excludes 1 (verdict "A faster"/"B faster"). Where the interval holds 1:
-"no detectable difference between X and Y"; where a side has fewer than 2 repeats: no interval,
+"no detectable difference between X and Y" (where a design asked: equivalent within its margin,
+or undecided; the rows carry its verdict and interval, report.decisions.overlay); where a side has fewer than 2 repeats: no interval,
 no winner. Settings with the same outcome collapse into one sentence ("ddp is the fastest at
 every world size measured, by 1.21× [..] to 1.52× [..] over the runner-up").
 """
@@ -133,8 +134,9 @@ def _outcome(g: pd.DataFrame, shown_setting: list[str]) -> tuple | None:
         return "win", top, where, (top, second, est, lo, hi, r.get("ratio_ci_level", np.nan), flags)
     if verdict == "B faster":  # cannot happen with consistent estimates; stated as measured
         return "win", second, where, (second, top, 1 / est, 1 / hi, 1 / lo, r.get("ratio_ci_level", np.nan), flags)
-    if verdict == analysis.NO_DIFFERENCE:
-        return "tie", tuple(sorted((top, second))), where, (top, second, est, lo, hi, flags)
+    if verdict == analysis.NO_DIFFERENCE:  # a design's row says which: equivalent, or undecided when it ended
+        word = str(r["verdict"]) if r["verdict"] in (analysis.EQUIVALENT, analysis.UNDECIDED) else analysis.NO_DIFFERENCE
+        return "tie", (*sorted((top, second)), word), where, (top, second, est, lo, hi, flags)
     return "none", tuple(sorted((top, second))), where, (top, second, est, flags)
 
 
@@ -171,13 +173,22 @@ def _partial_findings(items: list, shown_setting: list[str], total: int) -> list
     return out
 
 
+TIE_WORDS = {  # (opening, what the interval is)
+    analysis.NO_DIFFERENCE: ("No detectable difference between {a} and {b}", "an interval that holds 1"),
+    analysis.EQUIVALENT: ("{a} and {b} are equivalent within the design's margin", "an interval inside the margin"),
+    analysis.UNDECIDED: ("The design left {a} against {b} undecided", "an interval that holds 1 and reaches past the margin"),
+}
+
+
 def _tie_text(key: tuple, items: list, place: str) -> str:
-    """No detectable difference between two strategies: at one setting with its ratio, or over
-    several with the range of their point estimates."""
+    """No detectable difference between two strategies (or, where a design asked, equivalent within
+    its margin, or undecided): at one setting with its ratio, or over several with the range of
+    their point estimates."""
     top, second, est, lo, hi, flags = items[0][1]
+    opening, interval = TIE_WORDS[key[2]]
     if len(items) == 1:
-        return (f"No detectable difference between {top} and {second}{place}: {top}'s throughput is "
-                f"{ratio_text(est, lo, hi)} {second}'s, an interval that holds 1{flags}.")
+        return (f"{opening.format(a=top, b=second)}{place}: {top}'s throughput is "
+                f"{ratio_text(est, lo, hi)} {second}'s, {interval}{flags}.")
     ests = sorted(d[2] for _, d in items)
-    return (f"No detectable difference between {key[0]} and {key[1]}{place}: every throughput ratio's "
+    return (f"{opening.format(a=key[0], b=key[1])}{place}: every throughput ratio's "
             f"interval holds 1 (the faster over the slower by {sig3(ests[0])}× to {sig3(ests[-1])}×, point estimates).")
