@@ -182,3 +182,25 @@ def test_the_report_gives_one_interval_per_pair_in_its_table_csv_and_findings(tm
     assert "1.11 [1.05, 1.18]" in row and "the design&#39;s" in row and "1 are the design&#39;s questions" in table
     csv = pd.read_csv(out / "comparisons.csv")
     assert csv.iloc[0]["interval_from"] == "design" and csv.iloc[0]["ratio"] == pytest.approx(1 / 0.9)
+
+
+def test_a_cells_speedup_the_design_asked_about_is_its_interval_and_the_sentence_says_it():
+    from ddpbench.report.findings.scaling import scaling_findings
+
+    runs = design_runs()
+    speed = analysis.speedup_table(runs)
+    assert set(speed["interval_from"]) == {"welch"}
+    single, ddp = "device~cpu/world_size~1/strategy~single", "device~cpu/world_size~2/strategy~ddp"
+    record = design.VerdictRecord((single, ddp), "comparison", 0.15, "slower", 1 / 1.8, 1 / 2.0, 1 / 1.6, (4, 4))
+    decision = design.Decision(round=1, done=True, counts={single: 4, ddp: 4}, targets={}, stopped={}, verdicts=(record,),
+                               spent={"runs": 8, "seconds": 40.0}, budget={}, settings={})  # fmt: skip
+    table = decisions.overlay_speedups(speed, runs, decision, "single")
+    row = table[(table["strategy"] == "ddp") & (table["world_size"] == 2)].iloc[0]
+    assert row["interval_from"] == "design" and row["speedup"] == pytest.approx(1.8)
+    assert (row["speedup_ci_low"], row["speedup_ci_high"]) == (pytest.approx(1.6), pytest.approx(2.0))
+    assert row["efficiency"] == pytest.approx(0.9) and row["efficiency_ci_high"] == pytest.approx(1.0)
+    others = table[table["strategy"] != "ddp"]
+    assert set(others["interval_from"]) == {"descriptive"}  # allreduce and single itself: not asked
+    assert others.drop(columns="interval_from").equals(speed[speed["strategy"] != "ddp"].drop(columns="interval_from"))
+    texts = [f.text for f in scaling_findings(runs, table, ["world_size", "strategy"])]
+    assert any("ddp is 1.80× [1.60, 2.00] faster than one process" in t for t in texts), texts
