@@ -204,3 +204,24 @@ def test_a_cells_speedup_the_design_asked_about_is_its_interval_and_the_sentence
     assert others.drop(columns="interval_from").equals(speed[speed["strategy"] != "ddp"].drop(columns="interval_from"))
     texts = [f.text for f in scaling_findings(runs, table, ["world_size", "strategy"])]
     assert any("ddp is 1.80× [1.60, 2.00] faster than one process" in t for t in texts), texts
+
+
+@pytest.mark.parametrize("verdict, unstable", [("met", False), ("undecided", True)])
+def test_a_cells_throughput_interval_and_unstable_flag_are_the_designs_precision_verdict(verdict, unstable):
+    runs = design_runs()
+    cells = analysis.cell_stats(runs, max_rel_ci=0.10)
+    ddp = "device~cpu/world_size~2/strategy~ddp"
+    at = (cells["strategy"] == "ddp") & (cells["world_size"] == 2)
+    est = float(cells.loc[at, "samples_per_s"].iloc[0])
+    record = design.VerdictRecord((ddp,), "precision", 0.10, verdict, est, est * 0.8, est * 1.25, (4,))
+    decision = design.Decision(round=1, done=True, counts={ddp: 4}, targets={}, stopped={}, verdicts=(record,),
+                               spent={"runs": 4, "seconds": 20.0}, budget={}, settings={})  # fmt: skip
+    table = decisions.overlay_cells(cells, runs, decision)
+    row = table[at].iloc[0]
+    assert row["interval_from"] == "design" and bool(row["unstable"]) is unstable
+    assert row["samples_per_s_ci_low"] == pytest.approx(est * 0.8) and row["samples_per_s_ci_high"] == pytest.approx(est * 1.25)
+    assert row["throughput_rel_ci"] == pytest.approx(0.225)
+    assert ("precision ±10% not met after 4 runs" in row["unstable_cause"]) is unstable
+    rest = table[~at]
+    assert set(rest["interval_from"]) == {"descriptive"}
+    assert rest.drop(columns="interval_from").equals(cells[~at])

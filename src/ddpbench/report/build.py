@@ -169,7 +169,7 @@ def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.P
     formats = plots.FORMATS if pdf else ("svg",)
     with plots.worker_pool() as pool:  # one pool for the tables and the figures
         pending = start_tables(inp, pool)
-        cells = pending["cells"]()
+        cells = decisions.overlay_cells(pending["cells"](), runs, inp.design)
         # The figures of the runs and cells are drawn while the fits are still being computed
         none = pd.DataFrame()
         kinds = plots.kinds_for([k for name in inp.studies for k in studies.STUDIES[name].figures])

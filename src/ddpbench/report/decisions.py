@@ -19,7 +19,7 @@ import pandas as pd
 from ddpbench.analysis import cells as analysis_cells, sequential
 from ddpbench.analysis.intervals import DESCRIPTIVE, DESIGN
 from ddpbench.analysis.scaling import SPEEDUP_COLUMNS
-from ddpbench.analysis.tables import text_key
+from ddpbench.analysis.tables import axes as analysis_axes, text_key
 from ddpbench.core.layout import RUNS
 from ddpbench.plan.design import Decision, VerdictRecord
 from ddpbench.report.findings.common import AXIS_TEXT, Finding
@@ -250,6 +250,36 @@ def overlay_speedups(speed: pd.DataFrame, runs: pd.DataFrame, decision: Decision
         out.loc[i, ["speedup", "speedup_ci_low", "speedup_ci_high", "speedup_ci_level", "efficiency",
                     "efficiency_ci_low", "efficiency_ci_high", "interval_from"]] = \
             [s, low, high, level, s / p, low / p, high / p, source]  # fmt: skip
+    return out
+
+
+def overlay_cells(cells: pd.DataFrame, runs: pd.DataFrame, decision: Decision | None) -> pd.DataFrame:
+    """cells.csv as the design decided it: a cell with a precision question takes the design's
+    throughput interval (samples/s, and tokens/s scaled alike) and its unstable flag says whether
+    the design's precision target was met (its interval, not a plain 95 % one, at the design's
+    tolerance); interval_from as in `overlay`. Unchanged without a design."""
+    if decision is None or cells.empty or "run_dir" not in runs:
+        return cells
+    precision = {v.cells[0]: v for v in decision.verdicts if v.kind == "precision"}
+    cols = [c for c in analysis_axes(runs) if c in cells]
+    cell_at = _cell_index(runs, cols)
+    out = cells.copy()
+    out["interval_from"] = DESCRIPTIVE
+    for i, r in out.iterrows():
+        v = precision.get(cell_at.get(text_key(r[c] for c in cols)))
+        if v is None or v.estimate is None or v.low is None or v.high is None:
+            continue
+        met = v.verdict == "met"
+        cause = "" if met else f"the design's precision ±{v.tolerance:.0%} not met after {v.runs[0]} runs"
+        if not met and r.get("unstable_cause"):
+            cause += f" ({r['unstable_cause']})"
+        for metric in ("samples_per_s", "tokens_per_s"):
+            if f"{metric}_ci_low" in out and pd.notna(r.get(metric)) and r.get(metric):
+                scale = float(r[metric]) / v.estimate  # tokens/s: samples/s times the tokens of a sample
+                out.loc[i, [f"{metric}_ci_low", f"{metric}_ci_high", f"{metric}_ci_level"]] = \
+                    [v.low * scale, v.high * scale, sequential.LEVEL]  # fmt: skip
+        out.loc[i, ["throughput_rel_ci", "unstable", "unstable_cause", "interval_from"]] = \
+            [(v.high - v.low) / 2 / v.estimate, not met, cause, DESIGN]  # fmt: skip
     return out
 
 

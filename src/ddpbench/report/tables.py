@@ -83,6 +83,9 @@ def cells_table(cells: pd.DataFrame, shown: list[str]) -> Table:
             f"{', '.join(A.METRICS[m] for m in medians)}: median [order-statistic interval at the level in the "
             "column 'median interval level']; one repeat: no interval. UNSTABLE: the throughput interval's "
             "half-width exceeds the stability threshold (see Methodology).")  # fmt: skip
+    if _from_a_design(cells):
+        note += (" Where the design asked a cell's precision, its throughput interval is the design's (as in 'What the "
+                 "design decided') and UNSTABLE means the design's precision target was not met.")  # fmt: skip
     return Table(shown + ["repeats"] + [A.METRICS[m] for m in metrics] + (["median interval level"] if medians else [])
                  + ["flags"], rows, note, classes)  # fmt: skip
 
