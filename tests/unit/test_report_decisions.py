@@ -221,6 +221,8 @@ def test_a_cells_throughput_interval_and_unstable_flag_are_the_designs_precision
     assert row["interval_from"] == "design" and bool(row["unstable"]) is unstable
     assert row["samples_per_s_ci_low"] == pytest.approx(est * 0.8) and row["samples_per_s_ci_high"] == pytest.approx(est * 1.25)
     assert row["throughput_rel_ci"] == pytest.approx(0.225)
+    epoch = float(cells.loc[at, "epoch_time_s"].iloc[0])  # an epoch's samples over the throughput: turned round
+    assert (row["epoch_time_s_ci_low"], row["epoch_time_s_ci_high"]) == (pytest.approx(epoch / 1.25), pytest.approx(epoch / 0.8))
     assert ("precision ±10% not met after 4 runs" in row["unstable_cause"]) is unstable
     rest = table[~at]
     assert set(rest["interval_from"]) == {"descriptive"}

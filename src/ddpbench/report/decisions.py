@@ -255,7 +255,7 @@ def overlay_speedups(speed: pd.DataFrame, runs: pd.DataFrame, decision: Decision
 
 def overlay_cells(cells: pd.DataFrame, runs: pd.DataFrame, decision: Decision | None) -> pd.DataFrame:
     """cells.csv as the design decided it: a cell with a precision question takes the design's
-    throughput interval (samples/s, and tokens/s scaled alike) and its unstable flag says whether
+    throughput interval (samples/s; tokens/s and the epoch time, which follow from it, alike) and its unstable flag says whether
     the design's precision target was met (its interval, not a plain 95 % one, at the design's
     tolerance); interval_from as in `overlay`. Unchanged without a design."""
     if decision is None or cells.empty or "run_dir" not in runs:
@@ -272,12 +272,17 @@ def overlay_cells(cells: pd.DataFrame, runs: pd.DataFrame, decision: Decision | 
         met = v.verdict == "met"
         cause = "" if met else f"the design's precision ±{v.tolerance:.0%} not met after {v.runs[0]} runs"
         if not met and r.get("unstable_cause"):
-            cause += f" ({r['unstable_cause']})"
-        for metric in ("samples_per_s", "tokens_per_s"):
-            if f"{metric}_ci_low" in out and pd.notna(r.get(metric)) and r.get(metric):
-                scale = float(r[metric]) / v.estimate  # tokens/s: samples/s times the tokens of a sample
-                out.loc[i, [f"{metric}_ci_low", f"{metric}_ci_high", f"{metric}_ci_level"]] = \
-                    [v.low * scale, v.high * scale, sequential.LEVEL]  # fmt: skip
+            cause += f"; {r['unstable_cause']}"
+        for metric in ("samples_per_s", "tokens_per_s", "epoch_time_s"):
+            if f"{metric}_ci_low" not in out or pd.isna(r.get(metric)) or not r.get(metric):
+                continue
+            if metric == "epoch_time_s":  # an epoch's samples / throughput: the interval turned round
+                scale = float(r[metric]) * v.estimate
+                bounds = [scale / v.high, scale / v.low]
+            else:  # tokens/s: samples/s times the tokens of a sample
+                scale = float(r[metric]) / v.estimate
+                bounds = [v.low * scale, v.high * scale]
+            out.loc[i, [f"{metric}_ci_low", f"{metric}_ci_high", f"{metric}_ci_level"]] = [*bounds, sequential.LEVEL]
         out.loc[i, ["throughput_rel_ci", "unstable", "unstable_cause", "interval_from"]] = \
             [(v.high - v.low) / 2 / v.estimate, not met, cause, DESIGN]  # fmt: skip
     return out
