@@ -13,6 +13,7 @@ import pytest
 from report_synth import make_runs
 
 from ddpbench import analysis
+from ddpbench.core.layout import cell_of_run
 from ddpbench.plan import design
 from ddpbench.report import build as report
 from ddpbench.report import decisions
@@ -122,7 +123,7 @@ def decided(verdict, estimate, low, high, cells=("ddp", "allreduce")) -> design.
     (None, "results/x/elsewhere/world_size~2/repeat~0"),
 ])  # fmt: skip
 def test_a_runs_cell_is_its_folders_between_runs_and_its_repeat(cell_of, run_dir):
-    assert decisions.cell_of_run(run_dir) == cell_of
+    assert cell_of_run(run_dir) == cell_of
 
 
 def test_a_pair_the_design_asked_about_reads_its_verdict_and_interval_turned_to_the_rows_order():

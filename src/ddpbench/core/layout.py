@@ -32,6 +32,19 @@ REPORT = "report"
 LOGS = "logs"
 
 
+def cell_of_run(run_dir: str | Path) -> str | None:
+    """The cell of a run folder wherever the results folder now lies (runs.csv's run_dir, an
+    unpacked archive): its name~value folders between a `runs` folder and repeat~N; None for a
+    path of another shape."""
+    parts = Path(run_dir).parts
+    if len(parts) < 3 or not parts[-1].startswith("repeat~"):
+        return None
+    i = len(parts) - 2
+    while i >= 0 and "~" in parts[i]:
+        i -= 1
+    return "/".join(parts[i + 1 : -1]) if i >= 0 and parts[i] == RUNS and i < len(parts) - 2 else None
+
+
 @dataclasses.dataclass(frozen=True)
 class Layout:
     """The paths under one results folder (`results`, as configured, without a trailing slash)."""

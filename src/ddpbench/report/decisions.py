@@ -6,8 +6,10 @@ however the rounds ended), the runs behind it and, for a question left open, abo
 runs per cell would close it; per cell its runs and why it stopped; and the budget spent. Open
 questions come first, in the table and in the findings.
 
-`overlay` makes the rest of the report speak with the design's voice: each row of
-comparisons.csv for a pair the design asked about takes the design's verdict and interval.
+`overlay`, `overlay_speedups` and `overlay_cells` make the rest of the report speak with the
+design's voice: a pair of strategies, a cell's speedup or a cell's throughput the design asked
+about takes its verdict and interval in comparisons.csv, speedup.csv and cells.csv, and so in
+every table and finding drawn from them.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from ddpbench.analysis import cells as analysis_cells, sequential
 from ddpbench.analysis.intervals import DESCRIPTIVE, DESIGN
 from ddpbench.analysis.scaling import SPEEDUP_COLUMNS
 from ddpbench.analysis.tables import axes as analysis_axes, text_key
-from ddpbench.core.layout import RUNS
+from ddpbench.core.layout import cell_of_run
 from ddpbench.plan.design import Decision, VerdictRecord
 from ddpbench.report.findings.common import AXIS_TEXT, Finding
 from ddpbench.report.tables import Table
@@ -170,22 +172,10 @@ def findings(decision: Decision | None) -> list[Finding]:
     return out
 
 
-# -- one voice: the comparisons table reads the design's verdicts --------------------------------
+# -- one voice: the tables read the design's verdicts where it asked ------------------------------
 
 ROW_VERDICT = {"faster": "A faster", "slower": "B faster", "equivalent": analysis_cells.EQUIVALENT}
 TURNED = {"faster": "slower", "slower": "faster"}
-
-
-def cell_of_run(run_dir: str) -> str | None:
-    """The cell a run belongs to, as the design names it: its name~value folders between the
-    results folder's runs/ and repeat~N (None for a path of another shape)."""
-    parts = pathlib.PurePosixPath(str(run_dir)).parts
-    if len(parts) < 3 or not parts[-1].startswith("repeat~"):
-        return None
-    i = len(parts) - 2
-    while i >= 0 and "~" in parts[i]:
-        i -= 1
-    return "/".join(parts[i + 1 : -1]) if i >= 0 and parts[i] == RUNS and i < len(parts) - 2 else None
 
 
 def _asked(decision: Decision) -> dict[frozenset, VerdictRecord]:
@@ -255,9 +245,9 @@ def overlay_speedups(speed: pd.DataFrame, runs: pd.DataFrame, decision: Decision
 
 def overlay_cells(cells: pd.DataFrame, runs: pd.DataFrame, decision: Decision | None) -> pd.DataFrame:
     """cells.csv as the design decided it: a cell with a precision question takes the design's
-    throughput interval (samples/s; tokens/s and the epoch time, which follow from it, alike) and its unstable flag says whether
-    the design's precision target was met (its interval, not a plain 95 % one, at the design's
-    tolerance); interval_from as in `overlay`. Unchanged without a design."""
+    throughput interval (samples/s; tokens/s and the epoch time, which follow from it, alike),
+    and its unstable flag says whether the design's precision target was met (its interval, not
+    a plain 95 % one, at the design's tolerance); interval_from as in `overlay`."""
     if decision is None or cells.empty or "run_dir" not in runs:
         return cells
     precision = {v.cells[0]: v for v in decision.verdicts if v.kind == "precision"}

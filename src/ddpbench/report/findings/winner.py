@@ -4,8 +4,8 @@ Per setting (all axes equal but strategy, world size included), strategies are r
 throughput ratios; the fastest is named with its margin over the runner-up only where that
 comparison's interval excludes 1 (verdict "A faster"/"B faster"). Where the interval holds 1:
 "no detectable difference between X and Y" (where a design asked: equivalent within its margin,
-or undecided; the rows carry its verdict and interval, report.decisions.overlay); where a side has fewer than 2 repeats: no interval,
-no winner. Settings with the same outcome collapse into one sentence ("ddp is the fastest at
+or undecided; the rows carry its verdict and interval, report.decisions.overlay); where a side
+has fewer than 2 repeats: no interval, no winner. Settings with the same outcome collapse into one sentence ("ddp is the fastest at
 every world size measured, by 1.21× [..] to 1.52× [..] over the runner-up").
 """
 
