@@ -145,3 +145,39 @@ def test_an_open_question_is_never_estimated_to_need_no_runs():
     v = S.judge(q, values)
     assert v.verdict == "open", v
     assert S.runs_to_decide(v, values) >= 1
+
+
+def test_a_question_the_budget_left_cannot_close_is_out_of_reach_from_its_second_look_and_gets_no_runs():
+    q = Q(("a", "b"), 0.05)
+    reachable = values_with(1.01, 5, sigma=0.03, seed=2)
+    need = S.runs_to_decide(S.judge(q, reachable), reachable)
+    assert 5 < need < S.SCHEDULE[-1] - 5
+    rnd = S.plan_round([q], reachable, runs_left=2 * need - 2)  # a run short for each cell
+    (v,) = rnd.verdicts
+    assert v.verdict == S.OUT_OF_REACH and not v.decided
+    assert rnd.targets == {} and rnd.stopped == {"a": S.OUT_OF_REACH, "b": S.OUT_OF_REACH}
+    assert S.plan_round([q], reachable, runs_left=2 * need + 2).targets == {"a": 8, "b": 8}
+    assert S.plan_round([q], reachable, seconds_left=(need - 1) * 2.0, run_seconds={"a": 1.0, "b": 1.0}) \
+        .verdicts[0].verdict == S.OUT_OF_REACH  # fmt: skip
+    first_look = {c: x[:3] for c, x in reachable.items()}  # at its first look it still gets runs
+    assert S.plan_round([q], first_look, runs_left=4).targets == {"a": 5, "b": 5}
+    # the cap alone does not make it so: a question that needs more than the cap runs to it
+    noisy = values_with(1.01, 5, sigma=0.15, seed=2)
+    assert S.runs_to_decide(S.judge(q, noisy), noisy) > S.SCHEDULE[-1]
+    assert S.plan_round([q], noisy).targets == {"a": 8, "b": 8}
+
+
+def test_the_budget_goes_first_to_the_cells_whose_questions_close_soonest():
+    """Two open comparisons against one base, room for two cells' rounds: the cell whose question
+    is about to close gets it, not the one with the wider interval (the order before)."""
+    rng = np.random.default_rng(4)
+    values = {"base": list(100 * np.exp(0.02 * rng.standard_normal(5))),
+              "close": list(107 * np.exp(0.04 * rng.standard_normal(5))),
+              "far": list(110 * np.exp(0.08 * rng.standard_normal(5)))}  # fmt: skip
+    questions = [Q(("close", "base"), 0.05), Q(("far", "base"), 0.05)]
+    verdicts = {v.question.cells[0]: v for v in S.plan_round(questions, values).verdicts}
+    need = {c: S.runs_to_decide(verdicts[c], values) for c in ("close", "far")}
+    width = {c: verdicts[c].high / verdicts[c].low for c in ("close", "far")}
+    assert need["close"] < need["far"] <= 3 and width["far"] > width["close"], (need, width)
+    rnd = S.plan_round(questions, values, runs_left=7)  # base and one other cell move 5 -> 8
+    assert list(rnd.targets) == ["base", "close"] and rnd.stopped["far"] == "budget"  # far: reachable, cut

@@ -24,8 +24,10 @@ Looking at ordinary 95 % intervals at the same looks calls a difference that is 
 8 % of questions, and more the more often one looks (tests/unit/test_sequential.py).
 
 Verdicts: `faster` / `slower` when the interval lies above / below 1, `equivalent` when it
-lies inside [1/(1 + margin), 1 + margin], else `open`. A question still open at its cells' cap
-or when the budget is spent is `undecided` with its interval, never "no difference".
+lies inside [1/(1 + margin), 1 + margin], else `open`, or `out of reach` when the runs it would
+need exceed what the budget left can give (`plan_round`: it gets no more runs). A
+question still open at its cells' cap or when the budget is spent is `undecided` with its
+interval, never "no difference".
 """
 
 from __future__ import annotations
@@ -80,7 +82,10 @@ class Verdict:
 
     @property
     def decided(self) -> bool:
-        return self.verdict != "open"
+        return self.verdict not in ("open", OUT_OF_REACH)
+
+
+OUT_OF_REACH = "out of reach"  # an open question that the budget left cannot close
 
 
 def _logs(values: Iterable[float]) -> np.ndarray:
@@ -131,38 +136,70 @@ def plan_round(questions: Sequence[Question], values: dict, runs_left: int | Non
                seconds_left: float | None = None, run_seconds: dict | None = None,
                made: dict | None = None, precision_alpha: float = PRECISION_ALPHA) -> Round:  # fmt: skip
     """Judge every question, then give the next round to the cells with open questions: each
-    moves to its schedule's next count. Most open questions first, then the widest interval
-    against its question's tolerance; a run budget (`runs_left`) and a time budget
-    (`seconds_left`, a cell's run costing `run_seconds[cell]`) cut the round in that order.
-    A cell's count is its number of values, or `made[cell]` (runs made, failed ones included)."""
+    moves to its schedule's next count. The budget goes where it decides most: cells by the
+    decisions they are expected to bring per run-second (each open question counts 1 over the
+    run-seconds that runs_to_decide says would close it), then by their number of open
+    questions and widest interval against its tolerance. From a question's second look on, one
+    whose runs to decide exceed what the budget left can still give its cells is "out of reach"
+    (futility): it stays undecided and brings its cells no runs. A run budget
+    (`runs_left`) and a time budget (`seconds_left`, a cell's run costing `run_seconds[cell]`)
+    cut the round in that order. A cell's count is its number of values, or `made[cell]` (runs
+    made, failed ones included)."""
+    run_seconds = run_seconds or {}
+    have = {c: (made or {}).get(c, len(values.get(c, ()))) for q in questions for c in q.cells}
     verdicts = [judge(q, values, alpha, precision_alpha) for q in questions]
-    open_by_cell: dict = {}
-    for v in verdicts:
-        if not v.decided:
-            width = (math.log(v.high) - math.log(v.low)) / 2 if math.isfinite(v.low) else math.inf
-            for c in v.question.cells:
-                n_open, widest = open_by_cell.get(c, (0, 0.0))
-                open_by_cell[c] = (n_open + 1, max(widest, width / math.log1p(v.question.tolerance)))
+    gain: dict = {}  # cell -> (expected decisions per run-second, open questions, widest interval)
+    for i, v in enumerate(verdicts):
+        if v.decided:
+            continue
+        need = runs_to_decide(v, values, alpha)
+        cells = v.question.cells
+        cost = sum(run_seconds.get(c, 1.0) for c in cells)
+        if need is not None and min(have[c] for c in cells) >= schedule[1] \
+                and need > _affordable(cells, runs_left, seconds_left, cost):  # fmt: skip
+            verdicts[i] = dataclasses.replace(v, verdict=OUT_OF_REACH)
+            continue
+        width = (math.log(v.high) - math.log(v.low)) / 2 if math.isfinite(v.low) else math.inf
+        per_second = 1 / ((need or schedule[-1]) * cost)  # not estimable: as if it needed the cap
+        for c in cells:
+            g, n_open, widest = gain.get(c, (0.0, 0, 0.0))
+            gain[c] = (g + per_second, n_open + 1, max(widest, width / math.log1p(v.question.tolerance)))
     cells = {c for q in questions for c in q.cells}
-    stopped = {c: "decided" for c in cells if c not in open_by_cell}
-    order = sorted(open_by_cell, key=lambda c: (-open_by_cell[c][0], -open_by_cell[c][1], str(c)))
+    stopped = {c: "decided" for c in cells if c not in gain}
+    for v in verdicts:
+        for c in v.question.cells:
+            if v.verdict == OUT_OF_REACH and c in stopped:
+                stopped[c] = OUT_OF_REACH
+    order = sorted(gain, key=lambda c: (-gain[c][0], -gain[c][1], -gain[c][2], str(c)))
     targets: dict = {}
     for c in order:
-        have = (made or {}).get(c, len(values.get(c, ())))
-        goal = next_count(have, schedule)
+        goal = next_count(have[c], schedule)
         if goal is None:
             stopped[c] = "cap"
             continue
-        cost = (goal - have) * (run_seconds or {}).get(c, 0.0)
-        if (runs_left is not None and goal - have > runs_left) or (seconds_left is not None and cost > seconds_left):
+        cost = (goal - have[c]) * run_seconds.get(c, 0.0)
+        if (runs_left is not None and goal - have[c] > runs_left) or (seconds_left is not None and cost > seconds_left):
             stopped[c] = "budget"
             continue
         targets[c] = goal
         if runs_left is not None:
-            runs_left -= goal - have
+            runs_left -= goal - have[c]
         if seconds_left is not None:
             seconds_left -= cost
     return Round(targets, stopped, verdicts)
+
+
+def _affordable(cells: Sequence, runs_left: int | None, seconds_left: float | None, cost: float) -> float:
+    """The most runs per cell a question's cells can still get within the budget left, were it all
+    theirs (`cost`: the run-seconds of one run of each). The cap is not counted: a question the
+    cap would stop undecided still gets its runs to the cap (judging by the cap from the second
+    look gave up 0.5 % of simulated questions that would have closed)."""
+    most = math.inf
+    if runs_left is not None:
+        most = min(most, runs_left / len(cells))
+    if seconds_left is not None and cost > 0:
+        most = min(most, seconds_left / cost)
+    return most
 
 
 def run_design(questions: Sequence[Question], measure: Callable[[Cell, int], Sequence[float]],
@@ -179,7 +216,7 @@ def run_design(questions: Sequence[Question], measure: Callable[[Cell, int], Seq
         rnd = plan_round(questions, values, left, schedule, alpha, precision_alpha=precision_alpha)
         if not rnd.targets:
             return rnd.verdicts, {c: len(v) for c, v in values.items()}, rnd.stopped
-        for c, goal in rnd.targets.items():
+        for c, goal in sorted(rnd.targets.items(), key=lambda kv: str(kv[0])):  # the draws: whatever the order
             new = list(measure(c, goal - len(values.get(c, ()))))
             values.setdefault(c, []).extend(new)
             spent += len(new)

@@ -151,7 +151,7 @@ class VerdictRecord:
 
     @property
     def open(self) -> bool:
-        return self.verdict in ("open", "undecided")
+        return self.verdict in ("open", "undecided", sequential.OUT_OF_REACH)
 
     def to_json(self) -> dict:
         record = {**dataclasses.asdict(self), "cells": list(self.cells), "runs": list(self.runs)}
@@ -255,6 +255,9 @@ def decide(round_: int, questions: Sequence[Question], runs: Mapping[str, Sequen
     )  # fmt: skip
 
 
+OUT_OF_REACH_WHY = "out of reach: more than the budget left could give, so no more were spent on it"
+
+
 def _verdict_record(v: sequential.Verdict, values: Mapping, done: bool) -> VerdictRecord:
     verdict = "undecided" if done and not v.decided else v.verdict
     finite = [x if math.isfinite(x) else None for x in (v.estimate, v.low, v.high)]
@@ -262,6 +265,7 @@ def _verdict_record(v: sequential.Verdict, values: Mapping, done: bool) -> Verdi
         cells=tuple(v.question.cells), kind=v.question.kind, tolerance=v.question.tolerance, verdict=verdict,
         estimate=finite[0], low=finite[1], high=finite[2], runs=tuple(v.runs),
         runs_to_decide=None if v.decided else sequential.runs_to_decide(v, values),
+        why=OUT_OF_REACH_WHY if v.verdict == sequential.OUT_OF_REACH else None,
     )  # fmt: skip
 
 

@@ -23,7 +23,7 @@ from ddpbench.analysis.intervals import DESCRIPTIVE, DESIGN
 from ddpbench.analysis.scaling import SPEEDUP_COLUMNS
 from ddpbench.analysis.tables import axes as analysis_axes, text_key
 from ddpbench.core.layout import cell_of_run
-from ddpbench.plan.design import Decision, VerdictRecord
+from ddpbench.plan.design import OUT_OF_REACH_WHY, Decision, VerdictRecord
 from ddpbench.report.findings.common import AXIS_TEXT, Finding
 from ddpbench.report.tables import Table
 
@@ -34,6 +34,7 @@ VERDICT_TEXT = {
     "equivalent": "equivalent",
     "met": "precision met",
     "open": "open",
+    "out of reach": "open, out of reach",
     "undecided": "UNDECIDED",
 }
 STOP_TEXT = {
@@ -41,6 +42,7 @@ STOP_TEXT = {
     "target met": "precision target met",
     "cap": "reached the most runs per cell",
     "budget": "the budget ran out",
+    "out of reach": "its open questions out of reach of the budget left",
     "failed": "its runs failed",
 }
 
@@ -106,6 +108,14 @@ def _interval(v: VerdictRecord) -> tuple[str, str]:
     return fmt.format(v.estimate) + unit, f"[{low}, {high}]"
 
 
+def _to_decide(v: VerdictRecord) -> str:
+    """An open question's 'runs to decide' cell: about how many more a cell, and whether the
+    design judged that out of its reach."""
+    if v.runs_to_decide is None:
+        return v.why or "not estimable"
+    return f"about {v.runs_to_decide}" + (" (out of reach)" if v.why == OUT_OF_REACH_WHY else "")
+
+
 def section(decision: Decision | None) -> dict | None:
     """The templates' decision section, or None without a design."""
     if decision is None:
@@ -115,12 +125,11 @@ def section(decision: Decision | None) -> dict | None:
     rows, classes = [], []
     for v in verdicts:
         estimate, interval = _interval(v)
-        more = v.runs_to_decide
         against = name[v.cells[1]] if v.kind == "comparison" else "its precision"
         rows.append([name[v.cells[0]], against, within_text(v), verdict_text(v),
                      estimate, interval,
                      " / ".join(map(str, v.runs)),
-                     "–" if not v.open else (f"about {more}" if more is not None else v.why or "not estimable")])  # fmt: skip
+                     "–" if not v.open else _to_decide(v)])  # fmt: skip
         classes.append("unstable" if v.open else "")
     cells = [[name[c], str(n), STOP_TEXT.get(decision.stopped.get(c, ""), decision.stopped.get(c, "–"))]
              for c, n in decision.counts.items()]  # fmt: skip
@@ -166,6 +175,8 @@ def findings(decision: Decision | None) -> list[Finding]:
         estimate, interval = _interval(v)
         more = v.runs_to_decide
         close = f"about {more} more a cell would decide it" if more is not None else "more runs are not estimated to decide it"
+        if v.why == OUT_OF_REACH_WHY:
+            close += f" ({v.why})"
         undecided.append(f"{_question_text(v, name)}: {estimate} {interval} after {' / '.join(map(str, v.runs))} runs, {close}")
     if undecided:
         out.append(Finding("warning", f"Undecided ({len(undecided)}): " + "; ".join(undecided) + ".", ANCHOR, decided=False))
