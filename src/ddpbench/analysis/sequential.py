@@ -164,12 +164,8 @@ def plan_round(questions: Sequence[Question], values: dict, runs_left: int | Non
         for c in cells:
             g, n_open, widest = gain.get(c, (0.0, 0, 0.0))
             gain[c] = (g + per_second, n_open + 1, max(widest, width / math.log1p(v.question.tolerance)))
-    cells = {c for q in questions for c in q.cells}
-    stopped = {c: "decided" for c in cells if c not in gain}
-    for v in verdicts:
-        for c in v.question.cells:
-            if v.verdict == OUT_OF_REACH and c in stopped:
-                stopped[c] = OUT_OF_REACH
+    out_of_reach = {c for v in verdicts if v.verdict == OUT_OF_REACH for c in v.question.cells}
+    stopped = {c: OUT_OF_REACH if c in out_of_reach else "decided" for c in have if c not in gain}
     order = sorted(gain, key=lambda c: (-gain[c][0], -gain[c][1], -gain[c][2], str(c)))
     targets: dict = {}
     for c in order:
