@@ -161,6 +161,8 @@ def test_a_question_the_budget_left_cannot_close_is_out_of_reach_from_its_second
         .verdicts[0].verdict == S.OUT_OF_REACH  # fmt: skip
     first_look = {c: x[:3] for c, x in reachable.items()}  # at its first look it still gets runs
     assert S.plan_round([q], first_look, runs_left=4).targets == {"a": 5, "b": 5}
+    # at its cells' cap it stops there ("cap"), whatever the budget left
+    assert S.plan_round([q], reachable, runs_left=0, schedule=(3, 5)).stopped == {"a": "cap", "b": "cap"}
     # the cap alone does not make it so: a question that needs more than the cap runs to it
     noisy = values_with(1.01, 5, sigma=0.15, seed=2)
     assert S.runs_to_decide(S.judge(q, noisy), noisy) > S.SCHEDULE[-1]

@@ -155,7 +155,9 @@ def plan_round(questions: Sequence[Question], values: dict, runs_left: int | Non
         need = runs_to_decide(v, values, alpha)
         cells = v.question.cells
         cost = sum(run_seconds.get(c, 1.0) for c in cells)
-        if need is not None and min(have[c] for c in cells) >= schedule[1] \
+        looked_twice = min(have[c] for c in cells) >= schedule[1]
+        at_cap = all(next_count(have[c], schedule) is None for c in cells)  # stops there: "cap"
+        if need is not None and looked_twice and not at_cap \
                 and need > _affordable(cells, runs_left, seconds_left, cost):  # fmt: skip
             verdicts[i] = dataclasses.replace(v, verdict=OUT_OF_REACH)
             continue
