@@ -152,13 +152,20 @@ def test_a_question_the_budget_left_cannot_close_is_out_of_reach_from_its_second
     reachable = values_with(1.01, 5, sigma=0.03, seed=2)
     need = S.runs_to_decide(S.judge(q, reachable), reachable)
     assert 5 < need < S.SCHEDULE[-1] - 5
-    rnd = S.plan_round([q], reachable, runs_left=2 * need - 2)  # a run short for each cell
-    (v,) = rnd.verdicts
+    # beside a question it can close, the budget goes there: this one is out of reach
+    other = Q(("c",), 0.05)
+    values = {**reachable, "c": list(100 * np.exp(0.04 * np.random.default_rng(5).standard_normal(5)))}
+    assert S.plan_round([other], values).targets == {"c": 8}  # open, and closes soon
+    rnd = S.plan_round([q, other], values, runs_left=2 * need - 2)  # a run short for each of a and b
+    v = rnd.verdicts[0]
     assert v.verdict == S.OUT_OF_REACH and not v.decided
-    assert rnd.targets == {} and rnd.stopped == {"a": S.OUT_OF_REACH, "b": S.OUT_OF_REACH}
-    assert S.plan_round([q], reachable, runs_left=2 * need + 2).targets == {"a": 8, "b": 8}
-    assert S.plan_round([q], reachable, seconds_left=(need - 1) * 2.0, run_seconds={"a": 1.0, "b": 1.0}) \
-        .verdicts[0].verdict == S.OUT_OF_REACH  # fmt: skip
+    assert rnd.targets == {"c": 8} and rnd.stopped == {"a": S.OUT_OF_REACH, "b": S.OUT_OF_REACH}
+    assert S.plan_round([q, other], values, runs_left=2 * need + 2).targets == {"a": 8, "b": 8, "c": 8}
+    timed = S.plan_round([q, other], values, seconds_left=(need - 1) * 2.0, run_seconds={"a": 1.0, "b": 1.0, "c": 1.0})
+    assert timed.verdicts[0].verdict == S.OUT_OF_REACH
+    # alone, with nothing else to spend the budget on, it gets what is left after all
+    alone = S.plan_round([q], reachable, runs_left=2 * need - 2)
+    assert alone.verdicts[0].verdict == "open" and alone.targets == {"a": 8, "b": 8}
     first_look = {c: x[:3] for c, x in reachable.items()}  # at its first look it still gets runs
     assert S.plan_round([q], first_look, runs_left=4).targets == {"a": 5, "b": 5}
     # at its cells' cap it stops there ("cap"), whatever the budget left

@@ -134,14 +134,16 @@ class Round:
 def plan_round(questions: Sequence[Question], values: dict, runs_left: int | None = None,
                schedule: Sequence[int] = SCHEDULE, alpha: float = LOOK_ALPHA,
                seconds_left: float | None = None, run_seconds: dict | None = None,
-               made: dict | None = None, precision_alpha: float = PRECISION_ALPHA) -> Round:  # fmt: skip
+               made: dict | None = None, precision_alpha: float = PRECISION_ALPHA,
+               futility: bool = True) -> Round:  # fmt: skip
     """Judge every question, then give the next round to the cells with open questions: each
     moves to its schedule's next count. The budget goes where it decides most: cells by the
     decisions they are expected to bring per run-second (each open question counts 1 over the
     run-seconds that runs_to_decide says would close it), then by their number of open
     questions and widest interval against its tolerance. From a question's second look on, one
     whose runs to decide exceed what the budget left can still give its cells is "out of reach"
-    (futility): it stays undecided and brings its cells no runs. A run budget
+    (futility): it stays undecided and brings its cells no runs, unless no other open question
+    is left to spend the budget on (then it gets what is left). A run budget
     (`runs_left`) and a time budget (`seconds_left`, a cell's run costing `run_seconds[cell]`)
     cut the round in that order. A cell's count is its number of values, or `made[cell]` (runs
     made, failed ones included)."""
@@ -157,7 +159,7 @@ def plan_round(questions: Sequence[Question], values: dict, runs_left: int | Non
         cost = sum(run_seconds.get(c, 1.0) for c in cells)
         looked_twice = min(have[c] for c in cells) >= schedule[1]
         at_cap = all(next_count(have[c], schedule) is None for c in cells)  # stops there: "cap"
-        if need is not None and looked_twice and not at_cap \
+        if futility and need is not None and looked_twice and not at_cap \
                 and need > _affordable(cells, runs_left, seconds_left, cost):  # fmt: skip
             verdicts[i] = dataclasses.replace(v, verdict=OUT_OF_REACH)
             continue
@@ -167,6 +169,9 @@ def plan_round(questions: Sequence[Question], values: dict, runs_left: int | Non
             g, n_open, widest = gain.get(c, (0.0, 0, 0.0))
             gain[c] = (g + per_second, n_open + 1, max(widest, width / math.log1p(v.question.tolerance)))
     out_of_reach = {c for v in verdicts if v.verdict == OUT_OF_REACH for c in v.question.cells}
+    if out_of_reach and not gain:  # nothing else to spend the budget on: it goes to these after all
+        return plan_round(questions, values, runs_left, schedule, alpha, seconds_left, run_seconds, made,
+                          precision_alpha, futility=False)  # fmt: skip
     stopped = {c: OUT_OF_REACH if c in out_of_reach else "decided" for c in have if c not in gain}
     order = sorted(gain, key=lambda c: (-gain[c][0], -gain[c][1], -gain[c][2], str(c)))
     targets: dict = {}
