@@ -15,6 +15,17 @@ def test_small_image_output_shapes(name, shape):
     assert out.shape == (2, 7) and torch.isfinite(out).all()
 
 
+@pytest.mark.parametrize("name", IMAGE_MODELS)
+def test_every_image_model_takes_a_training_step(name):
+    """Forward and backward in training mode (the study miniatures run simple_cnn in place of
+    the heavy studies' densenet121, so its backward is checked here)."""
+    torch.manual_seed(0)
+    model = models.build(name, (3, 32, 32), 7).train()
+    torch.nn.functional.cross_entropy(model(torch.randn(2, 3, 32, 32)), torch.tensor([1, 5])).backward()
+    grads = [p.grad for p in model.parameters() if p.requires_grad]
+    assert grads and all(g is not None and torch.isfinite(g).all() for g in grads)
+
+
 @pytest.mark.parametrize("name", ["mlp", "simple_cnn", "resnet18"])
 def test_larger_images_keep_the_imagenet_stem(name):
     model = models.build(name, (3, 64, 64), 10).eval()
