@@ -699,3 +699,34 @@ def test_with_timeline_merges_marks_in_their_order_and_leaves_unknown_spans_null
     assert out["fixed_cost_s"] == 8.5  # (10 - 1) - 0.5
     assert summary["timeline"] == {"ranks_started": 2.0, "imports_done": 3.0}  # not modified
     json.dumps(out, allow_nan=False)
+
+
+@pytest.mark.parametrize(
+    ("losses", "health"),
+    [
+        ([1.0, 1.4, 1.4, 1.4], "ok"),  # ended 1.4x its start: under DIVERGED_FACTOR 1.5
+        ([1.0, 1.5, 1.5, 1.5], "ok"),  # exactly 1.5x: not above it
+        ([1.0, 2.85, 0.9, 0.8], "ok"),  # spiked 2.85x: under UNSTABLE_FACTOR 3
+        ([1.0, 3.0, 0.9, 0.8], "ok"),  # exactly 3x: not above it
+        ([1.0, 3.5, 1.0, 0.9, 0.8, 0.7, 0.6, 0.5], "unstable"),  # a start of 1 counts
+        ([0.0, 0.5, 0.5, 0.5], "ok"),  # a start of 0 gives no factor to judge by
+        ([0.0, 5.0, 0.0, 0.0], "ok"),
+        ([1.0, 1.0, 1.7], "diverged"),  # under 4 steps the end is the last step alone
+        # 24 steps: the end is the mean of the last 5 (1.6x), not of 4 or 6 (1.5x, 1.42x), nor their median
+        ([1.0] * 18 + [0.5, 2.0, 1.5, 1.5, 1.5, 1.5], "diverged"),
+        ([1.0, None, "", 1.7], "diverged"),  # missing losses are skipped, not read as numbers
+    ],
+)  # fmt: skip
+def test_training_health_at_its_thresholds_and_its_end_window(losses, health):
+    assert run_output.training_health(losses)[0] == health
+
+
+def test_the_launchers_own_summary_keeps_its_thread_count_and_a_failure_only_where_given():
+    from ddpbench.core.params import CellParams
+
+    params = CellParams(strategy="ddp", threads_per_rank=2)
+    plain = run_output.failure_summary(params, 2, 1, "failed", "why")
+    assert "failure" not in plain and plain["env"]["threads_per_rank"] == 2
+    given = run_output.failure_summary(params, 2, 1, "failed", "why", threads_per_rank=3, failure={"kind": "oom"})
+    assert given["failure"] == {"kind": "oom"} and given["env"]["threads_per_rank"] == 3
+    assert run_output.failure_summary(CellParams(strategy="ddp"), 2, 1, "failed", "why")["env"]["threads_per_rank"] is None
