@@ -228,3 +228,31 @@ def test_a_cells_throughput_interval_and_unstable_flag_are_the_designs_precision
     rest = table[~at]
     assert set(rest["interval_from"]) == {"descriptive"}
     assert rest.drop(columns="interval_from").equals(cells[~at])
+
+
+def test_a_fastest_claim_rests_on_every_pair_the_design_decided_not_only_the_runner_up():
+    """The winner must be called faster than every other strategy (an intersection–union rule:
+    wrong only if one of those calls is, so no correction for their number; simulated in
+    tests/unit/test_design_rates.py). ddp beats the runner-up allreduce, but the design left ddp
+    against gather_scatter undecided: no fastest; decided as well, ddp is."""
+    runs = make_runs(strategies=("single", "ddp", "allreduce", "gather_scatter"), world_sizes=(1, 2), repeats=4,
+                     failures=False, others_at_1=False)  # fmt: skip
+    runs["run_dir"] = [f"results/x/runs/device~cpu/world_size~{p}/strategy~{s}/repeat~{r}"
+                       for p, s, r in zip(runs["world_size"], runs["strategy"], runs["repeat"])]  # fmt: skip
+    cell = "device~cpu/world_size~2/strategy~{}".format
+
+    def decision(ddp_over_gs: tuple) -> design.Decision:
+        records = [design.VerdictRecord((cell(a), cell(b)), "comparison", 0.15, v, e, lo, hi, (4, 4))
+                   for a, b, v, e, lo, hi in [("ddp", "allreduce", "faster", 1.3, 1.2, 1.4),
+                                              ("ddp", "gather_scatter", *ddp_over_gs),
+                                              ("allreduce", "gather_scatter", "faster", 1.2, 1.1, 1.3)]]  # fmt: skip
+        cells = {cell(s): 4 for s in ("ddp", "allreduce", "gather_scatter")}
+        return design.Decision(round=2, done=True, counts=cells, targets={}, stopped=dict.fromkeys(cells, "decided"),
+                               verdicts=tuple(records), spent={"runs": 12, "seconds": 60.0}, budget={}, settings={})  # fmt: skip
+
+    welch = analysis.comparisons_table(runs)
+    (open_,) = winner_findings(decisions.overlay(welch, runs, decision(("undecided", 1.25, 0.9, 1.7))), ["world_size"])
+    assert open_.text.startswith("ddp has the highest throughput") and "but no winner" in open_.text, open_.text
+    assert "gather_scatter's is undecided (gather_scatter: 1.25× [0.900, 1.70]" in open_.text and not open_.decided
+    (won,) = winner_findings(decisions.overlay(welch, runs, decision(("faster", 1.5, 1.3, 1.7))), ["world_size"])
+    assert won.text.startswith("ddp is 1.30× [1.20, 1.40] faster than allreduce") and won.decided, won.text  # the winner's form

@@ -58,7 +58,22 @@ def test_the_schedule_bounds_the_looks():
 
 
 def test_look_alpha_is_what_calibration_gives():
-    assert S.calibrate_look_alpha(reps=40_000, seed=1) == pytest.approx(S.LOOK_ALPHA, abs=0.0015)
+    """Re-derived over every look path and noise ratio (40,000 replicates each: the constant
+    comes from 400,000, rounded down); the path and ratio that set it are the staircase with the
+    noisier cell behind, and noisier cells need a smaller per-look level."""
+    alpha, each = S.calibrate_look_alpha(reps=40_000, seed=1)
+    assert alpha == pytest.approx(S.LOOK_ALPHA, abs=0.0008) and S.LOOK_ALPHA <= alpha + 0.0003
+    assert set(each) == {(p, r) for p in S.look_paths() for r in S.NOISE_RATIOS}
+    assert min(each, key=each.get)[1] == max(S.NOISE_RATIOS)
+    assert each[("A first", 3.0)] < each[("A first", 1.7)] < each[("A first", 1.0)]
+
+
+def test_the_look_paths_are_monotone_walks_through_the_schedule():
+    for name, looks in S.look_paths().items():
+        assert looks[0][0] == S.SCHEDULE[0] and looks[-1] == (S.SCHEDULE[-1], S.SCHEDULE[-1]), name
+        assert all(a1 >= a0 and b1 >= b0 for (a0, b0), (a1, b1) in zip(looks, looks[1:])), name
+        assert all(a in S.SCHEDULE and b in S.SCHEDULE for a, b in looks), name
+        assert len(looks) == (len(S.SCHEDULE) if name == "together" else 2 * len(S.SCHEDULE) - 1), name
 
 
 def test_runs_to_decide_grows_as_the_difference_shrinks():

@@ -18,7 +18,7 @@ import pathlib
 
 import pandas as pd
 
-from ddpbench.analysis import cells as analysis_cells, sequential
+from ddpbench.analysis import cells as analysis_cells, design_rates, sequential
 from ddpbench.analysis.intervals import DESCRIPTIVE, DESIGN
 from ddpbench.analysis.scaling import SPEEDUP_COLUMNS
 from ddpbench.analysis.tables import axes as analysis_axes, text_key
@@ -143,8 +143,8 @@ def section(decision: Decision | None) -> dict | None:
     alpha = sequential.LOOK_ALPHA
     note = (f"Intervals are the design's repeated confidence intervals: a comparison's at level {1 - alpha:.2%} at "
             f"every look ({sequential.LEVEL:.0%} over all its looks together), a cell's at "
-            f"{1 - sequential.PRECISION_ALPHA:.0%}, so each covers the truth with probability ≥ 95 % however the "
-            "rounds ended (docs/report.md). Faster/slower: the interval excludes 1 (by less than the margin when "
+            f"{1 - sequential.PRECISION_ALPHA:.0%}, so each covers its own truth with probability ≥ 95 % however "
+            f"the rounds ended; that holds per question, not for all at once. {design_rates.note()} Faster/slower: the interval excludes 1 (by less than the margin when "
             "it also lies inside it); equivalent: it lies inside the margin, a factor either way (1.15: the ratio "
             "within [0.870, 1.15]); undecided: neither when the design ended. Runs: per cell; 'runs to decide': about how many "
             "more per cell, if spread and estimate stay as measured.")  # fmt: skip

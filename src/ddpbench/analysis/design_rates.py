@@ -1,0 +1,187 @@
+"""What the run-until-decided design gets wrong, and how often: its calls and intervals simulated
+with the real stopping rule (`sequential.run_design`) at the shipped settings (config.yaml's
+`until_decided`: each cell to ±10 %, comparisons within a factor 1.15), on the default grid's
+shape (a one-process baseline and five strategies: 21 questions).
+
+Per question: a faster/slower call where the two throughputs are equal; an "equivalent" call
+where they differ by exactly the margin; each interval's coverage. Per grid: a false call
+anywhere among its questions, and every interval covering at once. Between-job variation (a
+factor shared by one cell's runs of one round, as when the machine's state changes between
+the rounds' jobs) is outside what the intervals model: simulated too, to say what it costs.
+
+docs/report.md's table is `table()`'s output (`python benchmarks/design_error_rates.py`);
+tests/unit/test_design_rates.py re-derives each figure with fewer grids."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+
+import numpy as np
+
+from ddpbench.analysis import sequential
+
+BASELINE = "single"
+# docs/report.md's table at 2,000 grids a condition (benchmarks/design_error_rates.py), which the
+# report's note quotes; tests/unit/test_design_rates.py checks the two agree and re-derives them.
+QUOTED = {
+    "equal": dict(null_call=0.007, comparison_coverage=0.995, precision_coverage=0.981, any_false_call=0.048,
+                  joint_coverage=0.882, false_fastest=0.001),
+    "on the margin": dict(margin_equivalent=0.008, comparison_coverage=0.994, precision_coverage=0.979,
+                          any_false_call=0.030, joint_coverage=0.862, false_fastest=0.0),
+    "equal, 3 % job effect": dict(null_call=0.019, comparison_coverage=0.985, precision_coverage=0.959,
+                                  any_false_call=0.128, joint_coverage=0.755, false_fastest=0.002),
+    "on the margin, 3 % job effect": dict(margin_equivalent=0.017, comparison_coverage=0.986,
+                                          precision_coverage=0.961, any_false_call=0.070, joint_coverage=0.761,
+                                          false_fastest=0.0),
+}  # fmt: skip
+
+
+def note() -> str:
+    """What the rates mean for a reader of one report: per question, per grid, and what the
+    intervals leave out (the report's decision-table note; figures from QUOTED)."""
+    q = QUOTED
+    pct = lambda *v: "–".join(dict.fromkeys(f"{100 * x:.1f}".removesuffix(".0") for x in sorted(v))) + " %"  # noqa: E731
+    return (f"At the default settings (simulated with this rule, docs/report.md): a false faster/slower call in "
+            f"{pct(q['equal']['null_call'])} of questions between equal strategies, a false equivalent in "
+            f"{pct(q['on the margin']['margin_equivalent'])} on the margin; over a grid's 21 questions, one or more "
+            f"false calls in {pct(q['equal']['any_false_call'], q['on the margin']['any_false_call'])} of grids, and "
+            f"every interval covering at once in "
+            f"{pct(q['equal']['joint_coverage'], q['on the margin']['joint_coverage'])}. Not covered: variation "
+            f"between the rounds' jobs (a 3 % job effect per cell and round: false calls in "
+            f"{pct(q['equal, 3 % job effect']['any_false_call'])} of grids); a cell's interval describes this "
+            f"job's conditions.")  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One simulated condition: the design's tolerances, each cell's noise (its run-to-run
+    log-sd drawn uniformly in `sigma`), the job effect's log-sd, and the strategies' truths
+    (`spacing`: each strategy's throughput this factor above the previous one; 1: all equal)."""
+
+    name: str
+    spacing: float = 1.0
+    job_effect: float = 0.0
+    precision: float = 0.10
+    margin: float = 0.15
+    sigma: tuple = (0.06, 0.12)
+    strategies: int = 5
+
+
+def settings(margin: float = 0.15) -> list[Setting]:
+    """The conditions docs/report.md reports: five equal strategies (every pair a null one), five
+    a margin apart (each neighbouring pair exactly on it), each without and with a 3 % job effect."""
+    return [
+        Setting("equal", 1.0, 0.0, margin=margin), Setting("on the margin", 1 + margin, 0.0, margin=margin),
+        Setting("equal, 3 % job effect", 1.0, 0.03, margin=margin),
+        Setting("on the margin, 3 % job effect", 1 + margin, 0.03, margin=margin),
+    ]  # fmt: skip
+
+
+def questions(s: Setting) -> tuple[list[sequential.Question], dict[str, float]]:
+    """The default grid's questions (each cell's precision, each strategy against the baseline,
+    each pair of strategies) and every cell's true throughput."""
+    names = [f"s{i}" for i in range(1, s.strategies + 1)]
+    truth = {BASELINE: 100.0, **{n: 55.0 * s.spacing**i for i, n in enumerate(names)}}
+    asked = [sequential.Question((c,), s.precision) for c in truth]
+    asked += [sequential.Question((n, BASELINE), s.margin) for n in names]
+    asked += [sequential.Question((b, a), s.margin) for a, b in itertools.combinations(names, 2)]
+    return asked, truth
+
+
+def _false_call(v: sequential.Verdict, true_ratio: float, margin: float) -> bool:
+    """A call the truth contradicts: faster or slower against the true direction (or where the
+    two are equal), equivalent where the true ratio lies on the margin or beyond it."""
+    d = math.log(true_ratio)
+    if v.verdict == "faster":
+        return d <= 1e-12
+    if v.verdict == "slower":
+        return d >= -1e-12
+    return v.verdict == "equivalent" and abs(d) >= math.log1p(margin) - 1e-12
+
+
+def simulate(s: Setting, grids: int, seed: int = 0) -> dict[str, float]:
+    """Rates over `grids` simulated grids, each run by the real stopping rule to its end (the
+    cap; no budget: a budget only ends the looks earlier). Keys: null_call (faster/slower among
+    pairs of equal throughput), margin_equivalent (equivalent among pairs exactly a margin apart),
+    comparison_coverage, precision_coverage (final intervals), any_false_call (share of grids
+    with one or more false calls), joint_coverage (grids whose every interval covers),
+    false_fastest (grids where a strategy called faster than every other is not the fastest), decided
+    (share of questions decided), runs (per grid)."""
+    rng = np.random.default_rng(seed)
+    asked, truth = questions(s)
+    count = dict.fromkeys(("null", "null_call", "margin", "margin_equivalent", "comparisons", "comparison_covered",
+                           "cells", "precision_covered", "any_false", "joint", "decided", "runs", "false_fastest"),
+                          0)  # fmt: skip
+    names = [c for c in truth if c != BASELINE]
+    for _ in range(grids):
+        sigma = {c: rng.uniform(*s.sigma) for c in truth}
+
+        def measure(cell, k):
+            job = s.job_effect * rng.standard_normal()  # this cell's runs of this round share it
+            return list(truth[cell] * np.exp(job + sigma[cell] * rng.standard_normal(k)))
+
+        verdicts, runs, _ = sequential.run_design(asked, measure)
+        false_here, all_cover = False, True
+        beats: dict = {c: set() for c in names}  # strategy -> the strategies it was called faster than
+        for v in verdicts:
+            cells = v.question.cells
+            true = truth[cells[0]] / (truth[cells[1]] if len(cells) == 2 else 1.0)
+            covers = math.isfinite(v.low) and v.low <= true <= v.high
+            all_cover &= covers
+            count["decided"] += v.decided
+            if len(cells) == 1:
+                count["cells"] += 1
+                count["precision_covered"] += covers
+                continue
+            count["comparisons"] += 1
+            count["comparison_covered"] += covers
+            false_here |= _false_call(v, true, s.margin)
+            if BASELINE not in cells and v.verdict in ("faster", "slower"):
+                winner, loser = cells if v.verdict == "faster" else cells[::-1]
+                beats[winner].add(loser)
+            if math.isclose(true, 1.0):
+                count["null"] += 1
+                count["null_call"] += v.verdict in ("faster", "slower")
+            elif math.isclose(abs(math.log(true)), math.log1p(s.margin)):
+                count["margin"] += 1
+                count["margin_equivalent"] += v.verdict == "equivalent"
+        count["any_false"] += false_here
+        # "x is the fastest" (report.findings.winner: called faster than every other strategy),
+        # false unless x's throughput is strictly the highest
+        count["false_fastest"] += any(len(beats[x]) == len(names) - 1
+                                      and any(truth[y] >= truth[x] for y in names if y != x) for x in names)  # fmt: skip
+        count["joint"] += all_cover
+        count["runs"] += sum(runs.values())
+    share = lambda k, n: count[k] / count[n] if count[n] else math.nan  # noqa: E731
+    return {
+        "null_call": share("null_call", "null"), "margin_equivalent": share("margin_equivalent", "margin"),
+        "comparison_coverage": share("comparison_covered", "comparisons"),
+        "precision_coverage": share("precision_covered", "cells"),
+        "any_false_call": count["any_false"] / grids, "joint_coverage": count["joint"] / grids,
+        "false_fastest": count["false_fastest"] / grids,
+        "decided": count["decided"] / (grids * len(asked)), "runs": count["runs"] / grids,
+    }  # fmt: skip
+
+
+COLUMNS = {  # key -> the table's heading
+    "null_call": "false faster/slower (equal pair)",
+    "margin_equivalent": "false equivalent (pair on the margin)",
+    "comparison_coverage": "comparison interval covers",
+    "precision_coverage": "cell interval covers",
+    "any_false_call": "grids with a false call",
+    "joint_coverage": "grids whose 21 intervals all cover",
+    "false_fastest": "grids with a false \"fastest\"",
+}
+
+
+def table(grids: int = 2000, seed: int = 0) -> str:
+    """The markdown table docs/report.md quotes: one row per `settings()` condition."""
+    head = "| condition | " + " | ".join(COLUMNS.values()) + " |"
+    lines = [head, "|" + "---|" * (len(COLUMNS) + 1)]
+    for s in settings():
+        rates = simulate(s, grids, seed)
+        cells = ["–" if math.isnan(rates[k]) else f"{100 * rates[k]:.1f} %" for k in COLUMNS]
+        lines.append(f"| {s.name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
