@@ -112,7 +112,7 @@ def test_winner_is_the_fastest_of_three_and_margin_is_over_the_runner_up():
     comparisons = pd.DataFrame([cmp_row("a", "b", 100 / 150, 0.6, 0.7), cmp_row("a", "c", 100 / 120, 0.8, 0.87),
                                 cmp_row("b", "c", 1.25, 1.1, 1.4)])  # fmt: skip
     (w,) = of(check(findings(EMPTY, EMPTY, EMPTY, comparisons, EMPTY)), "winner")
-    assert w.text == "b is 1.25× [1.10, 1.40] faster than c at world size 2."
+    assert w.text == "b is the fastest at world size 2: 1.25× [1.10, 1.40] faster than the runner-up, c."
 
 
 # -- scaling ---------------------------------------------------------------------------------

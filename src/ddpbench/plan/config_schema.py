@@ -414,7 +414,7 @@ UNTIL_DECIDED = {
         "With repeats: until_decided, every cell runs `first` times, then rounds of repeats go to "
         "the cells whose questions are still open (each cell's throughput to ±precision; each "
         "against its baseline; cells differing only in a `compare` axis against each other, "
-        "faster, slower or equivalent within ±margin) until all are decided, a cell reaches "
+        "faster, slower or equivalent within a factor 1 + margin) until all are decided, a cell reaches "
         "max_per_cell, or the budget is spent. Intervals stay valid however it stops (docs/report.md)."
     ),
     "additionalProperties": False,
@@ -431,7 +431,8 @@ UNTIL_DECIDED = {
         "precision": {"type": "number", "minimum": 0, "maximum": 1, "default": study_config.PRECISION,
                       "description": "relative half-width sought for each cell's throughput (0: not asked)"},
         "margin": {"type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": 0.05,
-                   "description": "two cells whose throughputs are within ±margin of each other are equivalent"},
+                   "description": "two cells whose throughputs are within a factor 1 + margin of each other (the "
+                                  "ratio in [1/(1 + margin), 1 + margin]) are equivalent"},
         "speedup": {"type": "boolean", "default": True, "description": "compare every cell with its baseline cell"},
         "compare": {"type": "array", "uniqueItems": True, "items": {"type": "string"}, "default": ["strategy"],
                     "description": "axes along which cells equal in every other axis are compared with each other"},

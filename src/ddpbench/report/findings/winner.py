@@ -131,9 +131,10 @@ def _outcome(g: pd.DataFrame, shown_setting: list[str]) -> tuple | None:
         return ("partial", (top, second, tuple(u[0] for u in undecided)), where,
                 (top, second, est, lo, hi, r.get("ratio_ci_level", np.nan), flags, undecided))  # fmt: skip
     if verdict == "A faster":
-        return "win", top, where, (top, second, est, lo, hi, r.get("ratio_ci_level", np.nan), flags)
+        return "win", top, where, (top, second, est, lo, hi, r.get("ratio_ci_level", np.nan), flags, len(order))
     if verdict == "B faster":  # cannot happen with consistent estimates; stated as measured
-        return "win", second, where, (second, top, 1 / est, 1 / hi, 1 / lo, r.get("ratio_ci_level", np.nan), flags)
+        return "win", second, where, (second, top, 1 / est, 1 / hi, 1 / lo, r.get("ratio_ci_level", np.nan), flags,
+                                      len(order))  # fmt: skip
     if verdict == analysis.NO_DIFFERENCE:  # a design's row says which: equivalent, or undecided when it ended
         word = str(r["verdict"]) if r["verdict"] in (analysis.EQUIVALENT, analysis.UNDECIDED) else analysis.NO_DIFFERENCE
         return "tie", (*sorted((top, second)), word), where, (top, second, est, lo, hi, flags)
@@ -141,10 +142,12 @@ def _outcome(g: pd.DataFrame, shown_setting: list[str]) -> tuple | None:
 
 
 def _win_text(key: str, items: list, place: str) -> str:
-    """The winner's sentence: its margin over the runner-up at one setting, or the range of its
-    margins over the settings it wins at."""
+    """The winner's sentence: its margin over the runner-up at one setting (named the fastest where
+    three or more were ranked), or the range of its margins over the settings it wins at."""
     if len(items) == 1:
-        win, lose, est, lo, hi, level, flags = items[0][1]
+        win, lose, est, lo, hi, level, flags, ranked = items[0][1]
+        if ranked > 2:  # the answer first: of three or more, which is fastest, then by how much
+            return f"{win} is the fastest{place}: {ratio_text(est, lo, hi, level)} faster than the runner-up, {lose}{flags}."
         return f"{win} is {ratio_text(est, lo, hi, level)} faster than {lose}{place}{flags}."
     margins = sorted(items, key=lambda it: it[1][2])
     lo_m, hi_m = margins[0][1], margins[-1][1]
