@@ -5,7 +5,7 @@ Questions a grid asks:
   precision   a cell's throughput to a relative precision (±`target`, default 5 %);
   comparison  cell A's throughput against cell B's (a strategy against `single`, two
               strategies at equal settings), decided as faster, slower or equivalent within
-              ±`margin` (default 5 %).
+              a factor 1 + `margin` (default 1.05).
 
 Looks. A cell's repeat count moves along SCHEDULE (3, 5, 8, 11, 14, 20, 28, 40), so each
 question is looked at a bounded number of times: a precision question at most 8 times, a
