@@ -58,6 +58,9 @@ def test_numbers_have_three_significant_digits():
     assert sig3(np.nan) == "–"
     assert ratio_text(1.5234, 1.311, 1.7649) == "1.52× [1.31, 1.76]"
     assert ratio_text(1.5) == "1.50× (no interval)"
+    # a bound that is not 1 never reads 1.00: whether the interval holds 1 is the point
+    assert ratio_text(1.09, 1.003, 1.19) == "1.09× [1.003, 1.19]"
+    assert ratio_text(0.97, 0.93, 0.9996) == "0.970× [0.930, 0.9996]" and ratio_text(1.0, 1.0, 1.2) == "1.00× [1.00, 1.20]"
     assert pct_text(0.312, 0.284, 0.341) == "31.2 % [28.4, 34.1]"
     assert pct_text(0.312, 0.284, 0.341, 0.75) == "31.2 % [28.4, 34.1] (75 % interval)"
 

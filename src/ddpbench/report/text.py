@@ -72,10 +72,18 @@ def with_ci(est, lo, hi) -> str:
 
 
 def ratio_text(est, lo=np.nan, hi=np.nan, level=np.nan) -> str:
-    """'1.52× [1.31, 1.76]', or '1.52× (no interval)'."""
+    """'1.52× [1.31, 1.76]', or '1.52× (no interval)'. A bound that is not 1 but would read 1.00
+    gets a digit more ('[1.003, 1.19]'): whether an interval holds 1 is the point of a ratio."""
     if not (finite(lo) and finite(hi)):
         return f"{sig3(est)}× (no interval)"
-    return f"{sig3(est)}× [{sig3(lo)}, {sig3(hi)}]{_level_note(level)}"
+    return f"{sig3(est)}× [{_bound(lo)}, {_bound(hi)}]{_level_note(level)}"
+
+
+def _bound(x) -> str:
+    text, digits = sig3(x), 3
+    while float(text) == 1 and float(x) != 1 and digits <= 6:
+        text, digits = f"{float(x):.{digits}f}", digits + 1
+    return text
 
 
 def pct_text(est, lo=np.nan, hi=np.nan, level=np.nan) -> str:
