@@ -44,7 +44,7 @@ def test_the_docs_table_is_what_the_simulation_gives(simulated):
             got = simulated[name][key]
             if math.isnan(got):
                 continue
-            # binomial error of both estimates (the docs' 2,000 grids, these 250); per-question
+            # binomial error of both estimates (the docs' 2,000 grids, these GRIDS); per-question
             # rates count several questions a grid, but correlated: a grid is the unit here
             se = math.sqrt(max(p * (1 - p), 0.01 * 0.99) * (1 / GRIDS + 1 / 2000))
             assert abs(got - p) <= 4 * se, (name, key, got, p)
