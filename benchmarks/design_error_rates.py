@@ -5,12 +5,15 @@
 Prints (1) the per-look level LOOK_ALPHA re-derived over every look path and noise ratio
 (`sequential.calibrate_look_alpha`; the smallest is the one the design uses) with the level of
 each, and (2) docs/report.md's table of error rates (`analysis.design_rates.table`: the real
-stopping rule on the default grid's 21 questions, `--grids` grids a condition). Minutes on 2 cores.
+stopping rule on the default grid's 21 questions, `--grids` grids a condition) with each
+condition's runs, then the runs without a job effect judged as before the blocked analysis.
+Minutes on 2 cores.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 
 from ddpbench.analysis import design_rates, sequential
@@ -29,6 +32,10 @@ def main() -> None:
         print(f"  {path:>9} noise ratio {ratio:>3}: {a:.5f}")
     print(f"[{time.perf_counter() - start:.0f} s]\n")
     print(design_rates.table(args.grids, args.seed))
+    print("\nthe price of the blocked analysis: the conditions without a job effect judged as before it")
+    for s in design_rates.settings()[:2]:
+        rates = design_rates.simulate(dataclasses.replace(s, blocked=False), args.grids, args.seed)
+        print(f"{s.name}, not blocked: {rates['runs']:.1f} runs a grid, {100 * rates['decided']:.1f} % of questions decided")
     print(f"\n[{time.perf_counter() - start:.0f} s; {args.grids} grids a condition, seed {args.seed}]")
 
 

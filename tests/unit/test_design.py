@@ -65,9 +65,9 @@ def test_settings_refuse_a_first_round_above_the_cap_and_keep_the_looks():
     assert design.Settings.from_config({"budget": "2m"}).budget_s == 120
 
 
-def write_runs(tmp_path, cell: str, values, seconds: float = 6.0, status: str = "ok") -> list[str]:
+def write_runs(tmp_path, cell: str, values, seconds: float = 6.0, status: str = "ok", start: int = 0) -> list[str]:
     paths = []
-    for i, v in enumerate(values):
+    for i, v in enumerate(values, start):
         folder = tmp_path / "runs" / cell / f"repeat~{i}"
         folder.mkdir(parents=True)
         summary = {"status": status, "samples_per_s": v if status == "ok" else None,
@@ -82,30 +82,43 @@ def noisy(center: float, n: int, sigma: float, seed: int) -> list[float]:
 
 
 def test_a_round_goes_to_the_open_question_and_the_last_says_undecided(tmp_path):
-    """single vs a (0.5x: decided at once) and a vs b (2 % apart: open): the next round goes to a
-    and b only; with the budget spent the design ends and the open question is undecided, with
-    the runs estimated to close it."""
+    """single vs a (0.5x) and a vs b (2 % apart: open). After the first round nothing is decided
+    (one round shows no between-round variation), so every cell runs again; after the second
+    single vs a is decided and the next round goes to a and b only; with the budget spent the
+    design ends and the open question is undecided, with the runs estimated to close it."""
     cells = {"s": {"strategy": "single", "world_size": 1}, "a": {"strategy": "a", "world_size": 2},
              "b": {"strategy": "b", "world_size": 2}}  # fmt: skip
     settings = design.Settings(precision=0, margin=0.01, compare=("strategy",), speedup=False)
     qs = design.grid_questions(cells, {}, settings)
     qs.append(design.Question(("a", "s"), 0.05))
-    runs = {"s": write_runs(tmp_path, "s", noisy(100, 3, 0.02, 1)), "a": write_runs(tmp_path, "a", noisy(50, 3, 0.05, 2)),
-            "b": write_runs(tmp_path, "b", noisy(51, 3, 0.05, 3))}  # fmt: skip
+    centers = {"s": 100, "a": 50, "b": 51}
+    runs = {c: write_runs(tmp_path, c, noisy(centers[c], 3, 0.02, i)) for i, c in enumerate(centers)}
     first = design.decide(0, qs, runs, settings)
-    assert first.targets == {"a": 5, "b": 5} and first.stopped == {"s": "decided"} and not first.done
-    assert design.counts_after({"s": 3, "a": 3, "b": 3}, first, settings) == {"s": 3, "a": 5, "b": 5}
-    spent = first.spent
-    assert spent["runs"] == 9 and spent["seconds"] == pytest.approx(54)
-    # a budget of 60 s of runs: 54 spent, the next round's 4 runs (24 s) do not fit
-    last = design.decide(0, qs, runs, design.Settings(**{**settings.__dict__, "budget_s": 60.0}))
+    assert first.targets == {"a": 5, "b": 5, "s": 5} and not first.done and first.settled == 0
+    assert first.round_noise == {"sd": 0.0, "dof": 0}  # one round: no estimate
+    for i, c in enumerate(centers):
+        runs[c] += write_runs(tmp_path, c, noisy(centers[c], 2, 0.02, 10 + i), start=3)
+    assert design.rounds_of_runs("s", 5, [first]) == [0, 0, 0, 1, 1]
+    second = design.decide(1, qs, runs, settings, [first])
+    assert second.targets == {"a": 8, "b": 8} and second.stopped == {"s": "decided"} and not second.done
+    assert second.round_noise["dof"] == 3 and second.round_noise["sd"] >= 0
+    assert design.counts_after({"s": 5, "a": 5, "b": 5}, second, settings) == {"s": 5, "a": 8, "b": 8}
+    spent = second.spent
+    assert spent["runs"] == 15 and spent["seconds"] == pytest.approx(90)
+    # a budget of 110 s of runs: 90 spent, the next round's 6 runs (36 s) do not fit
+    last = design.decide(1, qs, runs, design.Settings(**{**settings.__dict__, "budget_s": 110.0}), [first])
     assert last.done and last.stopped["a"] == last.stopped["b"] == "budget"
     (open_,) = [v for v in last.verdicts if set(v.cells) == {"a", "b"}]
     assert open_.verdict == "undecided" and open_.runs_to_decide and open_.low < 1 < open_.high
     # the file is the decision: written and read back, the same
-    last.write(tmp_path / "round~0.json")
-    assert design.Decision.read(tmp_path / "round~0.json") == last
-    assert "1/2 questions decided; the design is done (9 runs, 54 s of 60 s)" in design.round_line(last)
+    last.write(tmp_path / "round~1.json")
+    assert design.Decision.read(tmp_path / "round~1.json") == last
+    assert "round 2: 1/2 questions decided; the design is done (15 runs, 1.5 min of 1.8 min)" in design.round_line(last)
+    # a file written before the between-round noise was recorded still reads; a planted one is refused
+    old = {k: v for k, v in last.to_json().items() if k != "round_noise"}
+    assert design.Decision.from_json(old).round_noise == {}
+    with pytest.raises(ValueError, match="not a design decision"):
+        design.Decision.from_json({**old, "round_noise": "lots"})
 
 
 def test_a_cell_whose_runs_failed_stops_and_its_questions_are_undecided(tmp_path):

@@ -5,6 +5,7 @@ from summary files, as the workflow makes it."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -257,3 +258,15 @@ def test_a_fastest_claim_rests_on_every_pair_the_design_decided_not_only_the_run
     (won,) = winner_findings(decisions.overlay(welch, runs, decision(("faster", 1.5, 1.3, 1.7))), ["world_size"])
     assert won.text.startswith("ddp is the fastest at world size 2: 1.30× [1.20, 1.40] faster than the runner-up, allreduce")
     assert won.decided, won.text
+
+
+def test_the_decision_note_says_whether_the_intervals_include_the_variation_between_rounds():
+    decision = decided("faster", 1.2, 1.1, 1.3)
+    assert "carry the spread of the runs only" in decisions.round_noise_text(decision)  # a file from before
+    one = dataclasses.replace(decision, round_noise={"sd": 0.0, "dof": 0})
+    assert "could not be estimated" in decisions.round_noise_text(one)
+    blocked = dataclasses.replace(decision, round_noise={"sd": 0.0312, "dof": 14})
+    text = decisions.round_noise_text(blocked)
+    assert "includes the variation between rounds" in text and "3.1 %" in text and "14 degrees of freedom" in text
+    assert text in decisions.section(blocked)["questions"].note
+

@@ -88,7 +88,8 @@ def test_runs_to_decide_grows_as_the_difference_shrinks():
 SIGMAS = (0.04, 0.08, 0.12)
 
 
-def simulate(grids: int, alpha: float, seed: int = 0, precision_alpha: float = S.PRECISION_ALPHA) -> dict:
+def simulate(grids: int, alpha: float, seed: int = 0, precision_alpha: float = S.PRECISION_ALPHA,
+             blocked: bool = True) -> dict:
     """Grids of a baseline `single` and strategies `a` at 0.55x (every p = 2 strategy here is
     slower than one process), `b` equal to `a` (no difference), `c` 4 % above `b` (close), `d` at
     0.6x; each cell's noise drawn from SIGMAS (unequal). Precision of single, a, b, c; each
@@ -105,7 +106,7 @@ def simulate(grids: int, alpha: float, seed: int = 0, precision_alpha: float = S
         def measure(cell, k):
             return list(truth[cell] * np.exp(sigma[cell] * rng.standard_normal(k)))
 
-        verdicts, runs, _ = S.run_design(questions, measure, alpha=alpha, precision_alpha=precision_alpha)
+        verdicts, runs, _ = S.run_design(questions, measure, alpha=alpha, precision_alpha=precision_alpha, blocked=blocked)
         for v in verdicts:
             true = truth[v.question.cells[0]] / (truth[v.question.cells[1]] if len(v.question.cells) == 2 else 1)
             if math.isfinite(v.low):
@@ -128,16 +129,17 @@ def test_the_design_keeps_its_level_however_it_stops():
     assert out["null_calls"] <= 0.05 + 2 * se, out  # a difference called where there is none
     assert out["coverage"] >= S.LEVEL - 2 * math.sqrt(0.05 * 0.95 / (grids * 10)), out
     # The runs go where the questions are open: `d` (0.6x of single, asked nothing else) stops
-    # at once; `c`, 4 % above `b`, stays open for long.
-    assert out["runs_d"] < 5 < out["runs_c"], out
+    # at its second round (5 runs: nothing is decided after one); `c`, 4 % above `b`, stays open for long.
+    assert out["runs_d"] < 5.5 and 30 < out["runs_c"], out
 
 
 @pytest.mark.slow
 def test_looking_at_95_percent_intervals_after_every_round_calls_differences_that_are_not_there():
     """The naive rule (stop at the first 95 % interval that excludes 1) on the same grids and
-    looks: its false calls (8.3 % when written) exceed the 5 % it would claim, beyond noise."""
+    looks (judged as one block, no between-round term): its false calls (8.3 % when written)
+    exceed the 5 % it would claim, beyond noise."""
     grids = 1000
-    out = simulate(grids, alpha=0.05, seed=1, precision_alpha=0.05)
+    out = simulate(grids, alpha=0.05, seed=1, precision_alpha=0.05, blocked=False)
     assert out["null_calls"] > 0.05 + 3 * math.sqrt(0.05 * 0.95 / grids), out
 
 
@@ -205,3 +207,76 @@ def test_the_budget_goes_first_to_the_cells_whose_questions_close_soonest():
     assert need["close"] < need["far"] <= 3 and width["far"] > width["close"], (need, width)
     rnd = S.plan_round(questions, values, runs_left=7)  # base and one other cell move 5 -> 8
     assert list(rnd.targets) == ["base", "close"] and rnd.stopped["far"] == "budget"  # far: reachable, cut
+
+
+def test_a_comparisons_two_cells_advance_in_the_same_round_or_neither():
+    """Under a budget cut a cell runs together with the partner of its open comparison: room
+    for one cell's runs alone buys neither (so both carry the same rounds). A cell with its own
+    precision question open runs alone, and so does one whose partner is at its cap."""
+    q = Q(("a", "b"), 0.05)
+    values = values_with(1.0, 3, sigma=0.1)  # open at its first look
+    cut = S.plan_round([q], values, runs_left=3)  # a alone (2 runs) would fit, the pair (4) does not
+    assert cut.targets == {} and cut.stopped == {"a": "budget", "b": "budget"}
+    assert S.plan_round([q], values, runs_left=4).targets == {"a": 5, "b": 5}
+    assert S.plan_round([q, Q(("a",), 0.05)], values, runs_left=3).targets == {"a": 5}
+    at_cap = {"a": values["a"], "b": values["b"] + values_with(1.0, 2, sigma=0.1, seed=1)["b"]}
+    rnd = S.plan_round([q], at_cap, runs_left=2, schedule=(3, 5))
+    assert rnd.targets == {"a": 5} and rnd.stopped == {"b": "cap"}
+
+
+def grid_with_rounds(cells: int, sizes, job: float, sigma: float, seed: int) -> tuple[dict, dict]:
+    """`cells` cells of one throughput, measured in rounds of `sizes` runs, each round of a cell
+    shifted by its own log-normal effect of sd `job`."""
+    rng = np.random.default_rng(seed)
+    values, rounds = {}, {}
+    for c in range(cells):
+        for r, k in enumerate(sizes):
+            shift = job * rng.standard_normal()
+            values.setdefault(c, []).extend(100 * np.exp(shift + sigma * rng.standard_normal(k)))
+            rounds.setdefault(c, []).extend([r] * k)
+    return values, rounds
+
+
+def test_the_between_round_noise_is_estimated_from_the_rounds_and_widens_the_intervals():
+    values, rounds = grid_with_rounds(60, (3, 2, 3, 3), job=0.05, sigma=0.03, seed=3)
+    sd, dof = S.round_noise(values, rounds)
+    assert dof == 60 * 3 and 0.04 < sd < 0.06, sd
+    quiet, quiet_rounds = grid_with_rounds(60, (3, 2, 3, 3), job=0.0, sigma=0.03, seed=3)
+    assert S.round_noise(quiet, quiet_rounds)[0] < 0.015  # none there: about 0
+    one_round = {c: [0] * len(v) for c, v in values.items()}
+    assert S.round_noise(values, one_round) == (0.0, 0) and S.round_noise(values, None) == (0.0, 0)
+    # a cell mean keeps sum(n_r^2) / n^2 of a round effect's variance: all of it from one round
+    assert S._round_weight(np.array(rounds[0]), 11) == pytest.approx((9 + 4 + 9 + 9) / 121)
+    assert S._round_weight(np.zeros(11), 11) == 1.0
+    q = Q((0, 1), 0.05)
+    width = lambda v: math.log(v.high / v.low)  # noqa: E731
+    plain, blocked = S.judge(q, values), S.judge(q, values, rounds=rounds, job_sd=sd)
+    assert width(plain) < width(blocked) < width(S.judge(q, values, rounds=one_round, job_sd=sd))
+    assert blocked.estimate == plain.estimate
+    # and the runs to decide count the rounds still to come, each with its own effect
+    v = S.judge(Q((0, 1), 0.01), values, rounds=rounds, job_sd=sd)
+    assert S.runs_to_decide(v, values, rounds=rounds, job_sd=sd) > S.runs_to_decide(S.judge(Q((0, 1), 0.01), values), values)
+
+
+@pytest.mark.slow
+def test_with_a_job_effect_the_blocked_analysis_keeps_the_level_where_the_unblocked_one_does_not():
+    """One pair of equal strategies, every cell and round shifted by its own 5 % job effect (runs
+    3 %), margin a factor 1.15: judged with the between-round noise and decided only after two
+    rounds, the final interval covers the truth in about 93 % of designs; judged on the runs'
+    spread alone, in about 79 % (4 and 8.5 % false calls at a 3 % effect: docs/report.md)."""
+    q = Q(("a", "b"), 0.15)
+    rng = np.random.default_rng(8)
+    covered = {True: 0, False: 0}
+    grids = 400
+    for _ in range(grids):
+        def measure(cell, k):
+            return list(100 * np.exp(0.05 * rng.standard_normal() + 0.03 * rng.standard_normal(k)))
+
+        state = rng.bit_generator.state
+        for blocked in (True, False):
+            rng.bit_generator.state = state  # the same draws both ways
+            (v,), _, _ = S.run_design([q], measure, blocked=blocked)
+            covered[blocked] += v.low <= 1 <= v.high
+    slack = 3 * math.sqrt(0.05 * 0.95 / grids)
+    assert covered[True] / grids >= S.LEVEL - slack, covered
+    assert covered[False] / grids < S.LEVEL - slack, covered

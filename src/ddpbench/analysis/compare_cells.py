@@ -18,7 +18,9 @@ from scipy import special  # the t distribution's functions: scipy.stats would a
 
 from ddpbench.analysis.cells import NO_COMPARISON, NO_DIFFERENCE
 from ddpbench.analysis.health import THROUGHPUT, likely_causes, timed_runs
-from ddpbench.analysis.intervals import LEVEL, Interval, log_t_interval, numeric_values, rel_halfwidth
+from ddpbench.analysis.intervals import (
+    LEVEL, Interval, add_variance, between_group_parts, log_t_interval, numeric_values, rel_halfwidth,
+)
 from ddpbench.analysis.tables import BASELINE_STRATEGY, IRRELEVANT_AT_BASELINE, LAUNCH_AXES, TIME
 from ddpbench.core.run_record import Env
 
@@ -282,14 +284,9 @@ def estimate_job_noise(frames: list[pd.DataFrame], cols: list[str], metric: str 
         values = pd.to_numeric(ok[metric], errors="coerce")
         ok = ok[(values > 0).fillna(False)].assign(_log=np.log(values[values > 0]))
         for _, cell in ok.groupby(cols, dropna=False, sort=False):
-            jobs = [g["_log"].to_numpy(float) for _, g in cell.groupby(cell[JOB_COLUMN].astype(str)) if len(g) >= 2]
-            if len(jobs) < 2:
-                continue
-            means = np.array([j.mean() for j in jobs])
-            within = np.mean([j.var(ddof=1) / len(j) for j in jobs])
-            num += (len(jobs) - 1) * (means.var(ddof=1) - within)
-            den += len(jobs) - 1
-            cells += 1
+            jobs = (g["_log"].to_numpy(float) for _, g in cell.groupby(cell[JOB_COLUMN].astype(str)))
+            part, weight = between_group_parts(jobs)
+            num, den, cells = num + part, den + weight, cells + (weight > 0)
     if not den:
         return np.nan, 0
     return float(np.sqrt(max(0.0, num / den))), cells
@@ -300,11 +297,8 @@ def with_job_noise(se, dof, terms, job_noise: float):
     (2: NEW/BASE of one cell; 4: a ratio of speedups) once every cell mean carries its job's effect of
     standard deviation `job_noise` (a known variance, infinite degrees of freedom):
     se² + terms·job_noise², dof = (se² + terms·job_noise²)² / (se⁴/dof)."""
-    se, dof = np.asarray(se, float), np.asarray(dof, float)
-    extra = np.asarray(terms, float) * job_noise**2
-    total = se**2 + extra
-    with np.errstate(divide="ignore", invalid="ignore"):
-        dof = np.where(se > 0, total**2 / (se**4 / dof), np.inf) if job_noise else dof
+    se = np.asarray(se, float)
+    total, dof = add_variance(se**2, dof, np.asarray(terms, float) * job_noise**2)
     return np.sqrt(total), dof
 
 

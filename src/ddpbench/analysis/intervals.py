@@ -73,14 +73,49 @@ def welch_halfwidth(ya: np.ndarray, yb: np.ndarray, level: float = LEVEL) -> np.
     sample variances: with a small noisy side against a large one (3 runs against 14) a small
     variance on the small side inflates them, and the 95 % interval covered 0.93 (simulated,
     tests/unit/test_interval_coverage.py); Hsu's covers at least 0.95 there (conservatively)."""
+    var, dof = welch_variance(ya, yb)
+    se = np.sqrt(var)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(se > 0, special.stdtrit(np.where(se > 0, dof, 1.0), 0.5 + level / 2) * se, 0.0)
+
+
+def welch_variance(ya: np.ndarray, yb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(variance, degrees of freedom) of mean(ya) − mean(yb) along the last axis, as
+    `welch_halfwidth` takes them (Hsu's at unequal counts where both sides vary)."""
     na, nb = ya.shape[-1], yb.shape[-1]
     va, vb = ya.var(axis=-1, ddof=1) / na, yb.var(axis=-1, ddof=1) / nb
-    se = np.sqrt(va + vb)
     with np.errstate(invalid="ignore", divide="ignore"):
         dof = (va + vb) ** 2 / (va**2 / (na - 1) + vb**2 / (nb - 1))
         if na != nb:  # where both sides vary (one alone: Satterthwaite's is already its n − 1)
             dof = np.where((va > 0) & (vb > 0), np.minimum(dof, min(na, nb) - 1), dof)
-        return np.where(se > 0, special.stdtrit(np.where(se > 0, dof, 1.0), 0.5 + level / 2) * se, 0.0)
+    return va + vb, dof
+
+
+def add_variance(var, dof, extra, extra_dof=np.inf):
+    """(variance, degrees of freedom) of an estimate whose estimated variance `var` (with `dof`
+    degrees of freedom) gains a term `extra` estimated with `extra_dof` (infinite: a known term),
+    as Welch-Satterthwaite combines them: dof' = (var + extra)^2 / (var^2 / dof + extra^2 / extra_dof).
+    Where var is 0 and the term known: infinite degrees of freedom."""
+    var, dof, extra, extra_dof = (np.asarray(x, float) for x in (var, dof, extra, extra_dof))
+    total = var + extra
+    if not np.any(extra):
+        return total, dof
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return total, np.where(total > 0, total**2 / (var**2 / dof + extra**2 / extra_dof), np.inf)
+
+
+def between_group_parts(groups) -> tuple[float, int]:
+    """One cell's share of a pooled between-group (between-job, between-round) variance of its
+    log values: (its groups − 1) · (the variance of the groups' means less the part the repeats
+    explain, the mean of within-group variance over runs), and the groups − 1 it weighs with.
+    Groups of fewer than 2 values are left out; (0, 0) with fewer than 2 groups left. A negative
+    share is kept, so the pool over cells stays unbiased (floor the pooled figure at 0)."""
+    kept = [np.asarray(g, float) for g in groups if len(g) >= 2]
+    if len(kept) < 2:
+        return 0.0, 0
+    means = np.array([g.mean() for g in kept])
+    within = np.mean([g.var(ddof=1) / len(g) for g in kept])
+    return (len(kept) - 1) * float(means.var(ddof=1) - within), len(kept) - 1
 
 
 def log_t_interval(values, level: float = LEVEL) -> Interval:

@@ -20,10 +20,19 @@ whichever way its two counts move through the schedule (`look_paths`: together, 
 one to the cap first) and with either cell's noise up to 3 times the other's. Hence whatever
 look the design stops at, for whatever reason (decided, cap, budget), the interval it reports
 covers the truth with probability >= 0.95, and a faster or slower call where there is no
-difference is made in at most 5 % of questions. What that means for a whole grid, and what it
-does not cover (variation between the rounds' jobs), is `analysis.design_rates`. Looking at
-ordinary 95 % intervals at the same looks calls a difference that is not there in 8 % of
-questions, and more the more often one looks (tests/unit/test_sequential.py).
+difference is made in at most 5 % of questions. Looking at ordinary 95 % intervals at the same
+looks calls a difference that is not there in 8 % of questions, and more the more often one
+looks (tests/unit/test_sequential.py).
+
+Rounds (blocked analysis). A cell's runs of one round share that round's state of the machine,
+so runs alone understate how much a cell moves between rounds. The between-round noise
+(`round_noise`: the spread of a cell's round means beyond what its runs explain, pooled over
+the cells measured in two or more rounds) enters every interval: a cell mean carries
+sd^2 * sum(n_r^2) / n^2 of it, less the more rounds it ran in, its degrees of freedom combined
+by Welch-Satterthwaite. No question is decided while a cell of it has run in one round only
+(one round shows no such variation), and a comparison's two cells are funded in the same
+round. What that means for a whole grid, with and without a job effect per cell and round,
+is `analysis.design_rates`.
 
 Verdicts: `faster` / `slower` when the interval lies above / below 1, `equivalent` when it
 lies inside [1/(1 + margin), 1 + margin], else `open`, or `out of reach` when the runs it would
@@ -35,13 +44,15 @@ interval, never "no difference".
 from __future__ import annotations
 
 import dataclasses
+import functools
+import itertools
 import math
 from typing import Callable, Hashable, Iterable, Sequence
 
 import numpy as np
 from scipy import special  # the t distribution's functions: scipy.stats would add 0.55 s to every import
 
-from ddpbench.analysis.intervals import t_halfwidth, welch_halfwidth
+from ddpbench.analysis.intervals import add_variance, between_group_parts, welch_variance
 
 SCHEDULE = (3, 5, 8, 11, 14, 20, 28, 40)
 # calibrate_look_alpha(SCHEDULE, reps=400_000, seed=0) -> 0.00836, at its smallest where the
@@ -97,25 +108,68 @@ def _logs(values: Iterable[float]) -> np.ndarray:
     return np.log(x[np.isfinite(x) & (x > 0)])
 
 
-def judge(question: Question, values: dict, alpha: float = LOOK_ALPHA,
-          precision_alpha: float = PRECISION_ALPHA) -> Verdict:  # fmt: skip
+def _cell(values: dict, rounds: dict | None, cell: Cell) -> tuple[np.ndarray, np.ndarray | None]:
+    """A cell's log throughputs and the round each was measured in (None where `rounds` does not
+    say: then its runs count as one round)."""
+    x = np.asarray(list(values.get(cell, ())), dtype=float)
+    keep = np.isfinite(x) & (x > 0)
+    labels = None if rounds is None else np.asarray(list(rounds.get(cell, ())))
+    return np.log(x[keep]), (labels[keep] if labels is not None and len(labels) == len(x) else None)
+
+
+def _round_weight(labels: np.ndarray | None, n: int) -> float:
+    """sum(n_r^2) / n^2 over a cell's rounds: the share of a round effect's variance that stays in
+    the cell's mean (1 for one round; about 1/R for R rounds of equal size)."""
+    if labels is None or n == 0:
+        return 1.0
+    _, sizes = np.unique(labels, return_counts=True)
+    return float((sizes.astype(float) ** 2).sum() / n**2)
+
+
+def round_noise(values: dict, rounds: dict | None) -> tuple[float, int]:
+    """The between-round standard deviation of a cell's log throughput (σ_job: what the machine's
+    state shared by one cell's runs of one round adds, beyond the spread of runs inside a
+    round), pooled over the cells with 2+ rounds of 2+ runs (analysis.intervals.between_group_parts)
+    and floored at 0; with the degrees of freedom it rests on. (0.0, 0) where no cell has two
+    such rounds: the intervals then describe the conditions of the rounds measured."""
+    num, dof = 0.0, 0
+    for cell in values:
+        y, labels = _cell(values, rounds, cell)
+        if labels is not None:
+            part, weight = between_group_parts(y[labels == r] for r in np.unique(labels))
+            num, dof = num + part, dof + weight
+    return (math.sqrt(max(0.0, num / dof)) if dof else 0.0), dof
+
+
+def judge(question: Question, values: dict, alpha: float = LOOK_ALPHA, precision_alpha: float = PRECISION_ALPHA,
+          rounds: dict | None = None, job_sd: float = 0.0, job_dof: float = math.inf) -> Verdict:  # fmt: skip
     """The question's verdict and repeated confidence interval from the values measured so far
     (`values`: cell -> throughputs of its runs), at per-look level 1 - alpha (a comparison) or
-    1 - precision_alpha (a precision question)."""
-    logs = [_logs(values.get(c, ())) for c in question.cells]
+    1 - precision_alpha (a precision question). With a between-round noise `job_sd` (round_noise,
+    estimated with `job_dof` degrees of freedom; `rounds`: cell -> the round of each value) every
+    cell mean also carries its rounds' effects: job_sd^2 * sum(n_r^2) / n^2 added to its variance
+    (the blocked analysis: a cell measured in more rounds averages more of them out), the degrees
+    of freedom combined by Welch-Satterthwaite."""
+    cells = [_cell(values, rounds, c) for c in question.cells]
+    logs = [y for y, _ in cells]
     runs = tuple(len(y) for y in logs)
     if min(runs) < 2:
         est = float(np.exp(logs[0].mean() - (logs[1].mean() if len(logs) > 1 else 0))) if min(runs) else math.nan
         return Verdict(question, "open", est, math.nan, math.nan, runs)
+    extra = job_sd**2 * sum(_round_weight(labels, len(y)) for y, labels in cells)
     if question.kind == "precision":
-        center = logs[0].mean()
-        half = float(t_halfwidth(logs[0], 1 - precision_alpha))
-        verdict = "met" if half <= math.log1p(question.tolerance) else "open"
+        center, level = logs[0].mean(), 1 - precision_alpha
+        var, dof = logs[0].var(ddof=1) / runs[0], runs[0] - 1
     else:
-        center = logs[0].mean() - logs[1].mean()
-        half = float(welch_halfwidth(logs[0], logs[1], 1 - alpha))
+        center, level = logs[0].mean() - logs[1].mean(), 1 - alpha
+        var, dof = welch_variance(logs[0], logs[1])
+    total, dof = add_variance(var, dof, extra, job_dof)
+    half = float(special.stdtrit(dof, 0.5 + level / 2) * math.sqrt(total)) if total > 0 else 0.0
+    m = math.log1p(question.tolerance)
+    if question.kind == "precision":
+        verdict = "met" if half <= m else "open"
+    else:
         lo, hi = center - half, center + half
-        m = math.log1p(question.tolerance)
         verdict = "faster" if lo > 0 else "slower" if hi < 0 else "equivalent" if -m <= lo and hi <= m else "open"
     return Verdict(question, verdict, float(np.exp(center)), float(np.exp(center - half)), float(np.exp(center + half)),
                    runs)  # fmt: skip
@@ -128,37 +182,52 @@ def next_count(n: int, schedule: Sequence[int] = SCHEDULE) -> int | None:
 
 @dataclasses.dataclass
 class Round:
-    """What the next round runs (cell -> repeat count to reach) and why each cell stopped."""
+    """What the next round runs (cell -> repeat count to reach), why each cell stopped, the
+    verdicts, and the between-round noise they were judged with (round_noise: sd, dof)."""
 
     targets: dict
-    stopped: dict  # cell -> "decided" | "cap" | "budget"
+    stopped: dict  # cell -> "decided" | "cap" | "budget" | "out of reach"
     verdicts: list
+    round_noise: tuple = (0.0, 0)
 
 
 def plan_round(questions: Sequence[Question], values: dict, runs_left: int | None = None,
                schedule: Sequence[int] = SCHEDULE, alpha: float = LOOK_ALPHA,
                seconds_left: float | None = None, run_seconds: dict | None = None,
                made: dict | None = None, precision_alpha: float = PRECISION_ALPHA,
-               futility: bool = True) -> Round:  # fmt: skip
+               futility: bool = True, rounds: dict | None = None) -> Round:  # fmt: skip
     """Judge every question, then give the next round to the cells with open questions: each
-    moves to its schedule's next count. The budget goes where it decides most: cells by the
-    decisions they are expected to bring per run-second (each open question counts 1 over the
-    run-seconds that runs_to_decide says would close it), then by their number of open
-    questions and widest interval against its tolerance. From a question's second look on, one
+    moves to its schedule's next count. With `rounds` (cell -> the round of each value) the
+    questions are judged with the between-round noise (round_noise) in every interval, and none
+    is decided while a cell of it has been measured in one round only (unless neither can get
+    another, or the design ends with this round): one round cannot show the variation between
+    rounds.
+
+    The budget goes where it decides most: cells by the decisions they are expected to bring per
+    run-second (each open question counts 1 over the run-seconds that runs_to_decide says would
+    close it), then by their number of open questions and widest interval against its tolerance.
+    A comparison's two cells advance in the same round: a cell is funded together with the
+    partner of its most promising open comparison unless one of its comparisons already advances
+    with it (its partner funded, or at its cap) or it has a precision question of its own open;
+    where the budget cannot pay for both, neither runs. From a question's second look on, one
     whose runs to decide exceed what the budget left can still give its cells is "out of reach"
     (futility): it stays undecided and brings its cells no runs, unless no other open question
-    is left to spend the budget on (then it gets what is left). A run budget
-    (`runs_left`) and a time budget (`seconds_left`, a cell's run costing `run_seconds[cell]`)
-    cut the round in that order. A cell's count is its number of values, or `made[cell]` (runs
-    made, failed ones included)."""
+    is left to spend the budget on (then it gets what is left). A run budget (`runs_left`) and a
+    time budget (`seconds_left`, a cell's run costing `run_seconds[cell]`) cut the round in that
+    order. A cell's count is its number of values, or `made[cell]` (runs made, failed ones
+    included)."""
     run_seconds = run_seconds or {}
     have = {c: (made or {}).get(c, len(values.get(c, ()))) for q in questions for c in q.cells}
-    verdicts = [judge(q, values, alpha, precision_alpha) for q in questions]
+    noise = round_noise(values, rounds) if rounds is not None else (0.0, 0)
+    judged = [judge(q, values, alpha, precision_alpha, rounds, *noise) for q in questions]
+    verdicts = [_held_back(v, rounds, have, schedule) for v in judged]
     gain: dict = {}  # cell -> (expected decisions per run-second, open questions, widest interval)
+    partners: dict = {}  # cell -> [(per run-second, the other cell of an open comparison)]
+    precision_open: set = set()
     for i, v in enumerate(verdicts):
         if v.decided:
             continue
-        need = runs_to_decide(v, values, alpha)
+        need = runs_to_decide(v, values, alpha, rounds=rounds, job_sd=noise[0], schedule=schedule)
         cells = v.question.cells
         cost = sum(run_seconds.get(c, 1.0) for c in cells)
         looked_twice = min(have[c] for c in cells) >= schedule[1]
@@ -172,28 +241,76 @@ def plan_round(questions: Sequence[Question], values: dict, runs_left: int | Non
         for c in cells:
             g, n_open, widest = gain.get(c, (0.0, 0, 0.0))
             gain[c] = (g + per_second, n_open + 1, max(widest, width / math.log1p(v.question.tolerance)))
+        if len(cells) == 1:
+            precision_open.add(cells[0])
+        else:
+            for c, other in (cells, cells[::-1]):
+                partners.setdefault(c, []).append((per_second, other))
     out_of_reach = {c for v in verdicts if v.verdict == OUT_OF_REACH for c in v.question.cells}
     if out_of_reach and not gain:  # nothing else to spend the budget on: it goes to these after all
         return plan_round(questions, values, runs_left, schedule, alpha, seconds_left, run_seconds, made,
-                          precision_alpha, futility=False)  # fmt: skip
+                          precision_alpha, futility=False, rounds=rounds)  # fmt: skip
     stopped = {c: OUT_OF_REACH if c in out_of_reach else "decided" for c in have if c not in gain}
+    goal = {c: next_count(have[c], schedule) for c in gain}
+    stopped.update({c: "cap" for c in gain if goal[c] is None})
     order = sorted(gain, key=lambda c: (-gain[c][0], -gain[c][1], -gain[c][2], str(c)))
+    mates = {c: [other for _, other in sorted(found, key=lambda po: -po[0])] for c, found in partners.items()}
+    targets = _fund(order, goal, have, mates, precision_open, stopped, _Budget(runs_left, seconds_left, run_seconds))
+    if not targets:  # the design ends here: a call held back for another round is what there is
+        verdicts = [j if v.verdict == "open" and j.decided else v for v, j in zip(verdicts, judged)]
+    return Round(targets, stopped, verdicts, noise)
+
+
+def _fund(order: list, goal: dict, have: dict, mates: dict, precision_open: set, stopped: dict,
+          budget: _Budget) -> dict:  # fmt: skip
+    """The round's targets: cells in `order`, each moving to its `goal`; one whose open questions are
+    all comparisons moves with the partner of its most promising one (`mates`) unless one of them
+    already moves or stays at its cap; what the budget cannot pay is stopped ("budget")."""
     targets: dict = {}
     for c in order:
-        goal = next_count(have[c], schedule)
-        if goal is None:
-            stopped[c] = "cap"
+        if c in targets or c in stopped:
             continue
-        cost = (goal - have[c]) * run_seconds.get(c, 0.0)
-        if (runs_left is not None and goal - have[c] > runs_left) or (seconds_left is not None and cost > seconds_left):
+        together = [c]
+        if mates.get(c) and c not in precision_open and not any(m in targets or goal.get(m) is None for m in mates[c]):
+            mate = next((m for m in mates[c] if m not in stopped), None)
+            if mate is None:  # every partner out of the budget: this cell's comparisons cannot advance
+                stopped[c] = "budget"
+                continue
+            together.append(mate)
+        if budget.pay({x: goal[x] - have[x] for x in together}):
+            targets.update({x: goal[x] for x in together})
+        else:
             stopped[c] = "budget"
-            continue
-        targets[c] = goal
-        if runs_left is not None:
-            runs_left -= goal - have[c]
-        if seconds_left is not None:
-            seconds_left -= cost
-    return Round(targets, stopped, verdicts)
+    return targets
+
+
+def _held_back(v: Verdict, rounds: dict | None, have: dict, schedule: Sequence[int]) -> Verdict:
+    """A decided verdict on a cell measured in one round only is held open while a cell of it can
+    get another round: one round shows no variation between rounds."""
+    cells = v.question.cells
+    if v.decided and rounds is not None and any(len(set(rounds.get(c, ()))) < 2 for c in cells) \
+            and any(next_count(have[c], schedule) is not None for c in cells):  # fmt: skip
+        return dataclasses.replace(v, verdict="open")
+    return v
+
+
+@dataclasses.dataclass
+class _Budget:
+    """What is left of a run budget and a time budget (None: none) as a round is funded."""
+
+    runs: int | None
+    seconds: float | None
+    run_seconds: dict
+
+    def pay(self, runs: dict) -> bool:
+        """Take `runs` (cell -> runs) if both budgets can pay them; whether they could."""
+        n = sum(runs.values())
+        cost = sum(k * self.run_seconds.get(c, 0.0) for c, k in runs.items())
+        if (self.runs is not None and n > self.runs) or (self.seconds is not None and cost > self.seconds):
+            return False
+        self.runs = None if self.runs is None else self.runs - n
+        self.seconds = None if self.seconds is None else self.seconds - cost
+        return True
 
 
 def _affordable(cells: Sequence, runs_left: int | None, seconds_left: float | None, cost: float) -> float:
@@ -211,45 +328,88 @@ def _affordable(cells: Sequence, runs_left: int | None, seconds_left: float | No
 
 def run_design(questions: Sequence[Question], measure: Callable[[Cell, int], Sequence[float]],
                budget_runs: int | None = None, schedule: Sequence[int] = SCHEDULE,
-               alpha: float = LOOK_ALPHA, precision_alpha: float = PRECISION_ALPHA,
+               alpha: float = LOOK_ALPHA, precision_alpha: float = PRECISION_ALPHA, blocked: bool = True,
                ) -> tuple[list[Verdict], dict, dict]:  # fmt: skip
     """Drive rounds until nothing is open, the cap or the run budget: `measure(cell, k)` returns
-    k new throughputs of the cell. Returns (final verdicts, cell -> runs, cell -> why it stopped).
-    What the workflow does round by round, for simulations and tests."""
+    k new throughputs of the cell (one call per cell and round). Returns (final verdicts, cell ->
+    runs, cell -> why it stopped). What the workflow does round by round, for simulations and
+    tests; `blocked` False judges without the between-round noise (as if every run were of one round)."""
     values: dict = {}
+    rounds: dict = {}  # cell -> the round of each value
     spent = 0
-    while True:
+    for r in itertools.count():
         left = None if budget_runs is None else budget_runs - spent
-        rnd = plan_round(questions, values, left, schedule, alpha, precision_alpha=precision_alpha)
+        rnd = plan_round(questions, values, left, schedule, alpha, precision_alpha=precision_alpha,
+                         rounds=rounds if blocked else None)
         if not rnd.targets:
             return rnd.verdicts, {c: len(v) for c, v in values.items()}, rnd.stopped
         for c, goal in sorted(rnd.targets.items(), key=lambda kv: str(kv[0])):  # the draws: whatever the order
             new = list(measure(c, goal - len(values.get(c, ()))))
             values.setdefault(c, []).extend(new)
+            rounds.setdefault(c, []).extend([r] * len(new))
             spent += len(new)
+    raise AssertionError("unreachable")
 
 
-def runs_to_decide(v: Verdict, values: dict, alpha: float = LOOK_ALPHA, most: int = 1000) -> int | None:
+@functools.lru_cache(maxsize=8)
+def _t_quantiles(level: float, most: int) -> np.ndarray:
+    """The two-sided t quantile at `level` for 0..most degrees of freedom (a table: thousands of
+    open questions a simulation look them up)."""
+    with np.errstate(invalid="ignore"):
+        return special.stdtrit(np.arange(most + 1), 0.5 + level / 2)
+
+
+def _future_squares(count: int, n: np.ndarray, schedule: Sequence[int]) -> np.ndarray:
+    """sum(n_r^2) of the runs from `count` to each of `n` as the schedule's rounds would bring them
+    (past the cap, rounds of the schedule's last step)."""
+    ends, full = _round_ends(count, int(n.max()), tuple(schedule))
+    k = np.clip(np.searchsorted(ends, n, side="right") - 1, 0, None)
+    return full[k] + (np.maximum(n, count) - ends[k]) ** 2
+
+
+@functools.lru_cache(maxsize=1024)
+def _round_ends(count: int, most: int, schedule: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """The counts at which the rounds from `count` on end, up to `most`, and sum(n_r^2) at each."""
+    step = schedule[-1] - schedule[-2] if len(schedule) > 1 else schedule[-1]
+    ends = [count]
+    while ends[-1] < most:
+        ends.append(next_count(ends[-1], schedule) or ends[-1] + step)
+    ends = np.asarray(ends)
+    return ends, np.concatenate([[0], np.cumsum(np.diff(ends) ** 2)])
+
+
+def runs_to_decide(v: Verdict, values: dict, alpha: float = LOOK_ALPHA, most: int = 1000, rounds: dict | None = None,
+                   job_sd: float = 0.0, schedule: Sequence[int] = SCHEDULE) -> int | None:  # fmt: skip
     """About how many more runs per cell would decide an open question if the spread and the
     estimate stay as measured: the fewest at which the interval (t quantile, same level) would
-    exclude 1 or fit inside the margin (None: not estimable, e.g. under 2 runs, or over `most`)."""
-    logs = [_logs(values.get(c, ())) for c in v.question.cells]
+    exclude 1 or fit inside the margin (None: not estimable, e.g. under 2 runs, or over `most`).
+    With a between-round noise `job_sd` the runs to come arrive in the schedule's rounds, each
+    adding its own round effect (past the cap, rounds of the schedule's last step)."""
     if v.decided:
         return 0
-    if min(len(y) for y in logs) < 2:
+    cells = [_cell(values, rounds, c) for c in v.question.cells]
+    if min(len(y) for y, _ in cells) < 2:
         return None
-    var = [float(y.var(ddof=1)) for y in logs]
+    var = [float(y.var(ddof=1)) for y, _ in cells]
     m = math.log1p(v.question.tolerance)
     if v.question.kind == "precision":
         room, level = m, 1 - PRECISION_ALPHA
     else:
         d = abs(math.log(v.estimate))
         room, level = max(d, m - d), 1 - alpha  # exclude 1 (a difference) or fit inside the margin
-    have = min(len(y) for y in logs)
-    for n in range(have + 1, most + 1):
-        dof = n - 1 if len(logs) == 1 else 2 * (n - 1)
-        if special.stdtrit(dof, 1 - (1 - level) / 2) * math.sqrt(sum(var) / n) <= room:
-            return n - have
+    counts = [len(y) for y, _ in cells]
+    have = min(counts)
+    for lo, hi in ((have + 1, have + 41), (have + 41, most + 1)):  # most questions close within 40 more
+        n = np.arange(lo, min(hi, most + 1))
+        if not len(n):
+            break
+        extra = 0.0
+        for (y, labels), c in zip(cells, counts) if job_sd else ():
+            extra = extra + (_round_weight(labels, c) * c**2 + _future_squares(c, n, schedule)) / np.maximum(n, c) ** 2
+        dof = n - 1 if len(cells) == 1 else 2 * (n - 1)
+        ok = _t_quantiles(level, 2 * most)[dof] * np.sqrt(sum(var) / n + job_sd**2 * extra) <= room
+        if ok.any():
+            return int(n[ok.argmax()]) - have
     return None
 
 

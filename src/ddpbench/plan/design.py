@@ -5,8 +5,10 @@ The workflow runs every cell `first` times, then its decide_round checkpoint (pl
 judges every question on the runs measured so far (the statistics: analysis.sequential) and
 writes the decision to RESULTS/design/round~R.json: the repeat count each cell with an open
 question moves to next (`targets`), why every other cell stopped, the verdicts with their
-intervals, and what was spent. The next round's runs are exactly the missing repeats up to those
-counts, so a design killed mid-round resumes where it was, and every run measured is reused. A
+intervals (which carry the variation between rounds, `round_noise`; a run's round follows from
+the earlier decisions' counts), and what was spent. The next round's runs are exactly the
+missing repeats up to those counts, so a design killed mid-round resumes where it was, and
+every run measured is reused. A
 decision without targets is the last: its still-open questions are `undecided`, each with the
 runs estimated to close it. `Decision` is the only reader and writer of these files (the plan's
 Study, its status, the report and the archive read them through it).
@@ -180,6 +182,11 @@ class Decision:
     spent: dict[str, float]
     budget: dict[str, float]
     settings: dict[str, Any]
+    # the between-round noise every interval carries (sequential.round_noise): its sd (a log
+    # throughput's) and the degrees of freedom it was estimated with (0: no cell had two rounds of
+    # 2+ runs, so the intervals describe the rounds' own conditions). Empty in a file written
+    # before it was recorded.
+    round_noise: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict:
         return {**dataclasses.asdict(self), "verdicts": [v.to_json() for v in self.verdicts]}
@@ -188,10 +195,12 @@ class Decision:
     def from_json(cls, obj: Any) -> Decision:
         """ValueError naming what is wrong: a decision file may come from someone else."""
         try:
-            fields = {f.name: obj[f.name] for f in dataclasses.fields(cls)}
+            fields = {f.name: obj[f.name] for f in dataclasses.fields(cls)
+                      if f.name in obj or f.default_factory is dataclasses.MISSING}  # fmt: skip
             decision = cls(**{**fields, "verdicts": tuple(VerdictRecord.from_json(v) for v in obj["verdicts"])})
             decision.spent["runs"], decision.spent["seconds"]  # noqa: B018 (what the lines read)
-        except (KeyError, TypeError) as err:
+            float(decision.round_noise.get("sd", 0.0)), int(decision.round_noise.get("dof", 0))  # what the note reads
+        except (KeyError, TypeError, AttributeError) as err:
             raise ValueError(f"not a design decision ({type(err).__name__}: {err})") from None
         return decision
 
@@ -214,15 +223,18 @@ class Decision:
 
 
 def decide(round_: int, questions: Sequence[Question], runs: Mapping[str, Sequence[str]],
-           settings: Settings) -> Decision:  # fmt: skip
+           settings: Settings, earlier: Sequence[Decision] = ()) -> Decision:  # fmt: skip
     """The decision after round `round_`, from the summary.json paths of every cell's runs so far
-    (`runs`: cell -> paths). A cell whose runs all failed stops ("failed") and its questions end
-    undecided; a cell is never given more runs than its schedule's cap."""
-    values, seconds, counts = {}, {}, {}
+    (`runs`: cell -> paths, repeat 0 first) and the decisions of the rounds before (`earlier`:
+    their counts say which round each run was of, for the between-round noise). A cell whose
+    runs all failed stops ("failed") and its questions end undecided; a cell is never given more
+    runs than its schedule's cap."""
+    values, seconds, counts, rounds = {}, {}, {}, {}
     for cell, paths in runs.items():
         measured = [read_run(p) for p in paths]
         counts[cell] = len(paths)
         values[cell] = [v for v, _ in measured if v is not None]
+        rounds[cell] = [r for r, (v, _) in zip(rounds_of_runs(cell, len(paths), earlier), measured) if v is not None]
         seconds[cell] = [s for _, s in measured]
     spent_s = sum(sum(s) for s in seconds.values())
     spent_runs = sum(counts.values())
@@ -234,13 +246,14 @@ def decide(round_: int, questions: Sequence[Question], runs: Mapping[str, Sequen
         schedule=settings.schedule,
         seconds_left=settings.budget_s - spent_s if settings.budget_s else None,
         run_seconds={c: sum(s) / len(s) for c, s in seconds.items() if s},
-        made=counts,
+        made=counts, rounds=rounds,
     )  # fmt: skip
     targets = rnd.targets
     stopped = {c: why for c, why in rnd.stopped.items() if c not in targets}
     stopped.update({c: "failed" for c in failed})
     done = not targets
-    verdicts = [_verdict_record(v, values, done) for v in rnd.verdicts]
+    noise = dict(zip(("sd", "dof"), rnd.round_noise))
+    verdicts = [_verdict_record(v, values, done, rounds, noise["sd"], settings) for v in rnd.verdicts]
     verdicts += [VerdictRecord(q.cells, q.kind, q.tolerance, "undecided", None, None, None,
                                tuple(counts.get(c, 0) for c in q.cells), why="a cell's runs failed")
                  for q in questions if failed.intersection(q.cells)]  # fmt: skip
@@ -251,20 +264,32 @@ def decide(round_: int, questions: Sequence[Question], runs: Mapping[str, Sequen
         round=round_, done=done, counts=counts, targets=targets, stopped=stopped, verdicts=tuple(verdicts),
         spent={"runs": spent_runs, "seconds": round(spent_s, 3)},
         budget={"seconds": settings.budget_s, "runs": settings.budget_runs},
-        settings={**dataclasses.asdict(settings), "compare": list(settings.compare)},
+        settings={**dataclasses.asdict(settings), "compare": list(settings.compare)}, round_noise=noise,
     )  # fmt: skip
+
+
+def rounds_of_runs(cell: str, n: int, earlier: Sequence[Decision]) -> list[int]:
+    """The round each of a cell's first `n` runs (repeat 0 on) was measured in: round r made the
+    repeats from the cell's count after round r - 1 to its count after round r (`earlier`'s
+    counts; a count that is no whole number, in a file from elsewhere, is passed over)."""
+    ends = [d.counts.get(cell) for d in earlier]
+    ends = [e for e in ends if isinstance(e, int) and not isinstance(e, bool)]
+    return [sum(e <= k for e in ends) for k in range(n)]
 
 
 OUT_OF_REACH_WHY = "out of reach: more than the budget left could give, so no more were spent on it"
 
 
-def _verdict_record(v: sequential.Verdict, values: Mapping, done: bool) -> VerdictRecord:
+def _verdict_record(v: sequential.Verdict, values: Mapping, done: bool, rounds: Mapping, job_sd: float,
+                    settings: Settings) -> VerdictRecord:  # fmt: skip
     verdict = "undecided" if done and not v.decided else v.verdict
     finite = [x if math.isfinite(x) else None for x in (v.estimate, v.low, v.high)]
+    need = None if v.decided else sequential.runs_to_decide(v, values, rounds=rounds, job_sd=job_sd,
+                                                            schedule=settings.schedule)  # fmt: skip
     return VerdictRecord(
         cells=tuple(v.question.cells), kind=v.question.kind, tolerance=v.question.tolerance, verdict=verdict,
         estimate=finite[0], low=finite[1], high=finite[2], runs=tuple(v.runs),
-        runs_to_decide=None if v.decided else sequential.runs_to_decide(v, values),
+        runs_to_decide=need,
         why=OUT_OF_REACH_WHY if v.verdict == sequential.OUT_OF_REACH else None,
     )  # fmt: skip
 

@@ -198,7 +198,8 @@ class Study:
         runs: dict[str, list[str]] = {cell: [] for cell in self.cells.index}
         for path in summaries:
             runs[self.layout.cell_of_summary(path)].append(path)
-        return design.decide(round_, self.questions, runs, self.settings)
+        earlier = design.decisions_on_disk(self.layout)[:round_]
+        return design.decide(round_, self.questions, runs, self.settings, earlier)
 
     def plan_line(self) -> str:
         return design.plan_line(self.questions, self.settings, len(self.cells))

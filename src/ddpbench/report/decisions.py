@@ -144,7 +144,8 @@ def section(decision: Decision | None) -> dict | None:
     note = (f"Intervals are the design's repeated confidence intervals: a comparison's at level {1 - alpha:.2%} at "
             f"every look ({sequential.LEVEL:.0%} over all its looks together), a cell's at "
             f"{1 - sequential.PRECISION_ALPHA:.0%}, so each covers its own truth with probability ≥ 95 % however "
-            f"the rounds ended; that holds per question, not for all at once. {design_rates.note()} Faster/slower: the interval excludes 1 (by less than the margin when "
+            f"the rounds ended; that holds per question, not for all at once. {round_noise_text(decision)} "
+            f"{design_rates.note()} Faster/slower: the interval excludes 1 (by less than the margin when "
             "it also lies inside it); equivalent: it lies inside the margin, a factor either way (1.15: the ratio "
             "within [0.870, 1.15]); undecided: neither when the design ended. Runs: per cell; 'runs to decide': about how many "
             "more per cell, if spread and estimate stay as measured.")  # fmt: skip
@@ -155,6 +156,22 @@ def section(decision: Decision | None) -> dict | None:
                         note, classes),  # fmt: skip
         cells=Table(["cell", "runs", "stopped because"], cells),
     )
+
+
+def round_noise_text(decision: Decision) -> str:
+    """Whether the intervals include the variation between the design's rounds (its blocked
+    analysis: the between-round noise every cell mean carries, sequential.round_noise)."""
+    noise = decision.round_noise
+    if not noise:
+        return ("These intervals were decided before the variation between rounds was estimated: they carry the "
+                "spread of the runs only.")  # fmt: skip
+    if not noise.get("dof"):
+        return ("No cell ran in two rounds of 2+ runs, so the variation between rounds could not be estimated: "
+                "these intervals describe the conditions of the one round measured, not the machine's long run.")  # fmt: skip
+    return (f"Every interval includes the variation between rounds: beyond its runs' own spread, a cell's throughput "
+            f"moved {100 * float(noise['sd']):.1f} % (log-sd) from round to round, estimated from the rounds' means "
+            f"({int(noise['dof'])} degrees of freedom); a cell mean carries that variation, less the more rounds it ran "
+            "in, and a question is decided only once its cells ran in two rounds (or the design ended).")  # fmt: skip
 
 
 def findings(decision: Decision | None) -> list[Finding]:
