@@ -270,3 +270,21 @@ def test_the_decision_note_says_whether_the_intervals_include_the_variation_betw
     assert "includes the variation between rounds" in text and "3.1 %" in text and "14 degrees of freedom" in text
     assert text in decisions.section(blocked)["questions"].note
 
+
+def test_a_difference_inside_the_designs_margin_says_so_in_the_winner_sentence_and_the_table():
+    """issue 55: "faster, by less than the margin" wherever the design's interval excludes 1 and
+    lies inside its margin (a factor 1.15), not only in the decision table."""
+    from ddpbench.report.tables import verdict_text as table_verdict
+
+    runs = design_runs()
+    welch = analysis.comparisons_table(runs)
+    small = decisions.overlay(welch, runs, decided("slower", 0.95, 0.9, 0.99))
+    assert small.iloc[0]["margin"] == pytest.approx(0.15)
+    (finding,) = winner_findings(small, ["world_size"])
+    assert finding.text == ("allreduce is 1.05× [1.01, 1.11] faster than ddp at world size 2, by less than the "
+                            "design's margin (a factor 1.15).")  # fmt: skip
+    assert table_verdict(small.iloc[0]) == "allreduce faster, by less than the margin"
+    large = decisions.overlay(welch, runs, decided("slower", 0.8, 0.7, 0.9))  # reaches past the margin
+    (finding,) = winner_findings(large, ["world_size"])
+    assert "margin" not in finding.text and table_verdict(large.iloc[0]) == "allreduce faster"
+    assert "margin" not in table_verdict(welch.iloc[0])  # no design: no margin

@@ -127,8 +127,10 @@ def cell_stats(runs: pd.DataFrame, max_rel_ci: float = MAX_REL_CI) -> pd.DataFra
 
 COMPARISON_COLUMNS = [
     "strategy_a", "strategy_b", "n_a", "n_b", "ratio", "ratio_ci_low", "ratio_ci_high", "ratio_ci_level", "verdict",
-    "unstable", "unstable_cause", "versions_differ", "interval_from",
+    "unstable", "unstable_cause", "versions_differ", "interval_from", "margin",
 ]  # fmt: skip
+# margin: the equivalence margin of a design's question (a factor 1 + margin), on the rows whose
+# verdict and interval are the design's (report.decisions.overlay); NaN elsewhere.
 NO_DIFFERENCE = "no detectable difference"
 NO_COMPARISON = "no interval (fewer than 2 repeats on a side)"
 # The design's verdicts that are not a difference: inside its margin, or not decided when it ended.
@@ -210,5 +212,5 @@ def comparisons_table(runs: pd.DataFrame, max_rel_ci: float = MAX_REL_CI) -> pd.
             half = float(qi * se) if se > 0 else 0.0
             iv = Interval(float(np.exp(d)), float(np.exp(d - half)), float(np.exp(d + half)), LEVEL)
         row.update(ratio=iv.estimate, ratio_ci_low=iv.low, ratio_ci_high=iv.high, ratio_ci_level=iv.level,
-                   verdict=verdict(iv), interval_from=WELCH)  # fmt: skip
+                   verdict=verdict(iv), interval_from=WELCH, margin=np.nan)  # fmt: skip
     return pd.DataFrame(rows, columns=[*setting, *COMPARISON_COLUMNS])

@@ -231,15 +231,15 @@ def overlay(comparisons: pd.DataFrame, runs: pd.DataFrame, decision: Decision | 
     setting = [c for c in comparisons.columns if c not in analysis_cells.COMPARISON_COLUMNS]
     cell_at = _cell_index(runs, [*setting, "strategy"])
     out = comparisons.copy()
-    out["interval_from"] = DESCRIPTIVE
+    out["interval_from"], out["margin"] = DESCRIPTIVE, float("nan")
     for i, r in out.iterrows():
         where = tuple(r[c] for c in setting)
         a, b = (cell_at.get(text_key((*where, r[side]))) for side in ("strategy_a", "strategy_b"))
         v = asked.get(frozenset((a, b))) if a and b else None
         if v is None or v.estimate is None:
             continue
-        out.loc[i, ["ratio", "ratio_ci_low", "ratio_ci_high", "ratio_ci_level", "verdict", "interval_from"]] = \
-            _as_row(v, turned=v.cells[0] != a)  # fmt: skip
+        out.loc[i, ["ratio", "ratio_ci_low", "ratio_ci_high", "ratio_ci_level", "verdict", "interval_from", "margin"]] = \
+            [*_as_row(v, turned=v.cells[0] != a), v.tolerance]  # fmt: skip
     return out
 
 

@@ -13,7 +13,7 @@ import pandas as pd
 
 from ddpbench import analysis as A
 from ddpbench.core.run_record import Extra
-from ddpbench.report.text import bandwidth_text, num, with_ci
+from ddpbench.report.text import bandwidth_text, inside_margin, num, with_ci
 
 # Metrics shown in the cells table (the CSV has all of them).
 CELL_TABLE = ["step_time_median_s", "samples_per_s", "tokens_per_s", "epoch_time_s", "frac_comm", "peak_rss_mb",
@@ -129,7 +129,10 @@ def speedup_flags(r) -> str:
 
 
 def verdict_text(r) -> str:
-    return {"A faster": f"{r['strategy_a']} faster", "B faster": f"{r['strategy_b']} faster"}.get(r["verdict"], r["verdict"])
+    text = {"A faster": f"{r['strategy_a']} faster", "B faster": f"{r['strategy_b']} faster"}.get(r["verdict"], r["verdict"])
+    if r["verdict"] in ("A faster", "B faster") and inside_margin(r["ratio_ci_low"], r["ratio_ci_high"], r.get("margin")):
+        text += ", by less than the margin"
+    return text
 
 
 def comparisons_table(cmp: pd.DataFrame, shown: list[str]) -> Table:

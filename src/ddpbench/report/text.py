@@ -124,3 +124,14 @@ def listing(items: list[str], limit: int = NAMED, sep: str = ", ") -> str:
 def plural(n: int, one: str, many: str) -> str:
     """'1 run' / '3 runs'."""
     return f"{n} {one if n == 1 else many}"
+
+
+def inside_margin(low, high, margin) -> str:
+    """', by less than the design's margin (a factor 1.15)' where a difference's interval also lies
+    inside its margin [1/(1 + margin), 1 + margin] (a design's row; faster or slower is checked
+    before equivalent), else ''."""
+    if not (finite(low) and finite(high) and finite(margin) and float(margin) > 0):
+        return ""
+    factor = 1 + float(margin)
+    return f", by less than the design's margin (a factor {factor:.2f})" if 1 / factor <= low and high <= factor else ""
+

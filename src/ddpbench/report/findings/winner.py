@@ -18,7 +18,7 @@ import pandas as pd
 
 from ddpbench import analysis
 from ddpbench.report.findings.common import Finding, row_num, setting_text
-from ddpbench.report.text import finite, listing, ratio_text, sig3
+from ddpbench.report.text import finite, inside_margin, listing, ratio_text, sig3
 
 # The kinds this module gives (ddpbench.report.findings discovers them; fields: common.Kind).
 KINDS = {"winner": dict(find=lambda t: winner_findings(t.comparisons, t.shown), at_most=3, order=10, trim=30, drop=90)}
@@ -130,11 +130,12 @@ def _outcome(g: pd.DataFrame, shown_setting: list[str]) -> tuple | None:
     if undecided:  # faster than the runner-up, not (decidedly) than every other strategy: no winner
         return ("partial", (top, second, tuple(u[0] for u in undecided)), where,
                 (top, second, est, lo, hi, r.get("ratio_ci_level", np.nan), flags, undecided))  # fmt: skip
+    margin = r.get("margin", np.nan)
     if verdict == "A faster":
-        return "win", top, where, (top, second, est, lo, hi, r.get("ratio_ci_level", np.nan), flags, len(order))
+        return "win", top, where, (top, second, est, lo, hi, r.get("ratio_ci_level", np.nan), flags, len(order), margin)
     if verdict == "B faster":  # cannot happen with consistent estimates; stated as measured
         return "win", second, where, (second, top, 1 / est, 1 / hi, 1 / lo, r.get("ratio_ci_level", np.nan), flags,
-                                      len(order))  # fmt: skip
+                                      len(order), margin)  # fmt: skip
     if verdict == analysis.NO_DIFFERENCE:  # a design's row says which: equivalent, or undecided when it ended
         word = str(r["verdict"]) if r["verdict"] in (analysis.EQUIVALENT, analysis.UNDECIDED) else analysis.NO_DIFFERENCE
         return "tie", (*sorted((top, second)), word), where, (top, second, est, lo, hi, flags)
@@ -145,10 +146,12 @@ def _win_text(key: str, items: list, place: str) -> str:
     """The winner's sentence: its margin over the runner-up at one setting (named the fastest where
     three or more were ranked), or the range of its margins over the settings it wins at."""
     if len(items) == 1:
-        win, lose, est, lo, hi, level, flags, ranked = items[0][1]
+        win, lose, est, lo, hi, level, flags, ranked, margin = items[0][1]
+        small = inside_margin(lo, hi, margin)
         if ranked > 2:  # the answer first: of three or more, which is fastest, then by how much
-            return f"{win} is the fastest{place}: {ratio_text(est, lo, hi, level)} faster than the runner-up, {lose}{flags}."
-        return f"{win} is {ratio_text(est, lo, hi, level)} faster than {lose}{place}{flags}."
+            return (f"{win} is the fastest{place}: {ratio_text(est, lo, hi, level)} faster than the runner-up, "
+                    f"{lose}{small}{flags}.")  # fmt: skip
+        return f"{win} is {ratio_text(est, lo, hi, level)} faster than {lose}{place}{small}{flags}."
     margins = sorted(items, key=lambda it: it[1][2])
     lo_m, hi_m = margins[0][1], margins[-1][1]
     losers = sorted({d[1] for _, d in items})
@@ -160,6 +163,9 @@ def _win_text(key: str, items: list, place: str) -> str:
         by = f"by {ratio_text(*lo_m[2:6])} to {ratio_text(*hi_m[2:6])}"
     n_flag = sum(bool(d[6]) for _, d in items)
     flags = f" ({n_flag} of these comparisons flagged)" if n_flag else ""
+    n_small = sum(bool(inside_margin(d[3], d[4], d[8])) for _, d in items)
+    if n_small:
+        flags += f" ({'each' if n_small == len(items) else f'{n_small} of these'} by less than the design's margin)"
     return f"{key} is the fastest{place}, {by} over {runner}{flags}."
 
 
