@@ -449,3 +449,30 @@ def test_no_winner_while_a_third_strategy_is_undecided_against_the_fastest():
     ddp = [w for w in out if w.text.startswith("ddp has the highest throughput")]
     assert len(ddp) == 2 and all("faster than zero" in w.text and "no winner" in w.text for w in ddp)
     assert all("local_sgd" in w.text and "holds 1" in w.text and not w.decided for w in ddp)
+
+
+# -- one voice: where a sequential design ran, a finding's own pairs read its verdicts ----------
+
+
+def test_where_a_design_ran_the_memory_and_batch_findings_read_its_verdict_or_say_descriptive():
+    """issue 55: the memory finding (a sharded strategy against ddp) and the batch finding (the
+    largest batch against the smallest) pair cells themselves; a pair the design asked reads its
+    verdict and interval, the others are labelled descriptive."""
+    asked = {"ratio": 1.02, "ratio_ci_low": 0.95, "ratio_ci_high": 1.09, "ratio_ci_level": 0.95,
+             "verdict": analysis.EQUIVALENT, "interval_from": "design", "margin": 0.15}  # fmt: skip
+    tables = _sharding_tables(noise=0.0, precisions=("fp32",), grad_accums=(1,))
+    fsdp_only = lambda a, b: asked if a["strategy"] == "fsdp" and b["strategy"] == "ddp" else None  # noqa: E731
+    memory = {f.text.split(" ")[0]: f.text for f in of(check(findings(*tables, design_pair=fsdp_only)), "memory")}
+    assert "its throughput is equivalent within the design's margin (1.02× [0.950, 1.09] ddp's)" in memory["fsdp"]
+    assert "(descriptive)" in memory["zero"] or "descriptive)" in memory["zero"], memory["zero"]
+    plain = {f.text.split(" ")[0]: f.text for f in of(check(findings(*tables)), "memory")}
+    assert "descriptive" not in plain["zero"] and "design" not in plain["fsdp"]
+
+    runs = make_runs(strategies=("ddp",), world_sizes=(2,), batch_sizes=(32, 128), repeats=3, failures=False)
+    cells = analysis.cell_stats(runs)
+    big = lambda a, b: dict(asked, verdict="A faster", ratio=1.4, ratio_ci_low=1.3, ratio_ci_high=1.5) \
+        if str(a["batch_size"]) == "128" and str(b["batch_size"]) == "32" else None  # noqa: E731  # fmt: skip
+    (f,) = of(check(findings(runs, cells, EMPTY, EMPTY, EMPTY, design_pair=big)), "batch")
+    assert "is 1.40× [1.30, 1.50] that at batch 32: higher (the design's)." in f.text, f.text
+    (f,) = of(check(findings(runs, cells, EMPTY, EMPTY, EMPTY, design_pair=lambda a, b: None)), "batch")
+    assert f.text.endswith("(descriptive)."), f.text

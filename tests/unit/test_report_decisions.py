@@ -267,7 +267,9 @@ def test_the_decision_note_says_whether_the_intervals_include_the_variation_betw
     assert "could not be estimated" in decisions.round_noise_text(one)
     blocked = dataclasses.replace(decision, round_noise={"sd": 0.0312, "dof": 14})
     text = decisions.round_noise_text(blocked)
-    assert "includes the variation between rounds" in text and "3.1 %" in text and "14 degrees of freedom" in text
+    assert "include the variation between rounds" in text and "3.1 %" in text and "14 degrees of freedom" in text
+    quiet = decisions.round_noise_text(dataclasses.replace(decision, round_noise={"sd": 0.0, "dof": 11}))
+    assert "no more than their runs explain (11 degrees of freedom), so the estimate is 0" in quiet
     assert text in decisions.section(blocked)["questions"].note
 
 
@@ -288,3 +290,13 @@ def test_a_difference_inside_the_designs_margin_says_so_in_the_winner_sentence_a
     (finding,) = winner_findings(large, ["world_size"])
     assert "margin" not in finding.text and table_verdict(large.iloc[0]) == "allreduce faster"
     assert "margin" not in table_verdict(welch.iloc[0])  # no design: no margin
+
+
+def test_the_study_sections_get_the_designs_verdict_on_a_pair_of_cells_by_their_axis_values():
+    runs = design_runs()
+    lookup = decisions.pair_lookup(runs, decided("slower", 0.9, 0.85, 0.95))  # ddp against allreduce at p = 2
+    found = lookup({"world_size": 2, "strategy": "allreduce"}, {"world_size": 2, "strategy": "ddp"})  # turned round
+    assert found["verdict"] == "A faster" and found["interval_from"] == "design" and found["margin"] == 0.15
+    assert found["ratio"] == pytest.approx(1 / 0.9) and found["ratio_ci_low"] == pytest.approx(1 / 0.95)
+    assert lookup({"world_size": 2, "strategy": "ddp"}, {"world_size": 1, "strategy": "single"}) is None  # not asked
+    assert decisions.pair_lookup(runs, None) is None

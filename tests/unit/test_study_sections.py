@@ -659,3 +659,49 @@ def test_dataset_size_crossings_are_per_model_with_an_interval():
     for text, truth in ((fast, 8000), (slow, 800)):
         lo, hi = (float(x.replace(",", "")) for x in re.search(r"\[([\d.,]+), ([\d.,]+)\] \(95 % bootstrap over runs; within", text).groups())
         assert lo <= truth <= hi and hi / lo < 1.5  # covers it, and narrow at 2 % noise
+
+
+def test_where_a_design_ran_the_sharding_study_reads_its_verdicts_and_labels_the_rest_descriptive():
+    """issue 55: a pair the design asked about (fsdp against ddp at fp32, grad_accum 1) reads the
+    design's verdict and interval in the study's sentences and table; every other pair keeps its
+    own interval, labelled descriptive; the note says so."""
+    from report_synth import make_sharding_runs
+
+    runs = make_sharding_runs(noise=0.03, seed=3)
+    asked = {"ratio": 1.02, "ratio_ci_low": 0.95, "ratio_ci_high": 1.09, "ratio_ci_level": 0.95,
+             "verdict": A.EQUIVALENT, "interval_from": "design", "margin": 0.15}  # fmt: skip
+
+    def design_pair(a, b):
+        fp32 = str(a.get("precision")) == "fp32" and str(a.get("grad_accum")) == "1"
+        return asked if fp32 and a["strategy"] == "fsdp" and b["strategy"] == "ddp" else None
+
+    cells, speed = A.cell_stats(runs), A.speedup_table(runs)
+    sec = studies.section("sharding", runs, cells, speed, design_pair=design_pair)
+    (fp32,) = [f for f in sec.findings if f.startswith("What it costs in time at precision=fp32, grad_accum=1")]
+    assert "fsdp 1.02× [0.950, 1.09] (equivalent, the design's)" in fp32, fp32
+    assert re.search(r"zero [\d.]+× \[[\d.]+, [\d.]+\] \([a-z ]+, descriptive\)", fp32), fp32
+    assert "A sequential design ran" in sec.note
+    assert any("(equivalent, the design's)" in cell for row in sec.rows for cell in row)
+    plain = studies.section("sharding", runs, cells, speed)  # no design: as before, no labels
+    assert "descriptive" not in " ".join(plain.findings) and "A sequential design ran" not in plain.note
+
+
+def test_where_a_design_ran_the_language_model_twins_read_its_verdicts_and_label_the_rest_descriptive():
+    """issue 55: fsdp against ddp (eager, seq_len 128) is a pair the design asked about: its verdict
+    and interval; every other twin the study compares keeps its Welch interval, labelled descriptive."""
+    from report_synth import make_token_runs
+
+    runs = A.load_runs_frame(make_token_runs(seed=2, noise=0.0, compiled=(2.0, 1.6)))
+    asked = {"ratio": 0.75, "ratio_ci_low": 0.7, "ratio_ci_high": 0.8, "ratio_ci_level": 0.95,
+             "verdict": "B faster", "interval_from": "design", "margin": 0.15}  # fmt: skip
+
+    def design_pair(a, b):
+        eager = str(a.get("compile")) == "none" and str(a.get("seq_len")) == "128"
+        return asked if eager and a["strategy"] == "fsdp" and b["strategy"] == "ddp" else None
+
+    cells, speed = A.cell_stats(runs), A.speedup_table(runs)
+    found = studies.section("language-model", runs, cells, speed, design_pair=design_pair).findings
+    (at_128,) = [f for f in found if f.startswith("With compile=model instead of none at seq_len=128")]
+    assert "fsdp (p = 2) 0.750× [0.700, 0.800] (slower, the design's) eager" in at_128, at_128
+    assert re.search(r"\(slower, descriptive\) compiled", at_128), at_128
+    assert "(higher, descriptive)" in at_128

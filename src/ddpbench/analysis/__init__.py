@@ -24,7 +24,7 @@ import importlib
 _EXPORTS = {
     "breakdowns": ("auto_batch", "epoch_throughput", "profile_cells", "profile_comm_shares", "round_time"),
     "cells": ("COMPARISON_COLUMNS", "EQUIVALENT", "METRICS", "NO_DIFFERENCE", "UNDECIDED", "cell_stats",
-              "comparisons_table", "verdict"),
+              "comparisons_table", "verdict", "with_design_verdicts"),
     "cost_model": ("N_BOOT", "SEED"),
     "fits": ("amdahl_time", "gustafson_speedup"),
     "health": ("MAX_REL_CI", "THROUGHPUT", "busy_runs", "likely_causes", "oversubscribed_runs", "stability", "timed_runs", "truthy"),

@@ -20,7 +20,7 @@ from ddpbench.analysis.health import (
     oversubscribed_runs,
     unhealthy_runs,
 )
-from ddpbench.analysis.intervals import LEVEL, WELCH, Interval, metric_interval
+from ddpbench.analysis.intervals import DESCRIPTIVE, LEVEL, WELCH, Interval, metric_interval
 from ddpbench.analysis.links import ACHIEVED
 from ddpbench.analysis.tables import SUPERSEDED, TIME, axes, numeric_column, run_version, text_column, text_key
 from ddpbench.core.run_output import TIMELINE_SPANS
@@ -214,3 +214,22 @@ def comparisons_table(runs: pd.DataFrame, max_rel_ci: float = MAX_REL_CI) -> pd.
         row.update(ratio=iv.estimate, ratio_ci_low=iv.low, ratio_ci_high=iv.high, ratio_ci_level=iv.level,
                    verdict=verdict(iv), interval_from=WELCH, margin=np.nan)  # fmt: skip
     return pd.DataFrame(rows, columns=[*setting, *COMPARISON_COLUMNS])
+
+
+def with_design_verdicts(frame: pd.DataFrame, design_pair, pair) -> pd.DataFrame:
+    """A table's own throughput ratios (ratio, ratio_ci_*, verdict columns: a study's or a finding's
+    pairs of cells) as a sequential design decided them, where one ran: a row whose two cells
+    (`pair(row)`: A's and B's axis values) the design asked about takes its verdict and repeated
+    interval (`design_pair(a, b)`: report.decisions.pair_lookup; interval_from "design", its
+    margin); every other row keeps its own interval, labelled "descriptive". Unchanged without a
+    design (`design_pair` None)."""
+    if design_pair is None or frame.empty:
+        return frame
+    out = frame.copy()
+    out["interval_from"], out["margin"] = DESCRIPTIVE, np.nan
+    out["verdict"] = out["verdict"].astype(object)
+    for i, r in out.iterrows():
+        for key, value in (design_pair(*pair(r)) or {}).items():
+            out.at[i, key] = value
+    return out
+

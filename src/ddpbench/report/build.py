@@ -83,7 +83,7 @@ PAGE_ANCHORS = ("comparisons", "speedup-table", "cells", "fits", "problems", "li
 def study_section(name: str, inp: Inputs, cells: pd.DataFrame, speed: pd.DataFrame, figures: list) -> dict:
     """A study's section for the templates: its question, answer, table and the figures it points
     to that this report has (in a grid of figure groups, the first group's)."""
-    sec = studies.section(name, inp.runs, cells, speed, inp.steps, inp.profile)
+    sec = studies.section(name, inp.runs, cells, speed, inp.steps, inp.profile, decisions.pair_lookup(inp.runs, inp.design))
     anchors = {}
     for f in figures:
         anchors.setdefault(f.kind, ("fig-" + pathlib.Path(f.svg).stem, f.title))
@@ -190,8 +190,8 @@ def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.P
         against = (comparison_section(inp.compare_to, runs, out, inp.baseline_strategy, inp.max_rel_ci)
                    if inp.compare_to else None)  # fmt: skip
         # The answer first, then what the design spent and the questions it left open.
-        found = findings(runs, cells, speed, comparisons, fits, links=links, profile=inp.profile) \
-            + decisions.findings(inp.design)  # fmt: skip
+        found = findings(runs, cells, speed, comparisons, fits, links=links, profile=inp.profile,
+                         design_pair=decisions.pair_lookup(runs, inp.design)) + decisions.findings(inp.design)
         shown = A.varying(runs, A.axes(runs)) or ["world_size"]
         ctx = dict(
             title=inp.title,

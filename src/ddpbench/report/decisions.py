@@ -9,7 +9,8 @@ questions come first, in the table and in the findings.
 `overlay`, `overlay_speedups` and `overlay_cells` make the rest of the report speak with the
 design's voice: a pair of strategies, a cell's speedup or a cell's throughput the design asked
 about takes its verdict and interval in comparisons.csv, speedup.csv and cells.csv, and so in
-every table and finding drawn from them.
+every table and finding drawn from them; `pair_lookup` gives the study sections the same for the
+pairs of cells they compare themselves.
 """
 
 from __future__ import annotations
@@ -168,10 +169,14 @@ def round_noise_text(decision: Decision) -> str:
     if not noise.get("dof"):
         return ("No cell ran in two rounds of 2+ runs, so the variation between rounds could not be estimated: "
                 "these intervals describe the conditions of the one round measured, not the machine's long run.")  # fmt: skip
-    return (f"Every interval includes the variation between rounds: beyond its runs' own spread, a cell's throughput "
-            f"moved {100 * float(noise['sd']):.1f} % (log-sd) from round to round, estimated from the rounds' means "
-            f"({int(noise['dof'])} degrees of freedom); a cell mean carries that variation, less the more rounds it ran "
-            "in, and a question is decided only once its cells ran in two rounds (or the design ended).")  # fmt: skip
+    sd, dof = float(noise["sd"]), int(noise["dof"])
+    moved = (f"a cell's throughput moved {100 * sd:.1f} % (log-sd) from round to round beyond its runs' own spread, "
+             f"estimated from the rounds' means ({dof} degrees of freedom); a cell mean carries that variation, less the "
+             "more rounds it ran in" if sd > 0 else
+             f"the rounds' means varied no more than their runs explain ({dof} degrees of freedom), so the estimate is 0 "
+             "and the intervals are the runs' own")  # fmt: skip
+    return (f"The intervals include the variation between rounds: {moved}; a question is decided only once its "
+            "cells ran in two rounds (or the design ended).")  # fmt: skip
 
 
 def findings(decision: Decision | None) -> list[Finding]:
@@ -183,7 +188,9 @@ def findings(decision: Decision | None) -> list[Finding]:
     runs = list(decision.counts.values())
     out = [Finding("time", f"Run until decided: {decision.settled} of {len(decision.verdicts)} questions decided in "
                            f"{decision.round + 1} round(s) and {decision.spent['runs']} runs "
-                           f"({min(runs)} to {max(runs)} a cell, more where the answer stayed open longer).",
+                           f"({min(runs)} to {max(runs)} a cell, more where the answer stayed open longer). Its "
+                           "questions are about throughput (and the speedups that follow from it); the intervals of "
+                           "other metrics here (step time, phase shares, MFU) are descriptive, at the level each gives.",
                    ANCHOR)]  # fmt: skip
     undecided = []
     for v in decision.verdicts:
@@ -304,6 +311,29 @@ def overlay_cells(cells: pd.DataFrame, runs: pd.DataFrame, decision: Decision | 
         out.loc[i, ["throughput_rel_ci", "unstable", "unstable_cause", "interval_from"]] = \
             [(v.high - v.low) / 2 / v.estimate, not met, cause, DESIGN]  # fmt: skip
     return out
+
+
+def pair_lookup(runs: pd.DataFrame, decision: Decision | None):
+    """For the study sections, which compute their own pairs of cells: a function of two cells'
+    axis values (dicts of the same axes) that gives the design's verdict on A against B as a
+    comparisons row's fields (ratio, its interval and level, verdict, interval_from "design",
+    margin), or None where the design did not ask that pair. None without a design."""
+    if decision is None or "run_dir" not in runs:
+        return None
+    asked, indexes = _asked(decision), {}
+
+    def lookup(a: dict, b: dict) -> dict | None:
+        cols = tuple(a)
+        if cols not in indexes:
+            indexes[cols] = _cell_index(runs, list(cols))
+        x, y = (indexes[cols].get(text_key(v[c] for c in cols)) for v in (a, b))
+        v = asked.get(frozenset((x, y))) if x and y and x != y else None
+        if v is None or v.estimate is None:
+            return None
+        fields = ["ratio", "ratio_ci_low", "ratio_ci_high", "ratio_ci_level", "verdict", "interval_from"]
+        return {**dict(zip(fields, _as_row(v, turned=v.cells[0] != x))), "margin": v.tolerance}
+
+    return lookup
 
 
 def _as_row(v: VerdictRecord, turned: bool) -> list:

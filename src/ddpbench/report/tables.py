@@ -86,7 +86,8 @@ def cells_table(cells: pd.DataFrame, shown: list[str]) -> Table:
     if _from_a_design(cells):
         note += (" Where the design asked a cell's precision, its throughput interval is the design's (as in 'What the "
                  "design decided', whose note says whether it includes the variation between rounds) and UNSTABLE "
-                 "means the design's precision target was not met.")  # fmt: skip
+                 "means the design's precision target was not met; the other metrics' intervals are descriptive, "
+                 "not the design's.")  # fmt: skip
     return Table(shown + ["repeats"] + [A.METRICS[m] for m in metrics] + (["median interval level"] if medians else [])
                  + ["flags"], rows, note, classes)  # fmt: skip
 

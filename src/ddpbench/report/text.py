@@ -135,3 +135,10 @@ def inside_margin(low, high, margin) -> str:
     factor = 1 + float(margin)
     return f", by less than the design's margin (a factor {factor:.2f})" if 1 / factor <= low and high <= factor else ""
 
+
+def source_text(r) -> str:
+    """', the design's' or ', descriptive' after a ratio's verdict where a sequential design ran (the
+    row's interval_from: analysis.with_design_verdicts); '' otherwise."""
+    source = r.get("interval_from") if hasattr(r, "get") else None
+    return {analysis.DESIGN: ", the design's", analysis.DESCRIPTIVE: ", descriptive"}.get(source, "")
+

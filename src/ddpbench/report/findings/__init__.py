@@ -64,9 +64,11 @@ def _needs(df: pd.DataFrame, required: list[str], optional: list[str]) -> pd.Dat
     return df.assign(**{c: np.nan for c in missing}) if missing else df
 
 
-def findings(runs, cells, speed, comparisons, fits, max_items: int = 12, links=None, profile=None) -> list[Finding]:
+def findings(runs, cells, speed, comparisons, fits, max_items: int = 12, links=None, profile=None,
+             design_pair=None) -> list[Finding]:  # fmt: skip
     """The report's findings, most actionable first: winners, memory held against ddp, scaling, where the time goes,
-    MFU, batch and dataset size, links, fits, warnings (each topic module's docstring says its rules)."""
+    MFU, batch and dataset size, links, fits, warnings (each topic module's docstring says its rules);
+    `design_pair`: a sequential design's verdicts on pairs of cells, for the rules that pair cells themselves."""
     runs, cells, speed, comparisons, fits, links, profile = map(as_frame, (runs, cells, speed, comparisons, fits, links, profile))
     # Tables without the columns a rule needs count as empty; optional columns are added as missing.
     speed = _needs(speed, ["world_size", "speedup"], analysis.SPEEDUP_COLUMNS)
@@ -74,7 +76,8 @@ def findings(runs, cells, speed, comparisons, fits, max_items: int = 12, links=N
         speed = speed[pd.to_numeric(speed["world_size"], errors="coerce").notna()]
     comparisons = _needs(comparisons, ["strategy_a", "strategy_b", "ratio", "verdict"], analysis.COMPARISON_COLUMNS)
     fits = _needs(fits, ["law", "kind", "estimate"], analysis.FIT_COLUMNS)
-    tables = Tables(runs, cells, speed, comparisons, fits, links, profile, shown_axes(cells, runs, speed, comparisons))
+    tables = Tables(runs, cells, speed, comparisons, fits, links, profile, shown_axes(cells, runs, speed, comparisons),
+                    design_pair)  # fmt: skip
     registered = kinds()
     groups = {name: kind.find(tables) for name, kind in registered.items()}
     return answers_first(trim(groups, max_items, registered), registered)

@@ -44,6 +44,8 @@ class Tables:
     links: pd.DataFrame
     profile: pd.DataFrame
     shown: list[str]
+    # a sequential design's verdicts on pairs of cells (report.decisions.pair_lookup); None without one
+    design_pair: Callable[[dict, dict], dict | None] | None = None
 
 
 @dataclass(frozen=True)

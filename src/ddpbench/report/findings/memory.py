@@ -7,7 +7,8 @@ beside ddp at the same settings (world size included), with the bytes each rank 
 ddp: the memory it holds per rank against ddp's (counted, exact: MiB and ratio, and which parts
 it shards), then the time it costs, its throughput over ddp's with the Welch interval; "slower"
 or "faster" only where that interval excludes 1, "no detectable difference" where it holds 1,
-no verdict without an interval.
+no verdict without an interval. Where a sequential design ran, a pair it asked about reads its
+verdict and interval, the others are labelled descriptive (analysis.with_design_verdicts).
 """
 
 from __future__ import annotations
@@ -17,12 +18,16 @@ import pandas as pd
 
 from ddpbench import analysis
 from ddpbench.report.findings.common import Finding, row_num, setting_text
-from ddpbench.report.text import finite, listing, ratio_text, sig3
+from ddpbench.report.text import finite, listing, ratio_text, sig3, source_text
 
 # The kinds this module gives (ddpbench.report.findings discovers them; fields: common.Kind).
-KINDS = {"memory": dict(find=lambda t: memory_findings(t.runs, t.cells, t.shown), at_most=3, order=20, trim=100, drop=70)}
+KINDS = {"memory": dict(find=lambda t: memory_findings(t.runs, t.cells, t.shown, t.design_pair), at_most=3, order=20,
+                        trim=100, drop=70)}
 
 ANCHOR = "fig-memory_held"
+# What a throughput ratio says, in the order the sentence gives them (the last two: a design's verdicts)
+TIME_WORDS = {"B faster": "slower", "A faster": "faster", analysis.NO_DIFFERENCE: "no detectable difference",
+              analysis.EQUIVALENT: "equivalent", analysis.UNDECIDED: "undecided"}  # fmt: skip
 SHARDS = 0.99  # a part held at most this fraction of ddp's counts as sharded
 
 
@@ -74,19 +79,17 @@ def held_text(rows: pd.DataFrame, reference: str) -> str:
 
 def time_text(rows: pd.DataFrame, reference: str, where_cols: list[str], total: int) -> str:
     """The throughput over the reference's, grouped by what the interval says; each setting named when few."""
-    groups: dict[str, list] = {}
+    groups: dict[tuple, list] = {}
     for _, r in rows.iterrows():
         est, lo, hi = row_num(r, "ratio"), row_num(r, "ratio_ci_low"), row_num(r, "ratio_ci_high")
-        v = analysis.verdict(analysis.Interval(est, lo, hi))  # the interval decides, not a column
-        word = {"A faster": "faster", "B faster": "slower", analysis.NO_DIFFERENCE: "no detectable difference"}.get(
-            v, "none"
-        )
-        groups.setdefault(word, []).append((est, lo, hi, r.get("ratio_ci_level", np.nan), setting_text(r, where_cols)))
+        # the interval decides, not a column; where a design asked the pair, its verdict
+        v = r["verdict"] if r.get("interval_from") == analysis.DESIGN else analysis.verdict(analysis.Interval(est, lo, hi))
+        word = TIME_WORDS.get(v, "none")
+        groups.setdefault((word, source_text(r)), []).append(
+            (est, lo, hi, r.get("ratio_ci_level", np.nan), setting_text(r, where_cols)))
     parts = []
-    for word in ("slower", "faster", "no detectable difference", "none"):
-        items = sorted(groups.get(word, []), key=lambda it: it[0] if finite(it[0]) else np.inf)
-        if not items:
-            continue
+    for word, source in sorted(groups, key=lambda k: (list(TIME_WORDS.values()).index(k[0]) if k[0] != "none" else 9, k[1])):
+        items = sorted(groups[word, source], key=lambda it: it[0] if finite(it[0]) else np.inf)
         first, last = ratio_text(*items[0][:4]), ratio_text(*items[-1][:4])
         value = first if first == last else f"{first} to {last}"
         each = " at each" if len(items) > 1 and first == last else ""
@@ -100,20 +103,25 @@ def time_text(rows: pd.DataFrame, reference: str, where_cols: list[str], total: 
                          "interval, no verdict)")  # fmt: skip
         elif word == "no detectable difference":
             parts.append(
-                f"no detectable difference in throughput{at} ({value} {reference}'s{each}; the interval holds 1)"
+                f"no detectable difference in throughput{at} ({value} {reference}'s{each}; the interval holds 1{source})"
             )
+        elif word in ("equivalent", "undecided"):
+            said = "equivalent within the design's margin" if word == "equivalent" else "left undecided by the design"
+            parts.append(f"its throughput is {said}{at} ({value} {reference}'s{each})")
         else:
-            parts.append(f"it is {word}{at}: throughput {value} {reference}'s{each}")
+            parts.append(f"it is {word}{at}: throughput {value} {reference}'s{each}{f' ({source[2:]})' if source else ''}")
     return "; ".join(parts)
 
 
-def memory_findings(runs: pd.DataFrame, cells: pd.DataFrame, shown: list[str]) -> list[Finding]:
+def memory_findings(runs: pd.DataFrame, cells: pd.DataFrame, shown: list[str], design_pair=None) -> list[Finding]:
     if cells.empty or not analysis.has_held(cells):
         return []
     savings = analysis.memory_savings(runs, cells)
     if savings.empty:
         return []
     setting = [c for c in savings.columns if c not in analysis.SAVING_COLUMNS]
+    savings = analysis.with_design_verdicts(savings, design_pair, lambda r: (
+        {**{c: r[c] for c in setting}, "strategy": r["strategy"]}, {**{c: r[c] for c in setting}, "strategy": r["reference"]}))
     where_cols = [c for c in setting if c in shown or c == "world_size"]
     out = []
     for strategy in [s for s in analysis.SHARDED if s in set(savings["strategy"])]:

@@ -3,7 +3,9 @@
 
 Where batch_size (dataset_size) varies, the best strategy's throughput at the largest value over
 that at the smallest, at the largest world size where both exist: a Welch log-t ratio over the
-runs when they are given, else the ratio of the two cells' estimates, labelled so.
+runs when they are given, else the ratio of the two cells' estimates, labelled so; where a
+sequential design ran, its verdict and interval if it asked that pair, else the Welch one
+labelled descriptive.
 """
 
 from __future__ import annotations
@@ -15,17 +17,20 @@ from ddpbench.report.findings.common import (AXIS_TEXT, Finding, best_cell, cell
                                              row_num)  # fmt: skip
 from ddpbench.report.text import finite, ratio_text, sig3, value_text
 
+# A design's verdicts that are no difference (analysis.with_design_verdicts)
+DESIGN_WORDS = {analysis.EQUIVALENT: "equivalent within the design's margin", analysis.UNDECIDED: "left undecided by the design"}
+
 # The kinds this module gives (ddpbench.report.findings discovers them; fields: common.Kind).
 KINDS = {
-    "batch": dict(find=lambda t: axis_findings("batch_size", "batch", "fig-throughput_vs_batch", t.runs, t.cells, t.speed, t.shown),
-                  at_most=1, order=60, trim=60, drop=40),
-    "dataset": dict(find=lambda t: axis_findings("dataset_size", "dataset", "fig-dataset_size", t.runs, t.cells, t.speed, t.shown),
-                    at_most=1, order=70, trim=70, drop=30),
+    "batch": dict(find=lambda t: axis_findings("batch_size", "batch", "fig-throughput_vs_batch", t.runs, t.cells, t.speed, t.shown,
+                                               t.design_pair), at_most=1, order=60, trim=60, drop=40),  # fmt: skip
+    "dataset": dict(find=lambda t: axis_findings("dataset_size", "dataset", "fig-dataset_size", t.runs, t.cells, t.speed, t.shown,
+                                                 t.design_pair), at_most=1, order=70, trim=70, drop=30),  # fmt: skip
 }
 
 
 def axis_findings(axis: str, kind: str, anchor: str, runs: pd.DataFrame, cells: pd.DataFrame, speed: pd.DataFrame,
-                  shown: list[str]) -> list[Finding]:  # fmt: skip
+                  shown: list[str], design_pair=None) -> list[Finding]:  # fmt: skip
     if cells.empty or axis not in cells or "samples_per_s" not in cells or cells[axis].astype(str).nunique() < 2:
         return []
     best = best_cell(cells, speed)
@@ -46,13 +51,17 @@ def axis_findings(axis: str, kind: str, anchor: str, runs: pd.DataFrame, cells: 
         return []
     ws = lambda pair: row_num(pair[0], "world_size") if "world_size" in pair[0] else 0  # noqa: E731
     small, large = max(candidates, key=ws)
-    iv = None
+    iv, design = None, None
     ok = ok_runs(runs)
     if not ok.empty and "samples_per_s" in ok:
         cols = analysis.axes(ok)
+        if design_pair is not None and all(c in large for c in cols):
+            design = design_pair({c: large[c] for c in cols}, {c: small[c] for c in cols})
         a = matching_rows(ok, large, cols)["samples_per_s"].dropna()
         b = matching_rows(ok, small, cols)["samples_per_s"].dropna()
-        if len(a) and len(b):
+        if design is not None:  # the design asked this pair: its verdict and repeated interval
+            iv = analysis.Interval(*(design[k] for k in ("ratio", "ratio_ci_low", "ratio_ci_high", "ratio_ci_level")))
+        elif len(a) and len(b):
             iv = analysis.welch_log_ratio(a, b)
     if iv is None or not finite(iv.estimate):
         iv = analysis.Interval(row_num(large, "samples_per_s") / row_num(small, "samples_per_s"))
@@ -61,6 +70,10 @@ def axis_findings(axis: str, kind: str, anchor: str, runs: pd.DataFrame, cells: 
     if finite(iv.low) and finite(iv.high):
         rv = ratio_text(iv.estimate, iv.low, iv.high, iv.level)
         verdict = "higher" if iv.low > 1 else "lower" if iv.high < 1 else "no detectable change (interval holds 1)"
+        if design is not None and design["verdict"] in DESIGN_WORDS:
+            verdict = DESIGN_WORDS[design["verdict"]]
+        if design_pair is not None:  # a design ran: whose interval this is
+            verdict += " (the design's)" if design is not None else " (descriptive)"
     else:
         rv = f"{sig3(iv.estimate)}× (ratio of the two cells' estimates, no interval)"
         verdict = "no interval to judge the change by"

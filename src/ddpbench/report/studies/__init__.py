@@ -45,10 +45,12 @@ STUDIES: dict[str, Study] = discover()
 
 
 def section(name: str, runs: pd.DataFrame, cells: pd.DataFrame, speed: pd.DataFrame,
-            steps: pd.DataFrame | None = None, profile: pd.DataFrame | None = None) -> Section:  # fmt: skip
-    """The report section of study `name` (a KeyError names the studies there are)."""
+            steps: pd.DataFrame | None = None, profile: pd.DataFrame | None = None,
+            design_pair=None) -> Section:  # fmt: skip
+    """The report section of study `name` (a KeyError names the studies there are); `design_pair`:
+    a sequential design's verdicts on pairs of cells (StudyData.design_pair)."""
     if name not in STUDIES:
         raise KeyError(f"unknown study {name!r}: one of {', '.join(sorted(STUDIES))}")
     study = STUDIES[name]
-    columns, rows, note, found = study.build(StudyData(runs, cells, speed, steps, profile))
+    columns, rows, note, found = study.build(StudyData(runs, cells, speed, steps, profile, design_pair))
     return Section(name, study.title, study.question, columns, rows, note, study.figures, found)

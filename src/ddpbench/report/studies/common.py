@@ -28,6 +28,10 @@ class StudyData:
     speed: pd.DataFrame
     steps: pd.DataFrame | None = None
     profile: pd.DataFrame | None = None
+    # When a sequential design ran: two cells' axis values -> the design's verdict on the pair as a
+    # comparisons row's fields (interval_from "design"), None where it did not ask
+    # (report.decisions.pair_lookup); None without a design (the studies' own intervals stand).
+    design_pair: Callable[[dict, dict], dict | None] | None = None
 
 
 @dataclass
@@ -125,3 +129,4 @@ def devices_not_run(runs: pd.DataFrame, ran: list[str]) -> list[str]:
             found.append(f"Nothing ran on {device} here: its {n} runs were recorded as skipped "
                          f"({reason}); the answers below are the other device's.")  # fmt: skip
     return found
+

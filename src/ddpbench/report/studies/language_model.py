@@ -23,7 +23,7 @@ import pandas as pd
 from ddpbench import analysis as A
 from ddpbench.core.run_record import Extra
 from ddpbench.report.studies.common import Study, StudyData, axes_text, cell_ci, comm_share, study_cells, to_float
-from ddpbench.report.text import finite, listing, num, pct_text, ratio_text, sig3, value_text
+from ddpbench.report.text import finite, listing, num, pct_text, ratio_text, sig3, source_text, value_text
 from ddpbench.strategies import REFERENCE  # the replicated strategy the others are measured against
 
 MFU = Extra.mfu_measured  # cells.csv: model FLOPs achieved / (p x the matmul peak measured per rank)
@@ -31,18 +31,33 @@ MFU_DATASHEET = Extra.mfu_datasheet
 # What train_loss_final is: the last step's loss; in a runs.csv from before the 10-step mean had its own
 # column (train_loss_last10_mean), it was that mean, and the report says so.
 LAST_STEP_LOSS, OLD_TAIL_LOSS = "last-step train loss", "train loss (mean of the last 10 steps)"
-# What a throughput ratio's interval says (analysis.verdict), between strategies and between settings.
-STRATEGY_WORDS = {"A faster": "faster", "B faster": "slower", A.NO_DIFFERENCE: "no detectable difference"}
-SETTING_WORDS = {"A faster": "higher", "B faster": "lower", A.NO_DIFFERENCE: "no detectable difference"}
+# What a throughput ratio's interval says (analysis.verdict), between strategies and between settings;
+# the last two words are a sequential design's verdicts, where it asked the pair.
+STRATEGY_WORDS = {"A faster": "faster", "B faster": "slower", A.NO_DIFFERENCE: "no detectable difference",
+                  A.EQUIVALENT: "equivalent", A.UNDECIDED: "undecided"}  # fmt: skip
+SETTING_WORDS = {"A faster": "higher", "B faster": "lower", A.NO_DIFFERENCE: "no detectable difference",
+                 A.EQUIVALENT: "equivalent", A.UNDECIDED: "undecided"}  # fmt: skip
 
 
-def _judged(values: dict, a, b, cols: list[str], words: dict) -> str:
-    """Cell a's throughput over cell b's: '0.712× [0.69, 0.74] (slower)'; without an interval, no verdict."""
-    xa, xb = (values.get(A.cell_key(r[cols]), np.array([])) for r in (a, b))
-    iv = A.welch_log_ratio(xa, xb) if len(xa) and len(xb) else A.Interval(np.nan)
-    text = ratio_text(iv.estimate, iv.low, iv.high, iv.level)
-    word = words.get(A.verdict(iv))
-    return text + (f" ({word})" if word else "")
+def _judge(d: StudyData, cols: list[str], thr: str):
+    """The study's `judged(a, b, words)`: cell a's throughput over cell b's in words, '0.712× [0.69,
+    0.74] (slower)', without an interval no verdict; where a sequential design ran, the design's
+    verdict and interval for a pair it asked about ('(equivalent, the design's)') and the Welch
+    interval labelled descriptive for the others."""
+    values = A.runs_by_cell(d.runs, cols, thr)
+
+    def judged(a, b, words: dict) -> str:
+        row = d.design_pair({c: a[c] for c in cols}, {c: b[c] for c in cols}) if d.design_pair else None
+        if row is None:
+            xa, xb = (values.get(A.cell_key(r[cols]), np.array([])) for r in (a, b))
+            iv = A.welch_log_ratio(xa, xb) if len(xa) and len(xb) else A.Interval(np.nan)
+            row = dict(ratio=iv.estimate, ratio_ci_low=iv.low, ratio_ci_high=iv.high, ratio_ci_level=iv.level,
+                       verdict=A.verdict(iv), interval_from=A.DESCRIPTIVE if d.design_pair else None)  # fmt: skip
+        text = ratio_text(row["ratio"], row["ratio_ci_low"], row["ratio_ci_high"], row["ratio_ci_level"])
+        word = words.get(row["verdict"])
+        return text + (f" ({word}{source_text(row)})" if word else "")
+
+    return judged
 
 
 def _median_of_runs(runs: pd.DataFrame, cols: list[str], col: str) -> pd.DataFrame:
@@ -82,7 +97,7 @@ def _where(r, setting: list[str] | None = None) -> str:
     return f"{r['strategy']} (p = {value_text(r['world_size'])}{named})"
 
 
-def _fastest(t: pd.DataFrame, setting: list[str], thr: str, unit: str, values: dict, cols: list[str]) -> list[str]:
+def _fastest(t: pd.DataFrame, setting: list[str], thr: str, unit: str, judged) -> list[str]:
     """Per setting: the cell with the highest throughput, and every other cell against ddp's."""
     found = []
     groups = t.groupby(setting, dropna=False, sort=True) if setting else [((), t)]
@@ -101,13 +116,13 @@ def _fastest(t: pd.DataFrame, setting: list[str], thr: str, unit: str, values: d
             text += f" (no {REFERENCE} cell at this setting to compare with)."
         else:
             ref = ref.iloc[0]
-            others = [f"{_where(r)} {_judged(values, r, ref, cols, STRATEGY_WORDS)}"
+            others = [f"{_where(r)} {judged(r, ref, STRATEGY_WORDS)}"
                       for _, r in g.iterrows() if r.name not in (ref.name, top.name)]  # fmt: skip
             if top.name == ref.name:
                 text += "; the others against it (throughput ratio): " if others else ""
             else:
                 text += (f", against {REFERENCE}'s {cell_ci(ref, thr)} {unit} at p = {value_text(ref['world_size'])}: "
-                         f"{_judged(values, top, ref, cols, STRATEGY_WORDS)}"
+                         f"{judged(top, ref, STRATEGY_WORDS)}"
                          + (f"; the others against {REFERENCE}'s: " if others else ""))  # fmt: skip
             text += "; ".join(others) + "."
         unstable = g.loc[g["unstable"].map(A.truthy), "strategy"].astype(str).tolist() if "unstable" in g else []
@@ -154,7 +169,7 @@ def _pairs(g: pd.DataFrame):
             yield batch.iloc[0], hi, False
 
 
-def _longer(t: pd.DataFrame, cols: list[str], thr: str, unit: str, values: dict) -> list[str]:
+def _longer(t: pd.DataFrame, cols: list[str], thr: str, unit: str, judged) -> list[str]:
     """What longer sequences change, per strategy: tokens/s (the interval of the ratio decides the word)
     and the communication share."""
     if "seq_len" not in cols or thr != "tokens_per_s" or t["_s"].nunique() < 2:
@@ -172,13 +187,13 @@ def _longer(t: pd.DataFrame, cols: list[str], thr: str, unit: str, values: dict)
             if to_float(lo["_p"]) > 1 and finite(lo.get("frac_comm")) and finite(hi.get("frac_comm")):
                 comm = f", communication {comm_share(lo)} → {comm_share(hi)} of a step"
             item = (f"{_where(hi, others)}: {num(to_float(lo[thr]))} → {num(to_float(hi[thr]))} {unit}, "
-                    f"{_judged(values, hi, lo, cols, SETTING_WORDS)}{comm}")  # fmt: skip
+                    f"{judged(hi, lo, SETTING_WORDS)}{comm}")  # fmt: skip
             by.setdefault((value_text(lo["seq_len"]), value_text(hi["seq_len"]), how), []).append(item)
     return [f"From seq_len={a} to {b} {how}, the throughput per strategy: " + "; ".join(items) + "."
             for (a, b, how), items in by.items()]
 
 
-def _compiled(t: pd.DataFrame, cols: list[str], thr: str, unit: str, values: dict) -> list[str]:
+def _compiled(t: pd.DataFrame, cols: list[str], thr: str, unit: str, judged) -> list[str]:
     """What compiling changes, per strategy at each other setting: its throughput compiled against eager (the
     interval decides the word) and its communication share; then each strategy against ddp, eager and compiled."""
     if "compile" not in cols or t["compile"].astype(str).nunique() < 2:
@@ -204,12 +219,12 @@ def _compiled(t: pd.DataFrame, cols: list[str], thr: str, unit: str, values: dic
         if to_float(hi["_p"]) > 1 and finite(lo.get("frac_comm")) and finite(hi.get("frac_comm")):
             comm = f", communication {comm_share(lo)} → {comm_share(hi)} of a step"
         changed.setdefault(where, []).append(f"{_where(hi)}: {num(to_float(lo[thr]))} → {num(to_float(hi[thr]))} {unit}, "
-                                             f"{_judged(values, hi, lo, cols, SETTING_WORDS)}{comm}")  # fmt: skip
+                                             f"{judged(hi, lo, SETTING_WORDS)}{comm}")  # fmt: skip
         ref_hi, ref_lo = twin(hi, compiled, strategy=REFERENCE), twin(hi, strategy=REFERENCE)
         if str(hi["strategy"]) != REFERENCE and to_float(hi["_p"]) > 1 and ref_hi is not None and ref_lo is not None:
             against.setdefault(where, []).append(
-                f"{_where(hi)} {_judged(values, lo, ref_lo, cols, STRATEGY_WORDS)} eager, "
-                f"{_judged(values, hi, ref_hi, cols, STRATEGY_WORDS)} compiled")
+                f"{_where(hi)} {judged(lo, ref_lo, STRATEGY_WORDS)} eager, "
+                f"{judged(hi, ref_hi, STRATEGY_WORDS)} compiled")
     found = []
     for (mode, at), items in changed.items():
         text = f"With compile={mode} instead of none{f' at {at}' if at else ''}, the throughput per strategy: "
@@ -283,7 +298,7 @@ def build(d: StudyData):
                  _s=pd.to_numeric(t["seq_len"], errors="coerce") if "seq_len" in t else np.nan)  # fmt: skip
     t["_tps"] = [_tokens_per_step(r) for _, r in t.iterrows()]
     thr, unit = A.throughput_metric(t)
-    values = A.runs_by_cell(d.runs, cols, thr)
+    judged = _judge(d, cols, thr)
     mfu = MFU in t and pd.to_numeric(t[MFU], errors="coerce").notna().any()
     loss_words = _loss_words(d.runs)
     columns = ["strategy", "cell", f"throughput [{unit}]", f"per rank [{unit}]", "speedup", "efficiency [%]",
@@ -300,8 +315,8 @@ def build(d: StudyData):
         found = ["No cell of this study measured a throughput here (the problems table says why), so it answers "
                  "nothing yet."]  # fmt: skip
     else:
-        found = _fastest(t, setting, thr, unit, values, cols) + _comm(t, setting) + _longer(t, cols, thr, unit, values)
-        found += _compiled(t, cols, thr, unit, values)
+        found = _fastest(t, setting, thr, unit, judged) + _comm(t, setting) + _longer(t, cols, thr, unit, judged)
+        found += _compiled(t, cols, thr, unit, judged)
         found += _mfu(t) + _loss(t, cols, loss_words)
     per = "samples/s × seq_len" if thr == "tokens_per_s" else "global samples per second"
     note = (f"Throughput ({unit}: {per}; per rank: the throughput over p, one rank's or GPU's share), speedup (over single at p = 1 with the same seq_len and batch) and "
@@ -313,6 +328,9 @@ def build(d: StudyData):
             + "comm: the share of a step spent communicating, exposed comm its part not hidden behind computation; "
             + ("MFU, " if mfu else "") + f"comm and {loss_words}: medians [order-statistic intervals]; test loss: "
             "median over repeats (the held-out sequences).")  # fmt: skip
+    if d.design_pair is not None:
+        note += (" A sequential design ran: where it asked a pair, the verdict and interval are the design's (as in "
+                 "'What the design decided'); the others are descriptive, not controlled by the design.")  # fmt: skip
     return columns, rows, note, found
 
 
