@@ -47,7 +47,7 @@ import dataclasses
 import functools
 import itertools
 import math
-from typing import Callable, Hashable, Iterable, Sequence
+from typing import Callable, Hashable, Sequence
 
 import numpy as np
 from scipy import special  # the t distribution's functions: scipy.stats would add 0.55 s to every import
@@ -101,11 +101,6 @@ class Verdict:
 
 
 OUT_OF_REACH = "out of reach"  # an open question that the budget left cannot close
-
-
-def _logs(values: Iterable[float]) -> np.ndarray:
-    x = np.asarray(list(values), dtype=float)
-    return np.log(x[np.isfinite(x) & (x > 0)])
 
 
 def _cell(values: dict, rounds: dict | None, cell: Cell) -> tuple[np.ndarray, np.ndarray | None]:
@@ -353,8 +348,8 @@ def run_design(questions: Sequence[Question], measure: Callable[[Cell, int], Seq
 
 @functools.lru_cache(maxsize=8)
 def _t_quantiles(level: float, most: int) -> np.ndarray:
-    """The two-sided t quantile at `level` for 0..most degrees of freedom (a table: thousands of
-    open questions a simulation look them up)."""
+    """The two-sided t quantile at `level` for 0..most degrees of freedom (a table: a simulation
+    looks it up for thousands of open questions)."""
     with np.errstate(invalid="ignore"):
         return special.stdtrit(np.arange(most + 1), 0.5 + level / 2)
 
