@@ -227,7 +227,8 @@ def with_design_verdicts(frame: pd.DataFrame, design_pair, pair) -> pd.DataFrame
         return frame
     out = frame.copy()
     out["interval_from"], out["margin"] = DESCRIPTIVE, np.nan
-    out["verdict"] = out["verdict"].astype(object)
+    if not pd.api.types.is_string_dtype(out["verdict"]):  # (a column of NaN would refuse a verdict's words)
+        out["verdict"] = out["verdict"].astype(object)
     for i, r in out.iterrows():
         for key, value in (design_pair(*pair(r)) or {}).items():
             out.at[i, key] = value

@@ -27,6 +27,7 @@ from ddpbench.core.layout import cell_of_run
 from ddpbench.plan.design import OUT_OF_REACH_WHY, Decision, VerdictRecord
 from ddpbench.report.findings.common import AXIS_TEXT, Finding
 from ddpbench.report.tables import Table
+from ddpbench.report.text import inside_margin
 
 ANCHOR = "decisions"
 VERDICT_TEXT = {
@@ -86,9 +87,7 @@ def verdict_text(v: VerdictRecord) -> str:
     """The verdict in words: a difference whose interval also lies inside the margin is one
     "by less than the margin" (faster or slower is checked before equivalent)."""
     text = VERDICT_TEXT.get(v.verdict, v.verdict)
-    factor = 1 + v.tolerance
-    if v.verdict in ("faster", "slower") and v.low is not None and v.high is not None \
-            and 1 / factor <= v.low and v.high <= factor:  # fmt: skip
+    if v.verdict in ("faster", "slower") and inside_margin(v.low, v.high, v.tolerance):
         text += ", by less than the margin"
     return text
 
@@ -234,20 +233,13 @@ def overlay(comparisons: pd.DataFrame, runs: pd.DataFrame, decision: Decision | 
     row keeps its Welch interval, labelled descriptive. Unchanged without a design."""
     if decision is None or comparisons.empty or "run_dir" not in runs:
         return comparisons
-    asked = _asked(decision)
     setting = [c for c in comparisons.columns if c not in analysis_cells.COMPARISON_COLUMNS]
-    cell_at = _cell_index(runs, [*setting, "strategy"])
-    out = comparisons.copy()
-    out["interval_from"], out["margin"] = DESCRIPTIVE, float("nan")
-    for i, r in out.iterrows():
-        where = tuple(r[c] for c in setting)
-        a, b = (cell_at.get(text_key((*where, r[side]))) for side in ("strategy_a", "strategy_b"))
-        v = asked.get(frozenset((a, b))) if a and b else None
-        if v is None or v.estimate is None:
-            continue
-        out.loc[i, ["ratio", "ratio_ci_low", "ratio_ci_high", "ratio_ci_level", "verdict", "interval_from", "margin"]] = \
-            [*_as_row(v, turned=v.cells[0] != a), v.tolerance]  # fmt: skip
-    return out
+
+    def pair(r) -> tuple[dict, dict]:
+        where = {c: r[c] for c in setting}
+        return {**where, "strategy": r["strategy_a"]}, {**where, "strategy": r["strategy_b"]}
+
+    return analysis_cells.with_design_verdicts(comparisons, pair_lookup(runs, decision), pair)
 
 
 def overlay_speedups(speed: pd.DataFrame, runs: pd.DataFrame, decision: Decision | None,
