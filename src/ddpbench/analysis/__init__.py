@@ -30,7 +30,7 @@ _EXPORTS = {
     "health": ("MAX_REL_CI", "THROUGHPUT", "busy_runs", "likely_causes", "oversubscribed_runs", "stability", "timed_runs", "truthy"),
     "intervals": ("DESCRIPTIVE", "DESIGN", "WELCH", "LEVEL", "TESTED_COVERAGE", "TIMING_METRICS", "Interval", "log_t_interval", "numeric_values", "order_stat_rank", "rel_halfwidth", "welch_log_ratio"),
     "links": ("ACHIEVED", "ALWAYS_LOSES", "LINK_TABLE_COLUMNS", "LOSES_BELOW", "NEVER_LOSES", "link_group_axes", "link_runs", "links_table"),
-    "memory": ("HELD", "HELD_PARTS", "MIB", "PEAKS", "SAVING_COLUMNS", "SHARDED", "axis_effects", "cell_key", "has_held", "memory_savings", "peaks", "runs_by_cell"),
+    "memory": ("HELD", "HELD_PARTS", "MIB", "PEAKS", "SAVING_COLUMNS", "SHARDED", "axis_effects", "cell_key", "has_held", "memory_savings", "peaks", "runs_by_cell", "savings_pair"),
     "scaling": ("FIT_COLUMNS", "SPEEDUP_COLUMNS", "fits_table", "speedup_table"),
     "tables": ("BASELINE_STRATEGY", "IRRELEVANT_AT_BASELINE", "LAUNCH_AXES", "SUPERSEDED", "TIME", "axes", "group_axes", "label", "load_runs", "load_runs_frame", "matching", "run_version", "text_column", "throughput_metric", "varying"),
 }  # fmt: skip

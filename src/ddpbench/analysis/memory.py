@@ -154,6 +154,13 @@ def memory_savings(
                            kind="stable").reset_index(drop=True)  # fmt: skip
 
 
+def savings_pair(row, setting: list[str]) -> tuple[dict, dict]:
+    """A memory_savings row's two cells by their axis values: the sharded strategy's and its
+    reference's at the same `setting` (the strategy left out of it)."""
+    values = {c: row[c] for c in setting if c != "strategy"}
+    return {**values, "strategy": row["strategy"]}, {**values, "strategy": row["reference"]}
+
+
 def axis_effects(runs: pd.DataFrame, cells: pd.DataFrame, axis: str, reference) -> pd.DataFrame:
     """One row per cell whose `axis` is not `reference` and whose twin with `reference` (every other axis
     equal) was measured: its throughput over the twin's (Welch interval, verdict "A faster": this cell is

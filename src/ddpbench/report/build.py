@@ -80,10 +80,11 @@ class Inputs:
 PAGE_ANCHORS = ("comparisons", "speedup-table", "cells", "fits", "problems", "links", decisions.ANCHOR)
 
 
-def study_section(name: str, inp: Inputs, cells: pd.DataFrame, speed: pd.DataFrame, figures: list) -> dict:
+def study_section(name: str, inp: Inputs, cells: pd.DataFrame, speed: pd.DataFrame, figures: list,
+                  design_pair=None) -> dict:  # fmt: skip
     """A study's section for the templates: its question, answer, table and the figures it points
     to that this report has (in a grid of figure groups, the first group's)."""
-    sec = studies.section(name, inp.runs, cells, speed, inp.steps, inp.profile, decisions.pair_lookup(inp.runs, inp.design))
+    sec = studies.section(name, inp.runs, cells, speed, inp.steps, inp.profile, design_pair)
     anchors = {}
     for f in figures:
         anchors.setdefault(f.kind, ("fig-" + pathlib.Path(f.svg).stem, f.title))
@@ -189,9 +190,9 @@ def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.P
         # The findings and the page's tables are written while the workers draw
         against = (comparison_section(inp.compare_to, runs, out, inp.baseline_strategy, inp.max_rel_ci)
                    if inp.compare_to else None)  # fmt: skip
-        # The answer first, then what the design spent and the questions it left open.
+        pairs = decisions.pair_lookup(runs, inp.design)  # the design's verdicts, for the pairs findings and studies make
         found = findings(runs, cells, speed, comparisons, fits, links=links, profile=inp.profile,
-                         design_pair=decisions.pair_lookup(runs, inp.design)) + decisions.findings(inp.design)
+                         design_pair=pairs) + decisions.findings(inp.design)  # the answer first, then the design's
         shown = A.varying(runs, A.axes(runs)) or ["world_size"]
         ctx = dict(
             title=inp.title,
@@ -214,7 +215,7 @@ def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.P
         )
         figures = plots.collect(early, late)
     found = linked_findings(found, figures)
-    ctx["studies"] = [study_section(name, inp, cells, speed, figures) for name in inp.studies]
+    ctx["studies"] = [study_section(name, inp, cells, speed, figures, pairs) for name in inp.studies]
     if against and not against["error"]:
         found.insert(0, against["finding"])
     caps = captions()

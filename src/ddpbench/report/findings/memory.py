@@ -120,8 +120,7 @@ def memory_findings(runs: pd.DataFrame, cells: pd.DataFrame, shown: list[str], d
     if savings.empty:
         return []
     setting = [c for c in savings.columns if c not in analysis.SAVING_COLUMNS]
-    savings = analysis.with_design_verdicts(savings, design_pair, lambda r: (
-        {**{c: r[c] for c in setting}, "strategy": r["strategy"]}, {**{c: r[c] for c in setting}, "strategy": r["reference"]}))
+    savings = analysis.with_design_verdicts(savings, design_pair, lambda r: analysis.savings_pair(r, setting))
     where_cols = [c for c in setting if c in shown or c == "world_size"]
     out = []
     for strategy in [s for s in analysis.SHARDED if s in set(savings["strategy"])]:

@@ -187,12 +187,6 @@ def _effect(effects: pd.DataFrame, axis: str, reference, cols: list[str]) -> str
     return text + "."
 
 
-def _pair(r, setting: list[str]) -> tuple[dict, dict]:
-    """A savings row's cells: the sharded strategy's and the reference's at the same settings."""
-    values = {c: r[c] for c in setting if c != "strategy"}
-    return {**values, "strategy": r["strategy"]}, {**values, "strategy": r["reference"]}
-
-
 def _twins(r, axis: str, cols: list[str]) -> tuple[dict, dict]:
     """An axis-effect row's cells: its own and its twin's (the axis at the reference value)."""
     values = {c: r[c] for c in cols if c in r}
@@ -206,7 +200,7 @@ def build(d: StudyData):
     setting = [c for c in cols if c != "strategy"]
     savings = A.memory_savings(d.runs, d.cells)
     measured = [c for c in A.axes(d.cells) if c in d.runs]  # the axes a cell's runs are found by
-    savings = A.with_design_verdicts(savings, d.design_pair, lambda r: _pair(r, measured))
+    savings = A.with_design_verdicts(savings, d.design_pair, lambda r: A.savings_pair(r, measured))
     by_cell = {tuple(str(r[c]) for c in cols): r for _, r in savings.iterrows()}
     thr, unit = A.throughput_metric(t)  # tokens/s for token data (the ratio to ddp's is the same in either unit)
     columns = ["strategy", "cell", "parameters [MiB]", "gradients [MiB]", "optimizer state [MiB]", "held [MiB]",
