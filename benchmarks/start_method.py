@@ -11,12 +11,22 @@ communication and exposed communication per step, the communication hidden behin
 (comm - exposed), and the median paired difference spawn - fork with the count of pairs
 where spawn was higher. `bucketed_allreduce` at the same `bucket_mb` sends the same buckets
 blocking (nothing overlaps): the control for whether the all-reduce itself differs.
-Not a test: timings on a shared machine are noisy; run it on a quiet one.
+Each pair also runs `single` at world size 1 both ways, so the table gives the speedup at p = 2
+(the world-size-1 cell's step time over the p = 2 cell's, pair by pair; strong scaling).
+
+Under load it answers whether forked ranks get the CPU share torchrun's do (issue 68: they sat
+in the launcher's session, one autogroup share for the whole cell where torchrun gives each
+rank a session and a share of its own):
+
+    bash scripts/under_load.sh -- python benchmarks/start_method.py --pairs 6 --strategies ddp
+
+Not a test: quote the load; without under_load.sh, run it on a quiet machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -27,11 +37,12 @@ from pathlib import Path
 
 from ddpbench.core.params import CellParams
 
-COLUMNS = ("samples_per_s", "step_ms", "comm_ms", "exposed_ms", "hidden_ms")
+COLUMNS = ("samples_per_s", "step_ms", "comm_ms", "exposed_ms", "hidden_ms", "speedup")
 
 
-def run_cell(params: CellParams, fork: bool, out: Path) -> dict[str, float]:
-    cmd = [sys.executable, "-m", "ddpbench.run.torchrun", "--standalone", "--nproc-per-node", "2", "--max-restarts", "0"]
+def run_cell(params: CellParams, fork: bool, out: Path, ranks: int = 2) -> dict[str, float]:
+    cmd = [sys.executable, "-m", "ddpbench.run.torchrun", "--standalone", "--nproc-per-node", str(ranks)]
+    cmd += ["--max-restarts", "0"]
     cmd += ["--start-method", "fork"] if fork else []
     cmd += ["-m", "ddpbench.run.train", "--out", str(out), *params.to_argv()]
     threads = str(params.threads_per_rank or 1)
@@ -59,11 +70,16 @@ def main() -> None:
         args.strategy = name
         params = CellParams.from_namespace(args)
         runs: dict[bool, list[dict[str, float]]] = {True: [], False: []}
+        alone = dataclasses.replace(params, strategy="single")
         for i in range(args.pairs):
             for fork in ((True, False) if i % 2 == 0 else (False, True)):
-                runs[fork].append(run_cell(params, fork, root / f"{name}-{i}-{'fork' if fork else 'spawn'}"))
+                tag = f"{name}-{i}-{'fork' if fork else 'spawn'}"
+                one = run_cell(alone, fork, root / f"{tag}-single", ranks=1)
+                run = run_cell(params, fork, root / tag)
+                runs[fork].append({**run, "speedup": one["step_ms"] / run["step_ms"]})
         print(f"{name} {params.model} bucket_mb {params.bucket_mb} batch {params.batch_size}, world 2, "
-              f"{args.pairs} pairs (medians; ms per step)")
+              f"{args.pairs} pairs (medians; ms per step; speedup: single at p = 1 over the cell), "
+              f"load average {os.getloadavg()[0]:.2f}")
         print(f"  {'':24s}" + "".join(f"{c:>15s}" for c in COLUMNS))
         for fork, label in ((True, "forked (the launcher's)"), (False, "new interpreters")):
             print(f"  {label:24s}" + "".join(f"{statistics.median(r[c] for r in runs[fork]):15.2f}" for c in COLUMNS))

@@ -84,6 +84,61 @@ def test_cpu_ranks_are_forked_from_a_single_threaded_zygote(tmp_path):
     assert summary["timeline_s"]["imports"] == 0  # forked with the harness imported: no imports of its own
 
 
+PROBE_MODEL = """
+import json, os, random
+import numpy, torch
+from torch import nn
+
+
+class Probe(nn.Module):
+    \"\"\"A linear model whose first forward on each rank writes where the rank sits and what its
+    global random streams draw.\"\"\"
+
+    def __init__(self, shape, classes):
+        super().__init__()
+        self.linear, self.drawn = nn.Linear(shape[0] * shape[1] * shape[2], classes), False
+
+    def forward(self, x):
+        if not self.drawn:
+            self.drawn = True
+            rank = os.environ["RANK"]
+            draws = dict(numpy=numpy.random.random(), random=random.random(), torch=torch.rand(()).item())
+            place = dict(pid=os.getpid(), sid=os.getsid(0))
+            with open(os.path.join(os.environ["PROBE_DIR"], f"rank{rank}.json"), "w") as f:
+                json.dump({**draws, **place}, f)
+        return self.linear(x.flatten(1))
+
+
+def probe(shape, classes, **kwargs):
+    return Probe(shape, classes)
+"""
+
+
+def probe_ranks(tmp_path, name):
+    """Launch a 2-rank ddp cell of the probe model; what each rank wrote."""
+    (tmp_path / "probe_model.py").write_text(PROBE_MODEL)
+    draws = tmp_path / name
+    draws.mkdir()
+    summary, _, _ = launch(
+        tmp_path / name / "run", "--strategy", "ddp", "--model", "probe_model:probe", "--model-path", str(tmp_path),
+        "--seed", "5", env={"PROBE_DIR": str(draws)},
+    )  # fmt: skip
+    assert summary["status"] == "ok", summary["reason"]
+    return [json.loads((draws / f"rank{r}.json").read_text()) for r in range(2)]
+
+
+def test_forked_ranks_sit_in_sessions_of_their_own_and_draw_their_own_seeded_numbers(tmp_path):
+    """Issue 68: the ranks forked from the zygote stayed in the launcher's session, one share of a
+    busy CPU for the whole cell where torchrun's ranks get one each (autogroup scheduling); and they
+    inherited the zygote's NumPy and `random` state, so every rank drew the same numbers."""
+    first, again = probe_ranks(tmp_path, "a"), probe_ranks(tmp_path, "b")
+    for rank in first:
+        assert rank["sid"] == rank["pid"] and rank["sid"] != os.getsid(0)  # a session each, as torchrun's
+    for stream in ("numpy", "random", "torch"):
+        assert first[0][stream] != first[1][stream], stream  # each rank its own stream ...
+        assert [r[stream] for r in first] == [r[stream] for r in again], stream  # ... reproducible from the seed
+
+
 AGENT_PROBE = """
 import runpy, sys
 sys.argv = ["ddpbench.run.torchrun", *sys.argv[2:]]

@@ -22,7 +22,7 @@ from ddpbench.core import timers
 from ddpbench.run import autobatch, diagnose, flops, models, precision, profiling, transforms, user_model
 from ddpbench.run import data as datamod
 from ddpbench.run.loop import TAIL_STEPS, LoopResult, planned_steps, train_loop
-from ddpbench.run.rank import Ranks, gather_to_rank0, oversubscribed, rank_spread
+from ddpbench.run.rank import Ranks, gather_to_rank0, oversubscribed, rank_spread, seed_streams
 from ddpbench.strategies import base
 from ddpbench.strategies.base import Context
 
@@ -118,7 +118,7 @@ def build_cell(
     torch.manual_seed(params.seed)  # identical data and initial weights on every rank
     data = datamod.load(params)
     model = models.build(params.model, data.shape, data.classes, kind=data.kind, model_path=params.model_path).to(device)
-    torch.manual_seed(params.seed + 1 + ranks.rank)  # then a per-rank stream (dropout, augmentation)
+    seed_streams(params.seed + 1 + ranks.rank)  # then a per-rank stream (dropout, augmentation)
     batch_size, auto = choose_batch_size(params, data, model, ranks, device)
     global_batch, per_rank_batch = datamod.batch_sizes(batch_size, params.scaling, ranks.world)
 

@@ -39,7 +39,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ddpbench.run import diagnose, faults
+from ddpbench.run import diagnose, faults, session
 from ddpbench.results import progress
 from ddpbench.core import safe_io, storage, sysinfo
 from ddpbench.core.params import NO_LINK, CellParams
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     faults.pause_point("launcher", "start", args.out)
     if args.stop_with_parent:
         signal.signal(signal.SIGTERM, _terminated)
-        _die_with_parent()
+        session.die_with_parent()
     with storage.output_to(args.log) as output:
         args.output = output
         try:
@@ -154,9 +154,11 @@ def launch(args: argparse.Namespace, params: CellParams) -> int:
     args.marks["torchrun_started"] = time.time()
     env[sysinfo.TIMELINE_ENV] = json.dumps(args.marks)
     # Nodes of a multi-node cell share DIR: node 0 logs to train.log, the others apart.
+    # torchrun gets SIGTERM when the launcher dies, even by SIGKILL, and stops its ranks: a killed
+    # launcher leaves no training behind (session.die_with_parent).
     with safe_io.open_log(out / ("train.log" if lead else f"train_node{args.node_rank}.log")) as log:
         proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, preexec_fn=_die_with_parent
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, preexec_fn=session.die_with_parent
         )
         try:
             rc, timed_out = proc.wait(timeout=limit), False
@@ -354,17 +356,6 @@ def across_lab_nodes(args: argparse.Namespace, params: CellParams) -> int:
     # count in the launcher span, deleting it in launcher_finish (the fixed cost of the cell).
     add_timeline(args, out / "summary.json")
     return 0
-
-
-def _die_with_parent() -> None:
-    """torchrun gets SIGTERM when the launcher dies, even by SIGKILL (which no handler
-    sees), and stops its ranks: a killed launcher leaves no training behind (Linux)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 def _terminated(signum, frame):

@@ -50,6 +50,22 @@ def configure_threads(params: CellParams, ranks: Ranks) -> int:
     return threads
 
 
+def seed_streams(seed: int) -> None:
+    """Seed every global random stream a model or its data code may draw from: torch's, Python's
+    `random` and NumPy's. Ranks forked from the zygote inherit its NumPy and `random` state, so
+    without this every rank drew the same "random" numbers (plain torchrun's ranks differ only
+    by chance of their start); seeded from the cell's seed, a rank's draws are reproducible."""
+    import random
+
+    torch.manual_seed(seed)
+    random.seed(seed)
+    try:
+        import numpy
+    except ImportError:  # NumPy is torch's optional dependency
+        return
+    numpy.random.seed(seed % 2**32)
+
+
 def cuda_device(params: CellParams, ranks: Ranks) -> torch.device:
     """One GPU per local rank; with gloo, ranks beyond the GPU count share them round-robin."""
     return torch.device("cuda", ranks.local_rank % max(1, torch.cuda.device_count()))

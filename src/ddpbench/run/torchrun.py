@@ -143,8 +143,11 @@ def forked_agent(argv: list[str]) -> None:
 
 
 def forked_rank(*argv: str) -> None:
-    """A rank's entrypoint, forked from the zygote (which has the harness imported)."""
-    from ddpbench.run import train
+    """A rank's entrypoint, forked from the zygote (which has the harness imported), in a session
+    of its own as torchrun's ranks are (ddpbench.run.session: a share of the CPU each)."""
+    from ddpbench.run import session, train
+
+    session.own_session()
 
     train.forked_main(*argv)
 
