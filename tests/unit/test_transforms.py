@@ -63,6 +63,53 @@ def test_checkpointing_changes_no_result_and_keeps_the_names(mode):
     assert all(torch.equal(ours[k], ref[k]) for k in ref)
 
 
+class NormBlock(nn.Module):
+    """A block with running state: BatchNorm's mean, variance and batch count."""
+
+    def __init__(self, d: int = 8):
+        super().__init__()
+        self.a, self.norm = nn.Linear(d, d), nn.BatchNorm1d(d)
+
+    def forward(self, x):
+        return x + torch.relu(self.norm(self.a(x)))
+
+
+def norm_model() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(NormBlock(), NormBlock(), NormBlock(), nn.Linear(8, 3))
+
+
+@pytest.mark.parametrize("mode", ["full", "selective"])
+def test_checkpointing_leaves_running_statistics_as_the_eager_twin_does(mode):
+    """Issue 68: the recompute ran BatchNorm's forward a second time in the backward, so its running
+    statistics moved twice a step (num_batches_tracked 2 after one step, the mean off): the eval
+    loss and a replay differed from the eager twin. They are exactly the eager twin's now."""
+    plain, checkpointed = norm_model(), norm_model()
+    transforms.apply(checkpointed, CellParams(activation_checkpointing=mode))
+    ours, ref = train_two_steps(checkpointed), train_two_steps(plain)
+    assert ours["0.norm.num_batches_tracked"].item() == 2
+    assert all(torch.equal(ours[k], ref[k]) for k in ref), [k for k in ref if not torch.equal(ours[k], ref[k])]
+
+
+def test_a_compiled_checkpointed_block_updates_its_running_statistics_once(quick_compile):
+    plain, compiled = norm_model(), norm_model()
+    transforms.apply(compiled, CellParams(compile="model", activation_checkpointing="full"))
+    ours, ref = train_two_steps(compiled), train_two_steps(plain)
+    assert ours["0.norm.num_batches_tracked"].item() == 2
+    assert all(torch.allclose(ours[k].float(), ref[k].float(), rtol=1e-5, atol=1e-6) for k in ref)
+
+
+def test_the_recompute_puts_back_only_the_buffers_it_changed():
+    block = NormBlock()
+    block.register_buffer("mask", torch.ones(8))
+    versions = {name: b._version for name, b in block.named_buffers()}
+    with transforms.running_state_kept(block):
+        block(torch.randn(4, 8))
+        block.mask.mul_(1)  # written, same value: left as it is
+    assert block.norm.num_batches_tracked.item() == 0 and torch.equal(block.norm.running_mean, torch.zeros(8))
+    assert block.mask._version == versions["mask"] + 1  # not written a second time
+
+
 def test_the_recompute_is_counted_only_in_the_hardware_flops():
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -124,7 +171,7 @@ def test_the_axes_take_only_their_values():
         CellParams(activation_checkpointing="every")
 
 
-def test_prepare_checkpoints_then_compiles_each_block_then_wraps(quick_compile, monkeypatch):
+def test_the_seam_checkpoints_then_compiles_each_block_then_wraps(quick_compile, monkeypatch):
     """The model-transform seam: BLOCK_STEPS in their order (the compiled forward is the
     checkpointed one), then the strategy's wrap around the transformed model; the copy kept for
     the replay is transformed but not wrapped."""
@@ -139,7 +186,7 @@ def test_prepare_checkpoints_then_compiles_each_block_then_wraps(quick_compile, 
         monkeypatch.setattr(transforms, "BLOCK_STEPS", transforms.BLOCK_STEPS[:i] + ((name, logged),) + transforms.BLOCK_STEPS[i + 1 :])
     params = CellParams(activation_checkpointing="selective", compile="model")
     plain, m = model(), model()
-    prepared = transforms.prepare(m, params, lambda inner: nn.Sequential(inner), keep_unwrapped=True)
+    prepared = transforms.wrapped(m, transforms.apply(m, params), lambda inner: nn.Sequential(inner), keep_unwrapped=True)
     assert order[:2] == ["activation_checkpointing", "compile"] and order.count("compile") == 5
     assert prepared.record["checkpointed_blocks"] == 3 and prepared.record["compiled_blocks"] == 5
     assert isinstance(prepared.model, nn.Sequential) and prepared.model[0] is m
@@ -147,4 +194,4 @@ def test_prepare_checkpoints_then_compiles_each_block_then_wraps(quick_compile, 
     with transforms.eager(params):
         for got, want in zip(train_two_steps(prepared.unwrapped).values(), train_two_steps(plain).values()):
             torch.testing.assert_close(got, want)
-    assert transforms.prepare(model(), CellParams(), lambda inner: inner, keep_unwrapped=False).unwrapped is None
+    assert transforms.wrapped(model(), {}, lambda inner: inner, keep_unwrapped=False).unwrapped is None

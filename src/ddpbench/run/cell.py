@@ -119,6 +119,8 @@ def build_cell(
     data = datamod.load(params)
     model = models.build(params.model, data.shape, data.classes, kind=data.kind, model_path=params.model_path).to(device)
     seed_streams(params.seed + 1 + ranks.rank)  # then a per-rank stream (dropout, augmentation)
+    transformed = transforms.apply(model, params)  # checkpointing and compile per block, in place
+    # The batch searched on the model as it trains: a checkpointed cell gets the memory it pays for
     batch_size, auto = choose_batch_size(params, data, model, ranks, device)
     global_batch, per_rank_batch = datamod.batch_sizes(batch_size, params.scaling, ranks.world)
 
@@ -126,10 +128,11 @@ def build_cell(
         params, ranks.rank, ranks.world, device, timers.CommMeter(), timers.Clock(device.type), input_shape=data.shape,
         heartbeat=heartbeat,
     )  # fmt: skip
-    # Checkpointing and compile per block, then the strategy's wrap. Approximate strategies: rank 0
-    # replays `single` from the same start afterwards (untimed), so it keeps the unwrapped model.
-    prepared = transforms.prepare(model, params, lambda m: strategy.wrap(m, ctx), not strategy.exact and ranks.rank == 0)
-    model, transformed, initial = prepared.model, prepared.record, prepared.unwrapped
+    # Then the strategy's wrap. Approximate strategies: rank 0 replays `single` from the same start
+    # afterwards (untimed), so it keeps the unwrapped model.
+    keep = not strategy.exact and ranks.rank == 0
+    prepared = transforms.wrapped(model, transformed, lambda m: strategy.wrap(m, ctx), keep)
+    model, initial = prepared.model, prepared.unwrapped
     optimizer = strategy.make_optimizer(model, ctx)
     shard, shards = strategy.data_shard(ctx)
     sampler = datamod.ShardedBatchSampler(len(data.train), global_batch, shard, shards, params.seed)
@@ -150,9 +153,10 @@ def choose_batch_size(
     if params.batch_size != "auto":
         return params.batch_size, None
     limit = len(data.train) // ranks.world
-    found = autobatch.search(
-        model, data.shape, device, params.memory_budget_gb, limit, ranks.local_world, tokens=data.kind == "tokens"
-    )
+    with transforms.eager(params):  # trial steps of other batch sizes compile nothing
+        found = autobatch.search(
+            model, data.shape, device, params.memory_budget_gb, limit, ranks.local_world, tokens=data.kind == "tokens"
+        )
     auto = autobatch.agree(found, device)
     return auto["chosen"] * (1 if params.scaling == "weak" else ranks.world), auto
 

@@ -1,5 +1,5 @@
 """The model as it is trained beyond its layers, the one seam where a model is changed before
-training (`prepare`, in torchtitan's `parallelize` order): activation checkpointing and
+training (`apply`, then `wrapped`, in torchtitan's `parallelize` order): activation checkpointing and
 torch.compile applied to each block (BLOCK_STEPS over strategies.base.blocks: a GPT's transformer
 blocks, a ResNet's, an MLP's layers), then the strategy's wrap.
 
@@ -68,7 +68,7 @@ Step = Callable[[Callable], Callable]  # a block's forward -> the forward it run
 #: What is done to each block's forward, in this order: checkpointed, then compiled (the graph
 #: holds the recompute). Each entry says, for a cell and a block, its Step or None. An axis that
 #: changes the model as it is trained (float8 matmuls, another kernel) is one more entry here, a
-#: CellParams field and a test; `prepare` then hands the model to the strategy's wrap.
+#: CellParams field and a test; `wrapped` then hands the model to the strategy's wrap.
 BLOCK_STEPS: tuple[tuple[str, Callable[[CellParams, int, int], Step | None]], ...] = (
     ("activation_checkpointing", _checkpoint_step),
     ("compile", _compile_step),
@@ -106,11 +106,14 @@ class Prepared:
     unwrapped: nn.Module | None
 
 
-def prepare(model: nn.Module, params: CellParams, wrap: Callable[[nn.Module], nn.Module], keep_unwrapped: bool) -> Prepared:
-    """The model-transform seam, in torchtitan's order: each block checkpointed and compiled
-    (BLOCK_STEPS), then the strategy's wrap (DDP, fully_shard, a pipeline stage, ...) around it,
-    so that the strategy's hooks stay outside the compiled graphs."""
-    record = apply(model, params)
+def wrapped(
+    model: nn.Module, record: dict[str, Any], wrap: Callable[[nn.Module], nn.Module], keep_unwrapped: bool
+) -> Prepared:
+    """The second half of the seam, in torchtitan's order: `model`, its blocks already checkpointed
+    and compiled (`apply`, whose `record` this is), handed to the strategy's wrap (DDP,
+    fully_shard, a pipeline stage, ...) so that the strategy's hooks stay outside the compiled
+    graphs. Between the two halves the cell measures the model as it will train (its batch size
+    searched with the recompute's memory, ddpbench.run.cell)."""
     unwrapped = copy.deepcopy(model) if keep_unwrapped else None
     return Prepared(wrap(model), record, unwrapped)
 
@@ -140,9 +143,30 @@ def _checkpointed(forward: Callable) -> Callable:
     def recomputing(self, *args, **kwargs):
         if not _recompute["on"]:
             return forward(self, *args, **kwargs)
-        return checkpoint(forward, self, *args, use_reentrant=False, **kwargs)
+        if torch.compiler.is_compiling():  # the graph's recompute is a pure function: no state to keep
+            return checkpoint(forward, self, *args, use_reentrant=False, **kwargs)
+        keep = lambda: (contextlib.nullcontext(), running_state_kept(self))  # noqa: E731 (the recompute's context)
+        return checkpoint(forward, self, *args, use_reentrant=False, context_fn=keep, **kwargs)
 
     return recomputing
+
+
+@contextlib.contextmanager
+def running_state_kept(module: nn.Module) -> Iterator[None]:
+    """The buffers of `module` as they were before, once the body is over: the recompute of a
+    checkpointed block runs its forward a second time, and a module with running state (BatchNorm's
+    running mean, variance and batch count; a user's moving average) would update it again, twice
+    a step where the eager twin does once. Only a buffer that changed is put back, so a constant
+    one (a mask autograd may have saved) is never written. Compared by value: BatchNorm's kernel
+    updates its running statistics in place without moving their version counter."""
+    saved = [(b, b.clone()) for b in module.buffers()]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for buffer, before in saved:
+                if not torch.equal(buffer, before):
+                    buffer.copy_(before)
 
 
 @contextlib.contextmanager
