@@ -39,17 +39,20 @@ def launch(out, *flags, inject=None, timeout=240, preexec_fn=None):
 
 
 def processes_of(out: Path) -> list[int]:
-    """PIDs whose command line names `out` or that run inside it (launcher, torchrun,
-    ranks; a workflow's jobs run in its directory with relative paths)."""
+    """PIDs whose command line or environment names `out` or that run inside it (launcher,
+    torchrun, ranks; a workflow's jobs run in its directory with relative paths). The ranks forked
+    from the zygote carry the zygote's command line: the launcher's command in their environment
+    (sysinfo.LAUNCH_COMMAND_ENV) names them."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and int(entry.name) != os.getpid():
             try:
                 cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                environ = (entry / "environ").read_bytes().decode(errors="replace")
                 cwd = os.readlink(entry / "cwd")
             except OSError:
                 continue
-            if str(out) in cmdline or cwd == str(out) or cwd.startswith(f"{out}/"):
+            if str(out) in cmdline or str(out) in environ or cwd == str(out) or cwd.startswith(f"{out}/"):
                 found.append(int(entry.name))
     return found
 
@@ -141,3 +144,30 @@ def test_two_cells_at_once_do_not_collide(tmp_path):
         assert summary["status"] == "ok", summary["reason"]
         assert "failure" not in summary
         assert_no_process_left(o)
+
+
+@pytest.mark.parametrize("pause", ["launcher:start", "1:rendezvous", "0:summary", "launcher:finish"])
+def test_ctrl_c_stops_the_launcher_promptly_at_every_pause_point(tmp_path, pause):
+    """Issue 68: a loaded CI machine once saw a launcher paused at its finish still running 30 s
+    after Ctrl-C. Wherever the cell is (before any rank, ranks waiting in the rendezvous, rank 0
+    about to write its summary, the launcher about to publish it), Ctrl-C ends the launcher, its
+    agent and every rank, and leaves no summary: the run is redone, never kept as measured."""
+    out = tmp_path / "run"
+    env = dict(os.environ, DDPBENCH_INJECT=f"pause:{pause}")
+    proc = subprocess.Popen(launch_cmd(out, "--strategy", "ddp"), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    marker = out / f"paused_{pause.replace(':', '_')}"
+    deadline = time.monotonic() + 120
+    while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        assert marker.exists(), proc.communicate(timeout=30)[0]
+        started = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+        took = time.monotonic() - started
+    finally:
+        proc.kill()
+    assert proc.returncode in (-signal.SIGINT, 128 + signal.SIGINT), proc.returncode
+    assert took < 15, f"the launcher took {took:.1f} s to stop"  # its stop waits KILL_WAIT_S (10 s) at most
+    assert_no_process_left(out)
+    assert not (out / "summary.json").exists()
