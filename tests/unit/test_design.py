@@ -163,3 +163,43 @@ def test_a_planted_round_file_plans_no_more_than_the_designs_cap(tmp_path):
     assert design.counts_on_disk(layout, ["a", "b", "c"], settings) == {"a": 10, "b": 10, "c": 3}
     with pytest.raises(ValueError, match="not a design decision"):
         design.Decision.read(layout.round_file(3))
+
+
+# -- issue 68, item 4: the budget bounds the whole design, its first round included ---------------
+
+
+def test_a_first_round_the_time_budget_cannot_pay_is_refused_naming_the_budget_that_pays_it():
+    """Issue 68: 12 mlp cells with `budget: 40s` ran their 36 first runs, 183 s of run time. The
+    first round at the plan's estimate of a run is what the budget must pay; the refusal names
+    a budget a config takes that would (parse_duration), and one with room for the rounds after."""
+    settings = design.Settings.from_config({"budget": "40s"})
+    problem = design.first_round_problem(settings, cells=12, runs_left=36, spent_s=0.0, per_run_s=5.0)
+    assert problem.startswith("40 s of runs cannot pay the design's first round: 36 runs (3 per cell x 12 cells) "
+                              "at about 5 s a run (the plan's estimate) take about 3.0 min.")  # fmt: skip
+    assert "until_decided.budget to at least 3m for the first round alone, about 8m to leave" in problem
+    assert design.parse_duration("3m") >= 36 * 5.0
+    # a resumed first round: what its measured runs spent counts too
+    resumed = design.first_round_problem(settings, cells=12, runs_left=2, spent_s=34 * 5.0, per_run_s=5.0)
+    assert "(2.8 min already spent on its measured runs)" in resumed and "at least 3m" in resumed
+    assert design.first_round_problem(settings, cells=2, runs_left=6, spent_s=0.0, per_run_s=5.0) is None  # 30 s
+    assert design.first_round_problem(design.Settings(), cells=12, runs_left=36, spent_s=0.0, per_run_s=5.0) is None
+
+
+@pytest.mark.parametrize("seconds, text", [(0.5, "10s"), (31, "40s"), (119, "120s"), (121, "3m"), (840, "14m"), (72 * 2.5, "3m")])
+def test_a_budget_named_is_one_a_config_takes_and_no_less_than_asked(seconds, text):
+    assert design.budget_text(seconds) == text and design.parse_duration(text) >= seconds
+
+
+def test_a_run_budget_below_the_first_round_is_named():
+    settings = design.Settings.from_config({"max_runs": 20})
+    assert design.first_round_runs_problem(settings, 12) == (
+        "20 runs cannot pay the design's first round: 36 runs (3 per cell x 12 cells). Set until_decided.max_runs "
+        "to at least 36, or plan fewer cells")  # fmt: skip
+    assert design.first_round_runs_problem(settings, 6) is None
+
+
+def test_the_plan_line_says_the_first_rounds_time_and_that_the_budget_bounds_the_design():
+    settings = design.Settings.from_config({"budget": "7m", "max_per_cell": 8})
+    line = design.plan_line([], settings, 12, per_run_s=23.0)
+    assert line.endswith("the first round runs 36 (3 per cell, about 13.8 min), the design at most 96 (looks at "
+                         "3/5/8 runs per cell) and 7.0 min of runs (its budget, the first round included)")  # fmt: skip

@@ -92,3 +92,25 @@ def test_the_checkpoints_entry_point_decides_the_round_from_the_recorded_study(t
     line = log.read_text().strip()
     assert line == design.round_line(decision) and line in capsys.readouterr().out
     assert study.counts_of_round([decision]) == design.counts_after(decision.counts, decision, study.settings)
+
+
+def test_a_design_whose_budget_cannot_pay_its_first_round_is_refused_before_anything_runs(tmp_path):
+    """Issue 68: `budget: 7m` with 12 cells planned 36 first runs, about 14 min. The plan refuses
+    at its own estimate of a run, naming until_decided.budget; the run budget is refused alike."""
+    grid = {"strategy": ["single", "ddp", "allreduce", "gather_scatter"], "world_size": [1, 2, 3]}
+    config = config_of(tmp_path / "results", grid=grid, exclude=[], repeats="until_decided",
+                       until_decided={"budget": "7m"}, allow_oversubscribe=True)  # fmt: skip
+    study = Study.from_config(config)
+    assert len(study.cells) == 12 and len(study.summaries()) == 36
+    with pytest.raises(ConfigError, match=r"until_decided.budget.*36 runs \(3 per cell x 12 cells\) at about 23 s a "
+                                          r"run \(the plan's estimate\) take about 13.8 min.*at least 14m") as err:  # fmt: skip
+        study.check_first_round(23.0)
+    assert err.value.key == "until_decided.budget"
+    study.check_first_round(10.0)  # 6 min: paid
+    # once the first round is decided, the rounds after it are cut to the budget left (plan_round)
+    Path(study.layout.round_file(0)).parent.mkdir(parents=True)
+    design.Decision(0, True, {}, {}, {}, (), {"runs": 36, "seconds": 828.0}, {}, {}).write(study.layout.round_file(0))
+    study.check_first_round(23.0)
+    with pytest.raises(ConfigError, match="until_decided.max_runs") as err:
+        Study.from_config({**config, "until_decided": {**config["until_decided"], "max_runs": 30}})
+    assert "at least 36" in str(err.value)

@@ -73,8 +73,9 @@ def test_the_dry_run_shows_the_first_round_and_the_most_the_design_could_run(tmp
     workdir = seed_grid(tmp_path, seeds=2, min_timed_s=0, max_per_cell=8, margin=0.001)
     proc = run(workdir, "-n")
     out = proc.stdout + proc.stderr
-    assert "until decided: 1 question(s) (1 comparison(s) within a factor 1.00); the first round runs 6 (3 per cell), " \
-           "the design at most 16 (looks at 3/5/8 runs per cell)" in out, out[-3000:]  # fmt: skip
+    assert "until decided: 1 question(s) (1 comparison(s) within a factor 1.00); the first round runs 6 (3 per cell, " \
+           "about " in out, out[-3000:]  # fmt: skip
+    assert "the design at most 16 (looks at 3/5/8 runs per cell) and 8.0 min of runs (its budget" in out, out[-3000:]
     jobs = dict(line.split()[:2] for line in out.splitlines() if line.split()[:1] in (["train"], ["decide_round"]))
     assert jobs == {"train": "6", "decide_round": "1"}, out[-3000:]
 
@@ -84,6 +85,17 @@ def test_a_bad_design_setting_is_refused_naming_its_key(tmp_path):
     proc = subprocess.run(snakemake_cmd(workdir, "-n"), cwd=workdir, capture_output=True, text=True, env=ENV, timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "until_decided.compare" in out and "sede is not a grid axis" in out, out[-3000:]
+
+
+def test_a_budget_that_cannot_pay_the_first_round_is_refused_before_anything_runs(tmp_path):
+    """Issue 68: the first round ran whatever the budget; now the dry run refuses it, naming the key
+    and a budget that would pay the round at the plan's estimate of a run."""
+    workdir = seed_grid(tmp_path, seeds=4, min_timed_s=0, budget="5s")
+    proc = subprocess.run(snakemake_cmd(workdir, "-n"), cwd=workdir, capture_output=True, text=True, env=ENV, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "until_decided.budget" in out, out[-3000:]
+    assert "5 s of runs cannot pay the design's first round: 12 runs (3 per cell x 4 cells)" in out, out[-3000:]
+    assert "Set until_decided.budget to at least" in out and not (workdir / RESULTS).exists()
 
 
 @pytest.mark.faults

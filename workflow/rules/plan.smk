@@ -27,6 +27,8 @@ from ddpbench.core.safe_io import (
 )
 from ddpbench.core.sysinfo import code_fingerprint
 from ddpbench.plan.design import decisions_on_disk, status_line
+from ddpbench.plan.estimate import run_estimate
+from ddpbench.plan.grid import ConfigError
 from ddpbench.plan.jobs import preflight_cells
 from ddpbench.plan.preflight import PREFIX as PLAN_PREFIX
 from ddpbench.plan.preflight import warnings as plan_warnings
@@ -105,9 +107,11 @@ def explain_failure():
 
 
 def start_progress():
-    """onstart: each launcher's result line then tells how far the grid is (ddpbench.results.progress)."""
+    """onstart: each launcher's result line then tells how far the grid is (ddpbench.results.progress),
+    from the plan's own estimate of a run (print_plan's) at first."""
     round_ = len(decisions_on_disk(LAYOUT)) + 1 if STUDY.sequential else None
-    progress.start(Path(LAYOUT.progress), runs_to_measure(), round_)
+    per_run = PLAN_ESTIMATE[0].per_run_s if PLAN_ESTIMATE else None
+    progress.start(Path(LAYOUT.progress), runs_to_measure(), round_, per_run)
 
 
 def record_invocation():
@@ -166,19 +170,30 @@ def heal_damaged_runs():
 
 
 def print_plan():
-    """What the grid will measure, and the traps in it, before any run (ddpbench.plan.preflight)."""
+    """What the grid will measure, and the traps in it, before any run (ddpbench.plan.preflight);
+    a sequential design whose time budget cannot pay its first round is refused here, at the
+    same estimate of a run that the plan's lines and the progress line use."""
     cells = preflight_cells(STUDY.cell_by_path.values(), STUDY.fixed)
+    PLAN_ESTIMATE[:] = [run_estimate(cells, Path(RESULTS))]
+    try:
+        STUDY.check_first_round(PLAN_ESTIMATE[0].per_run_s)
+    except ConfigError as err:
+        raise WorkflowError(str(err)) from None
     repeats = (
         f"{STUDY.settings.first} first" if STUDY.sequential else STUDY.most_repeats
     )
-    PLAN_LINES[:] = plan_warnings(cells, repeats, runs_to_measure(), Path(RESULTS))
+    PLAN_LINES[:] = plan_warnings(
+        cells, repeats, runs_to_measure(), Path(RESULTS), estimate=PLAN_ESTIMATE[0]
+    )
     if STUDY.sequential:
-        PLAN_LINES.append(PLAN_PREFIX + STUDY.plan_line())
+        PLAN_LINES.append(PLAN_PREFIX + STUDY.plan_line(PLAN_ESTIMATE[0].per_run_s))
     for line in PLAN_LINES:
         logger.warning(line)
 
 
 PLAN_LINES = []  # print_plan's lines; onstart saves them for the report (save_plan)
+# print_plan's estimate of a run (plan.estimate.RunEstimate), for start_progress
+PLAN_ESTIMATE = []
 PLAN_FILE = LAYOUT.plan_file
 
 

@@ -422,9 +422,11 @@ UNTIL_DECIDED = {
         "budget": {
             "anyOf": [{"type": "number", "minimum": 0}, {"type": "string", "pattern": r"^\s*(\d+(\.\d+)?\s*[smh]\s*)+$"}],
             "default": 0,
-            "description": "wall time of the runs (90s, 10m, 1h30m, or seconds) after which no round starts (0: none)",
+            "description": "wall time of the runs (90s, 10m, 1h30m, or seconds), the first round included: the plan "
+                           "refuses a design whose first round it estimates above it, naming a budget that pays it; "
+                           "later rounds are cut to what is left (0: none)",
         },
-        "max_runs": {"type": "integer", "minimum": 0, "default": 0, "description": "the most runs in all (0: none)"},
+        "max_runs": {"type": "integer", "minimum": 0, "default": 0, "description": "the most runs in all, the first round included (0: none)"},
         "first": {"type": "integer", "minimum": 3, "maximum": 40, "default": 3, "description": "runs of every cell before the first look"},
         "max_per_cell": {"type": "integer", "minimum": 3, "maximum": 40, "default": 40,
                          "description": "the most runs of one cell (the looks are calibrated up to 40)"},

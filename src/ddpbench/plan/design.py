@@ -350,8 +350,10 @@ def _minutes(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
 
 
-def plan_line(questions: Sequence[Question], settings: Settings, cells: int) -> str:
-    """The plan's line on the design (printed before any run, dry runs included)."""
+def plan_line(questions: Sequence[Question], settings: Settings, cells: int, per_run_s: float | None = None) -> str:
+    """The plan's line on the design (printed before any run, dry runs included); with the plan's
+    estimate of a run (`per_run_s`, plan.estimate.RunEstimate) the first round's time, which the
+    plan's time line and the progress line say too."""
     precision = sum(q.kind == "precision" for q in questions)
     asked = [f"{precision} cell(s) to ±{settings.precision:.0%}"] if precision else []
     if len(questions) > precision:
@@ -359,10 +361,54 @@ def plan_line(questions: Sequence[Question], settings: Settings, cells: int) -> 
     most = cells * settings.cap
     if settings.budget_runs:
         most = min(most, settings.budget_runs)
-    budget = f"; budget {_minutes(settings.budget_s)} of runs" if settings.budget_s else ""
+    first = cells * settings.first
+    took = f", about {_minutes(first * per_run_s)}" if per_run_s else ""
+    budget = f" and {_minutes(settings.budget_s)} of runs (its budget, the first round included)" if settings.budget_s else ""
     return (f"until decided: {len(questions)} question(s) ({', '.join(asked) or 'none'}); the first round "
-            f"runs {cells * settings.first} ({settings.first} per cell), the design at most {most} "
+            f"runs {first} ({settings.first} per cell{took}), the design at most {most} "
             f"(looks at {'/'.join(map(str, settings.schedule))} runs per cell){budget}")  # fmt: skip
+
+
+# The quiet main job spent 2.5x its first round's runs to decide all its questions (45 runs after
+# 18, docs/report.md): what a refused budget is told to leave for the rounds after the first.
+ROUNDS_AFTER_FIRST = 2.5
+
+
+def first_round_problem(settings: Settings, cells: int, runs_left: int, spent_s: float, per_run_s: float) -> str | None:
+    """Why the time budget cannot pay the design's first round, None where it can (or there is
+    none): the first round's runs still to measure (`runs_left`) at the plan's estimate of a run
+    (`per_run_s`, plan.estimate.RunEstimate) on top of the run time its measured runs spent
+    (`spent_s`). The plan refuses such a design before anything runs rather than cutting the
+    round: every question needs its cells' first runs, and a cut made from a timing estimate
+    (this host's history, the load now) would plan another first round on every rerun or resume;
+    the refusal names the budget that pays the round."""
+    need = spent_s + runs_left * per_run_s
+    if not settings.budget_s or need <= settings.budget_s:
+        return None
+    runs = cells * settings.first
+    done = f" ({_minutes(spent_s)} already spent on its measured runs)" if spent_s > 0 else ""
+    return (f"{_minutes(settings.budget_s)} of runs cannot pay the design's first round: {runs} runs ({settings.first} "
+            f"per cell x {cells} cells) at about {per_run_s:.0f} s a run (the plan's estimate) take about "
+            f"{_minutes(need)}{done}. Set until_decided.budget to at least {budget_text(need)} for the first round "
+            f"alone, about {budget_text(need * ROUNDS_AFTER_FIRST)} to leave the rounds after it room to decide (the "
+            "quiet main job spent 2.5x its first round), or plan fewer cells")  # fmt: skip
+
+
+def first_round_runs_problem(settings: Settings, cells: int) -> str | None:
+    """Why the run budget (`max_runs`) cannot pay the first round, None where it can (or there is none)."""
+    runs = cells * settings.first
+    if not settings.budget_runs or settings.budget_runs >= runs:
+        return None
+    return (f"{settings.budget_runs} runs cannot pay the design's first round: {runs} runs ({settings.first} per cell x "
+            f"{cells} cells). Set until_decided.max_runs to at least {runs}, or plan fewer cells")
+
+
+def budget_text(seconds: float) -> str:
+    """A budget a config can take (parse_duration) at or above `seconds`: 10 s steps below two
+    minutes, whole minutes above."""
+    if seconds < 120:
+        return f"{max(10, math.ceil(seconds / 10 - 1e-9) * 10)}s"  # 1e-9: 72 s x 2.5 is 3m, not 4m
+    return f"{math.ceil(seconds / 60 - 1e-9)}m"
 
 
 def status_line(layout: Layout) -> str:

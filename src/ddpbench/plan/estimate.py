@@ -1,15 +1,18 @@
 """The plan's time estimate: how long a grid's runs will take, said before they start.
 
-`time_estimate` predicts each run's wall as a fixed part (launch, untimed steps, evaluation)
+`run_estimate` predicts each run's wall as a fixed part (launch, untimed steps, evaluation)
 plus its timed steps, learned from the ok runs this host measured (their summaries' timelines
 and timed walls, in this results folder, then the results folders inside and beside it): the
 launch cost of the runs most like the cell, and its model's FLOPs (the committed catalog's) at
 the pace measured for that model. With no such run it falls back to a documented default
 (FIXED_RUN_S, the FLOPs at CPU_FORWARD_FLOPS_PER_S a thread, min_timed_s). It leaves out runs
 measured on a busy machine when quiet ones exist, scales for a machine busy now (load average
-confirmed by a short /proc/stat sample), and says where its figure came from.
+confirmed by a short /proc/stat sample), and says where its figure came from. That one figure
+(`RunEstimate`) is the plan's time line (`time_estimate`, put first among the plan's warnings by
+ddpbench.plan.preflight), a sequential design's first-round budget check (plan.design) and the
+progress line's starting point (ddpbench.results.progress).
 
-Pure Python (no torch). ddpbench.plan.preflight puts its line first among the plan's warnings.
+Pure Python (no torch).
 """
 
 from __future__ import annotations
@@ -301,19 +304,30 @@ def default_run_s(p: dict[str, Any], cores: int) -> tuple[float, float]:
     return fixed, max(MIN_TIMED_OVERSHOOT * float(p["min_timed_s"]), compute_s(p, cores))
 
 
-def time_estimate(
+@dataclass(frozen=True)
+class RunEstimate:
+    """The plan's estimate of a run's wall (seconds, the mean over the grid's cells) and where it
+    came from: the one figure the plan's time line, a sequential design's budget check and the
+    progress line (ddpbench.results.progress) all use, so they cannot disagree."""
+
+    per_run_s: float
+    source: str  # "learned from ...", "a default, ...", with the load notes
+
+    def total_s(self, runs: int) -> float:
+        return runs * self.per_run_s
+
+
+def run_estimate(
     cells: list[dict[str, Any]],
-    repeats: int | str,
-    runs_to_do: int,
     results: Path,
     *,
     host: str | None = None,
     now: tuple[float, str] | None = None,
     folders: Iterable[Path] | None = None,
-) -> str:
-    """The plan's first line: the grid's wall time, learned from the runs this host measured in
-    `folders` (history_folders(results)) or a default, with the load it assumes. `host` (this
-    machine's name) and `now` (busy_now()) are arguments for the tests."""
+) -> RunEstimate:
+    """A run's wall time, learned from the runs this host measured in `folders`
+    (history_folders(results)) or a default, with the load it assumes. `host` (this machine's
+    name) and `now` (busy_now()) are arguments for the tests."""
     host = socket.gethostname() if host is None else host
     frac, load = busy_now() if now is None else now
     runs = measured_runs(history_folders(results) if folders is None else folders, host)
@@ -341,11 +355,25 @@ def time_estimate(
     if skipped:
         how = f"the median of {len(skips)} measured" if skips else "a default"
         source += f"; {skipped} cell(s) the launcher skips at their world size, {skip_s:.1f} s each ({how})"
-    per_run = fixed + steps
-    total = _duration(runs_to_do * per_run)
+    return RunEstimate(fixed + steps, source + _load_notes(runs, pool, frac, load))
+
+
+def time_estimate(
+    cells: list[dict[str, Any]],
+    repeats: int | str,
+    runs_to_do: int,
+    results: Path,
+    *,
+    estimate: RunEstimate | None = None,
+    **learn: Any,
+) -> str:
+    """The plan's first line: the grid's wall time at `estimate` a run (run_estimate(cells,
+    results, **learn) when None)."""
+    estimate = run_estimate(cells, results, **learn) if estimate is None else estimate
     return (
-        f"{len(cells)} cells x {repeats} repeats; {runs_to_do} run(s) to measure, about {total} "
-        f"({per_run:.0f} s a run, {source}{_load_notes(runs, pool, frac, load)}; runs are timed one at a time)"
+        f"{len(cells)} cells x {repeats} repeats; {runs_to_do} run(s) to measure, about "
+        f"{_duration(estimate.total_s(runs_to_do))} ({estimate.per_run_s:.0f} s a run, {estimate.source}; "
+        "runs are timed one at a time)"
     )
 
 

@@ -25,7 +25,7 @@ from typing import Any, Iterable
 
 from ddpbench.core.params import CellParams
 from ddpbench.plan import catalog
-from ddpbench.plan.estimate import time_estimate, timed_steps
+from ddpbench.plan.estimate import RunEstimate, time_estimate, timed_steps
 from ddpbench.strategies import strategy_traits
 
 PREFIX = "ddpbench plan: "
@@ -171,11 +171,13 @@ def vocab_warnings(cells: list[dict[str, Any]]) -> list[str]:
 
 
 def warnings(
-    cells: Iterable[dict[str, Any]], repeats: int | str, runs_to_do: int, results: Path, flags: frozenset[str] | None = None
+    cells: Iterable[dict[str, Any]], repeats: int | str, runs_to_do: int, results: Path, flags: frozenset[str] | None = None,
+    estimate: RunEstimate | None = None,
 ) -> list[str]:
-    """Every plan line, each starting with PREFIX (`flags`: this CPU's, read from /proc/cpuinfo when None)."""
+    """Every plan line, each starting with PREFIX (`flags`: this CPU's, read from /proc/cpuinfo when None;
+    `estimate`: a run's, estimate.run_estimate's when None)."""
     cells = list(cells)
-    lines = [time_estimate(cells, repeats, runs_to_do, results)]
+    lines = [time_estimate(cells, repeats, runs_to_do, results, estimate=estimate)]
     lines += step_warnings(cells) + bucket_warnings(cells) + fit_warnings(cells)
     lines += precision_warnings(cells, cpu_flags() if flags is None else flags) + optimizer_warnings(cells)
     lines += vocab_warnings(cells)

@@ -100,6 +100,9 @@ class Study:
         compare_to = compare_to_table(config["compare_to"], layout.results) if checks else None
         by_path = dict(zip(cells.index, cells.to_dict(orient="records")))
         questions = tuple(design.grid_questions(by_path, config["baseline"], settings)) if settings else ()
+        problem = design.first_round_runs_problem(settings, len(cells)) if settings else None
+        if problem:
+            raise ConfigError("until_decided.max_runs", problem)
         return cls(config, axes, fixed, base, cells, layout, settings, questions, compare_to)
 
     @classmethod
@@ -201,8 +204,21 @@ class Study:
         earlier = design.decisions_on_disk(self.layout)[:round_]
         return design.decide(round_, self.questions, runs, self.settings, earlier)
 
-    def plan_line(self) -> str:
-        return design.plan_line(self.questions, self.settings, len(self.cells))
+    def plan_line(self, per_run_s: float | None = None) -> str:
+        return design.plan_line(self.questions, self.settings, len(self.cells), per_run_s)
+
+    def check_first_round(self, per_run_s: float) -> None:
+        """Refuse a sequential design whose time budget cannot pay its first round at `per_run_s` a
+        run (the plan's estimate), a ConfigError naming until_decided.budget; once the first round
+        is decided, every later round is cut to the budget left (analysis.sequential.plan_round)."""
+        if not self.sequential or design.decisions_on_disk(self.layout):
+            return
+        paths = [Path(s) for s in self.summaries()]
+        measured = [p for p in paths if p.exists()]
+        spent = sum(design.read_run(p)[1] for p in measured)
+        problem = design.first_round_problem(self.settings, len(self.cells), len(paths) - len(measured), spent, per_run_s)
+        if problem:
+            raise ConfigError("until_decided.budget", problem)
 
     # -- what the report reads
     @property
