@@ -47,3 +47,15 @@ def test_a_verbs_system_exit_is_the_exit_status_and_its_message_is_said(monkeypa
     _verb(monkeypatch, main)
     assert cli.main(["fake"]) == status
     assert capsys.readouterr().err.strip() == said
+
+
+@pytest.mark.parametrize("verb", sorted(cli.SUBCOMMANDS))
+def test_every_verbs_help_says_percent_once(verb, capsys):
+    """Issue 68: `ddpbench compare --help` printed "95 %%": argparse %-formats help strings (where
+    %% is one %), but a description or epilog only when it names %(prog)."""
+    cli.main([verb, "--help"])  # (slurm's only form is `slurm node`: its --help is a usage error)
+    said = capsys.readouterr()
+    text = said.out + said.err
+    assert "usage:" in text and "%%" not in text
+    if verb == "compare":
+        assert "(95 % Welch interval of the ratio NEW/BASE)" in " ".join(text.split())

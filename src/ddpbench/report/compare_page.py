@@ -316,11 +316,12 @@ def comparison_finding(counts: pd.DataFrame, diff: pd.DataFrame, one_sided: int,
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="ddpbench compare",
+        # argparse %-formats help strings, but a description only where it names %(prog): one % here
         description="Compare two result sets (folders with aggregate/runs.csv, or runs.csv files): what differs in "
                     "their environments, and per matched cell whether NEW is faster, slower or not detectably "
-                    "different from BASE (95 %% Welch interval of the ratio NEW/BASE). Exit 0; 1 when the "
+                    "different from BASE (95 % Welch interval of the ratio NEW/BASE). Exit 0; 1 when the "
                     "--fail-on-slowdown gate fails; 2 on bad input; 3 when the gate cannot judge (--job-noise "
-                    "estimate above 10 %%).",
+                    "estimate above 10 %).",
         epilog="Metrics: " + ", ".join(f"{m.name} ({m.label})" for m in COMPARE_METRICS) + ". Details: docs/compare.md.",
     )  # fmt: skip
     ap.add_argument("base", metavar="BASE", help="the reference result set (folder or runs.csv)")
