@@ -40,6 +40,18 @@ def test_a_bucket_larger_than_the_gradient_is_named_and_a_smaller_one_is_not():
     assert plan.bucket_warnings([cell(strategy="bucketed_allreduce", model="simple_cnn", bucket_mb=25.0)]) == []
 
 
+def test_a_warning_names_each_cell_once_with_what_tells_it_apart():
+    """Issue 68: the sharding preset's bucket warning named "ddp p=2 batch 64 mlp n=1024" three
+    times (its cells differ in precision and grad_accum, which the name left out)."""
+    cells = [cell(strategy="ddp", model="mlp", batch_size=64, dataset_size=1024, precision=precision, grad_accum=accum)
+             for precision in ("fp32", "bf16") for accum in (1, 4)]  # fmt: skip
+    (line,) = plan.bucket_warnings(cells)
+    named = line[line.index("nothing to overlap (") + len("nothing to overlap ("):line.index("); set")]
+    assert named == ("ddp p=2 batch 64 mlp n=1024 precision=fp32 grad_accum=1, ddp p=2 batch 64 mlp n=1024 "
+                     "precision=fp32 grad_accum=4, ddp p=2 batch 64 mlp n=1024 precision=bf16 grad_accum=1 and 1 more")  # fmt: skip
+    assert "(ddp p=2 batch 25 mlp n=4096)" in plan.bucket_warnings([cell(strategy="ddp", model="mlp", batch_size=25)] * 2)[0]
+
+
 def test_fits_the_world_sizes_cannot_support_are_named_with_what_to_add():
     two = [cell(world_size=1, strategy="single"), cell(world_size=2)]
     assert "Amdahl's fit" in plan.fit_warnings(two)[0] and "add world sizes" in plan.fit_warnings(two)[0]

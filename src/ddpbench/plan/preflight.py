@@ -41,13 +41,21 @@ NATIVE_CPU_FLAGS = {
 ADAMW_MAX_LR = 0.01
 
 
-def _name(p: dict[str, Any]) -> str:
-    return f"{p['strategy']} p={p['world_size']} batch {p['batch_size']} {p['model']} n={p['dataset_size']}"
+NAMED = ("strategy", "world_size", "batch_size", "model", "dataset_size")  # what _name says of every cell
+
+
+def _name(p: dict[str, Any], also: Iterable[str] = ()) -> str:
+    name = f"{p['strategy']} p={p['world_size']} batch {p['batch_size']} {p['model']} n={p['dataset_size']}"
+    return name + "".join(f" {k}={p.get(k)}" for k in also)
 
 
 def _some(cells: list[dict[str, Any]], n: int = 3) -> str:
-    names = [_name(p) for p in cells[:n]]
-    return ", ".join(names) + (f" and {len(cells) - n} more" if len(cells) > n else "")
+    """The first `n` of `cells` by name, each once: the settings that tell them apart besides
+    NAMED are named too (the sharding preset's ddp cells differ in precision and grad_accum: by
+    NAMED alone one warning named "ddp p=2 batch 64 mlp n=1024" three times)."""
+    also = [k for k in (cells[0] if cells else ()) if k not in NAMED and len({str(p.get(k)) for p in cells}) > 1]
+    names = list(dict.fromkeys(_name(p, also) for p in cells))
+    return ", ".join(names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
 
 
 def step_warnings(cells: list[dict[str, Any]]) -> list[str]:
