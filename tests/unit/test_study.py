@@ -114,3 +114,20 @@ def test_a_design_whose_budget_cannot_pay_its_first_round_is_refused_before_anyt
     with pytest.raises(ConfigError, match="until_decided.max_runs") as err:
         Study.from_config({**config, "until_decided": {**config["until_decided"], "max_runs": 30}})
     assert "at least 36" in str(err.value)
+
+
+def test_excludes_a_preset_inherited_from_config_yaml_are_not_named_when_they_match_nothing(tmp_path):
+    """Issue 68: a preset that writes no `exclude` keeps config.yaml's (Snakemake replaces a list
+    whole); the plan names an unmatched exclude only where the user wrote it."""
+    from ddpbench.plan.study import excludes_inherited
+
+    assert excludes_inherited(["mine.yaml"], {"grid": {}}) and not excludes_inherited([], {})
+    assert not excludes_inherited(["mine.yaml"], {"exclude": []})  # the preset's (or --config's) own
+    config = config_of(tmp_path, grid={"world_size": [2], "strategy": ["ddp", "allreduce"]},
+                       exclude=yaml.safe_load((REPO_ROOT / "config.yaml").read_text())["exclude"])  # fmt: skip
+    said: list[str] = []
+    Study.from_config(config, said.append, excludes_inherited=True)
+    assert not any("matches no cell" in line for line in said), said
+    Study.from_config(config, said.append)
+    assert [line for line in said if "matches no cell" in line] == [
+        "ddpbench: exclude[0] matches no cell of the grid", "ddpbench: exclude[1] matches no cell of the grid"]

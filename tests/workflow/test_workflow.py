@@ -303,6 +303,21 @@ def test_every_preset_plans(tmp_path, preset):
     assert "train" in out
 
 
+def test_a_preset_is_not_told_of_config_yamls_excludes_it_did_not_write(tmp_path):
+    """Issue 68: a preset merged over config.yaml inherits its `exclude` (lists are replaced whole,
+    so one that writes none keeps config.yaml's): a grid of ddp and allreduce at p = 2 heard
+    "exclude[0] matches no cell" of rules it never wrote. An unmatched exclude it writes is named."""
+    shutil.copy(ROOT / "config.yaml", tmp_path / "config.yaml")
+    preset = {"results": "results/mine", "repeats": 1, "grid": {"world_size": [2], "strategy": ["ddp", "allreduce"]}}
+    (tmp_path / "mine.yaml").write_text(yaml.safe_dump(preset))
+    out = snakemake(tmp_path, "-n", "--quiet", "rules", configfile=tmp_path / "mine.yaml")
+    assert "matches no cell" not in out.stdout + out.stderr, out.stdout[-3000:]
+    (tmp_path / "mine.yaml").write_text(yaml.safe_dump({**preset, "exclude": [{"strategy": "single"}]}))
+    said = snakemake(tmp_path, "-n", "--quiet", "rules", configfile=tmp_path / "mine.yaml")
+    said = said.stdout + said.stderr
+    assert "exclude[0] matches no cell of the grid" in said and "exclude[1]" not in said, said[-3000:]
+
+
 def test_dry_run_ends_with_the_plan(tmp_path):
     """`snakemake -n` prints the plan at include time, then the jobs; the plan's lines come
     again, together, as its last lines (plan.smk: repeat_plan_after_dry_run)."""

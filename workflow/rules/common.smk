@@ -28,7 +28,11 @@ from ddpbench.plan.jobs import (
     set_invocation_id,
     shell_prefix,
 )  # noqa: E402
-from ddpbench.plan.study import Study, validate_config  # noqa: E402
+from ddpbench.plan.study import (
+    Study,
+    excludes_inherited,
+    validate_config,
+)  # noqa: E402
 
 set_invocation_id(JOB_ID_ENV)
 # Unless a conda env or container provides Python, the one running Snakemake runs the jobs.
@@ -40,7 +44,16 @@ try:
     validate_config(
         config, Path(workflow.basedir, "workflow/schemas/config.schema.yaml")
     )
-    STUDY = Study.from_config(config, logger.warning)
+    # A preset that writes no `exclude` inherits config.yaml's, whose rules need not match its
+    # grid: the plan names only the unmatched excludes the user wrote.
+    STUDY = Study.from_config(
+        config,
+        logger.warning,
+        excludes_inherited=excludes_inherited(
+            workflow.config_settings.configfiles,
+            workflow.config_settings.overwrite_config,
+        ),
+    )
 except ConfigError as err:
     raise WorkflowError(str(err)) from None
 LAYOUT = STUDY.layout

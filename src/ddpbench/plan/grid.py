@@ -189,10 +189,12 @@ def check_grid_size(axes: Mapping[str, list], repeats: int, max_runs: int) -> No
         )
 
 
-def expand_grid(axes: Mapping[str, list], exclusions: list[dict[str, Any]], warn: Warn) -> pd.DataFrame:
+def expand_grid(axes: Mapping[str, list], exclusions: list[dict[str, Any]], warn: Warn,
+                unmatched: bool = True) -> pd.DataFrame:  # fmt: skip
     """Every combination of axis values that no exclusion drops (nor a world_size that is
     not a multiple of nodes), as a data frame; `warn` hears of an exclusion that matches
-    no cell and of the uneven cells left out."""
+    no cell (unless `unmatched` is False: exclusions the user did not write) and of the
+    uneven cells left out."""
     names = list(axes)
     cells = [dict(zip(names, combo)) for combo in itertools.product(*axes.values())]
     used = [False] * len(exclusions)
@@ -207,7 +209,7 @@ def expand_grid(axes: Mapping[str, list], exclusions: list[dict[str, Any]], warn
             uneven += 1
             continue
         kept.append(cell)
-    for i in (i for i, hit in enumerate(used) if not hit):
+    for i in (i for i, hit in enumerate(used) if not hit and unmatched):
         warn(f"ddpbench: exclude[{i}] matches no cell of the grid")
     if uneven:
         warn(f"ddpbench: {uneven} cell(s) left out: world_size is not a multiple of nodes")

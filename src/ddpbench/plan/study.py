@@ -77,9 +77,13 @@ class Study:
     compare_to: str | None  # the baseline study's runs.csv (compare_to:), checked; None in a recorded study
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any], warn: Warn = _quiet, checks: bool = True) -> Study:
+    def from_config(cls, config: Mapping[str, Any], warn: Warn = _quiet, checks: bool = True,
+                    excludes_inherited: bool = False) -> Study:  # fmt: skip
         """The study of a schema-validated config. `checks` False skips what was checked when the
-        study was planned (the cells' combinations, building a user's model, compare_to's table)."""
+        study was planned (the cells' combinations, building a user's model, compare_to's table).
+        `excludes_inherited`: the exclusions are the workflow's default config's, under a preset
+        that wrote none (excludes_inherited()): one that matches no cell of the preset's grid is
+        no mistake of the user's, and goes unsaid."""
         axes = grid_axes(config)
         check_exclusions(config["exclude"], axes)
         check_baseline(config["baseline"], axes)
@@ -87,7 +91,7 @@ class Study:
         settings = design_settings(config, axes) if config["repeats"] == "until_decided" else None
         check_grid_size(axes, settings.cap if settings else config["repeats"], config["max_runs"])
         base = base_cell_params(config)
-        cells = effective_cells(expand_grid(axes, config["exclude"], warn), base)
+        cells = effective_cells(expand_grid(axes, config["exclude"], warn, not excludes_inherited), base)
         if checks:
             check_cell_combinations(cells, fixed, axes)
             check_user_models(cells, fixed, axes, warn)
@@ -228,6 +232,15 @@ class Study:
     @property
     def study_names(self) -> list[str]:
         return study_config.study_names(self.config)
+
+
+def excludes_inherited(config_files: list, overrides: Mapping[str, Any]) -> bool:
+    """Whether the config's `exclude` came from the workflow's own config.yaml under presets that
+    wrote none: Snakemake merges the --configfile files (`config_files`) and --config over it
+    (`overrides`: what those set), and a list is replaced whole, so `exclude` is config.yaml's
+    exactly when some file was given and none of them (nor --config) set it. Without a
+    --configfile config.yaml is the user's own file, and its excludes are theirs."""
+    return bool(config_files) and "exclude" not in overrides
 
 
 def design_settings(config: Mapping[str, Any], axes: Mapping[str, list]) -> design.Settings:
