@@ -179,11 +179,10 @@ def round_noise_text(decision: Decision) -> str:
 
 
 def findings(decision: Decision | None) -> list[Finding]:
-    """What the design spent and decided, then the questions it left open gathered in one line (the
-    report lists these after the answer's findings), or none without a design."""
+    """What the design spent and decided, then how many questions it left open and where they are
+    (the report lists these after the answer's findings), or none without a design."""
     if decision is None:
         return []
-    name = labels(list(decision.counts))
     runs = list(decision.counts.values())
     out = [Finding("time", f"Run until decided: {decision.settled} of {len(decision.verdicts)} questions decided in "
                            f"{decision.round + 1} round(s) and {decision.spent['runs']} runs "
@@ -191,19 +190,23 @@ def findings(decision: Decision | None) -> list[Finding]:
                            "questions are about throughput (and the speedups that follow from it); the intervals of "
                            "other metrics here (step time, phase shares, MFU) are descriptive, at the level each gives.",
                    ANCHOR)]  # fmt: skip
-    undecided = []
-    for v in decision.verdicts:
-        if not v.open:
-            continue
-        estimate, interval = _interval(v)
-        more = v.runs_to_decide
-        close = f"about {more} more a cell would decide it" if more is not None else "more runs are not estimated to decide it"
-        if v.why == OUT_OF_REACH_WHY:
-            close += f" ({v.why})"
-        undecided.append(f"{_question_text(v, name)}: {estimate} {interval} after {' / '.join(map(str, v.runs))} runs, {close}")
+    undecided = [v for v in decision.verdicts if v.open]
     if undecided:
-        out.append(Finding("warning", f"Undecided ({len(undecided)}): " + "; ".join(undecided) + ".", ANCHOR, decided=False))
+        out.append(Finding("warning", undecided_text(undecided, len(decision.verdicts)), ANCHOR, decided=False))
     return out
+
+
+def undecided_text(undecided: list[VerdictRecord], asked: int) -> str:
+    """The open questions counted, by kind, and where each is: one sentence, not the design table
+    again (a quiet main job's 11 were one bullet of about 250 words repeating the table below it)."""
+    cells = sum(v.kind == "precision" for v in undecided)
+    kinds = [f"{cells} precision question(s)"] if cells else []
+    kinds += [f"{len(undecided) - cells} comparison(s)"] if len(undecided) > cells else []
+    far = sum(v.why == OUT_OF_REACH_WHY for v in undecided)
+    reach = f"; {far} of them out of reach of the budget left" if far else ""
+    return (f"Undecided ({len(undecided)} of {asked} questions: {', '.join(kinds)}{reach}): each with its interval "
+            "and the runs per cell that would close it is in the design's table, 'What the design decided', open "
+            "ones first.")  # fmt: skip
 
 
 # -- one voice: the tables read the design's verdicts where it asked ------------------------------
