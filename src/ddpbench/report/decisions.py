@@ -92,12 +92,6 @@ def verdict_text(v: VerdictRecord) -> str:
     return text
 
 
-def _question_text(v: VerdictRecord, name: dict) -> str:
-    if v.kind == "precision":
-        return f"{name[v.cells[0]]}: throughput to {within_text(v)}"
-    return f"{name[v.cells[0]]} against {name[v.cells[1]]} (within {within_text(v)})"
-
-
 def _interval(v: VerdictRecord) -> tuple[str, str]:
     if v.estimate is None:
         return "–", "–"
