@@ -179,8 +179,26 @@ def test_unfitted_amdahl_says_why_once():
     # "this grid has 3" beside a fits table saying 2 (the dataset-size preset).
     runs = pd.DataFrame({"status": ["ok"] * 3, "strategy": ["single", "ddp", "ddp"], "world_size": [1, 2, 4]})
     (f,) = of(check(fit_findings(fits, speed, runs)), "fit")
-    assert f.text == ("Amdahl's law was not fitted: it needs a strategy measured at ≥ 3 world sizes; the most any "
-                      "strategy here was measured at is 2.")
+    assert f.text == ("Amdahl's law was not fitted: it needs one strategy measured at 3 or more world sizes, and no "
+                      "strategy here ran at more than 2 world sizes (ddp at p = 2, 4; single at p = 1).")
+
+
+def test_unfitted_amdahl_on_the_main_jobs_grid_names_its_world_sizes():
+    """Issue 68: on world sizes 1 and 2 (single at 1, the others at 2) it said "the most any strategy
+    here was measured at is 1", which reads as a world size: it names them now."""
+    fits = pd.DataFrame([dict(group="strategy=ddp", strategy="ddp", law="amdahl", parameter="-", p=np.nan,
+                              kind="too few points", estimate=np.nan, ci_low=np.nan, ci_high=np.nan, n_points=3,
+                              r2=np.nan, note="too few points: this strategy ran at 1 worker count(s), Amdahl needs 3")])  # fmt: skip
+    speed = pd.DataFrame([speed_row("ddp", 2, 1.0, 0.9, 1.1)])
+    strategies = ["single", "allreduce", "ddp"]
+    runs = pd.DataFrame({"status": "ok", "strategy": strategies * 3, "world_size": [1, 2, 2] * 3})
+    (f,) = of(check(fit_findings(fits, speed, runs)), "fit")
+    assert f.text.endswith("no strategy here ran at more than 1 world size (allreduce and ddp at p = 2; single at p = 1).")
+    gustafson = fits.assign(law="gustafson", note="too few points: this strategy ran at 1 worker count(s) above 1, "
+                                                  "Gustafson needs 2")  # fmt: skip
+    (f,) = of(check(fit_findings(gustafson, speed, runs)), "fit")
+    assert f.text == ("Gustafson's law was not fitted: it needs one strategy measured at 2 or more world sizes above 1, "
+                      "and no strategy here ran at more than 1 world size above 1 (allreduce and ddp at p = 2).")
 
 
 def test_fitted_serial_fraction_and_prediction_labelled_extrapolation():

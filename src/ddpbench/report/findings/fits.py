@@ -42,10 +42,10 @@ def fit_findings(fits: pd.DataFrame, speed: pd.DataFrame, runs: pd.DataFrame) ->
         note = str(r.get("note", "")) if pd.notna(r.get("note", np.nan)) else ""
         if note.startswith("too few"):
             # Each strategy is fitted over its own world sizes (the baseline's p = 1 is not one of them).
-            n = _most_world_sizes(runs)
-            need = "3 world sizes" if r["law"] == "amdahl" else "2 world sizes above 1"
-            return [Finding("fit", f"{law} was not fitted: it needs a strategy measured at ≥ {need}; the most any "
-                                   f"strategy here was measured at is {n}.", "fits")]
+            above = r["law"] != "amdahl"  # Gustafson counts the world sizes above 1
+            need = "2 or more world sizes above 1" if above else "3 or more world sizes"
+            return [Finding("fit", f"{law} was not fitted: it needs one strategy measured at {need}, and "
+                                   f"{_world_sizes_text(runs, above)}.", "fits")]
         return [Finding("fit", f"{law} was not fitted: {note or 'no group could be fitted'}.", "fits")]
     # best group first: the strategy with the highest speedup at the largest world size
     best = str(largest(speed).iloc[0]["strategy"]) if not speed.empty and "strategy" in speed and speed["speedup"].notna().any() else None
@@ -75,10 +75,22 @@ def fit_findings(fits: pd.DataFrame, speed: pd.DataFrame, runs: pd.DataFrame) ->
     return out
 
 
-def _most_world_sizes(runs: pd.DataFrame) -> int:
-    """The most distinct world sizes any one strategy ran at (ok runs), as the fits count them."""
+def _world_sizes_text(runs: pd.DataFrame, above_one: bool) -> str:
+    """How many world sizes each strategy ran at (ok runs), as the fits count them (`above_one`:
+    Gustafson's, those above 1), and which: "no strategy here ran at more than 1 (single at p = 1;
+    allreduce and ddp at p = 2)". Issue 68: "the most any strategy here was measured at is 1",
+    said of a grid of world sizes 1 and 2, read as a world size."""
     if runs.empty or not {"strategy", "world_size"} <= set(runs.columns):
-        return 0
+        return "no strategy here ran at any"
     ok = runs[runs["status"] == "ok"] if "status" in runs else runs
     sizes = pd.to_numeric(ok["world_size"], errors="coerce")
-    return int(sizes.groupby(ok["strategy"]).nunique().max()) if len(ok) else 0
+    ok, sizes = ok[sizes.notna()], sizes[sizes.notna()]
+    each = {str(s): tuple(sorted({int(p) for p in g if p > 1 or not above_one})) for s, g in sizes.groupby(ok["strategy"])}
+    most = max((len(ps) for ps in each.values()), default=0)
+    groups: dict[tuple, list[str]] = {}
+    for strategy, ps in sorted(each.items(), key=lambda kv: (-max(kv[1], default=0), kv[0])):  # largest p first
+        groups.setdefault(ps, []).append(strategy)
+    said = [f"{listing(names, limit=6)} at p = {', '.join(map(str, ps))}" for ps, names in groups.items() if ps]
+    counted = "world size above 1" if above_one else "world size"
+    head = f"no strategy here ran at more than {most} {counted}{'s' if most != 1 else ''}"
+    return head + (f" ({'; '.join(said)})" if said else "")
