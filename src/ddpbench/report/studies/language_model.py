@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from ddpbench import analysis as A
+from ddpbench.analysis.health import unhealthy_runs
 from ddpbench.core.run_record import Extra
 from ddpbench.report.studies.common import Study, StudyData, axes_text, cell_ci, comm_share, study_cells, to_float
 from ddpbench.report.text import finite, listing, num, pct_text, ratio_text, sig3, source_text, value_text
@@ -259,30 +260,85 @@ def _loss_words(runs: pd.DataFrame) -> str:
     return LAST_STEP_LOSS if "train_loss_last10_mean" in runs else OLD_TAIL_LOSS
 
 
+START = "_start_loss"  # a cell's loss at its first step: where its model started (_start_losses)
+UNHEALTHY = "_unhealthy"  # a run of the cell diverged or spiked (extra.training_health)
+
+
+def _start_losses(d: StudyData, cols: list[str]) -> pd.DataFrame:
+    """Per cell: the median over its ok runs of the loss at the run's first step (the mean over the
+    ranks that recorded it), as START; empty without a steps table."""
+    steps = d.steps
+    if steps is None or not {"run_dir", "step", "loss"} <= set(steps.columns) or "run_dir" not in d.runs:
+        return pd.DataFrame(columns=[*cols, START])
+    s = steps[["run_dir", "step", "loss"]].apply(pd.to_numeric, errors="coerce").assign(run_dir=steps["run_dir"])
+    first = s[s["step"] == s.groupby("run_dir")["step"].transform("min")].groupby("run_dir")["loss"].mean()
+    ok = d.runs[d.runs["status"].astype(str) == "ok"]
+    return ok.assign(**{START: ok["run_dir"].map(first)}).groupby(cols, dropna=False, sort=False)[START] \
+        .median().reset_index()  # fmt: skip
+
+
+def _unhealthy_cells(d: StudyData, cols: list[str]) -> pd.DataFrame:
+    """Per cell: whether a run of it did not learn by its training health (diverged or spiked)."""
+    bad = unhealthy_runs(d.runs) if len(d.runs) else pd.Series(dtype=bool)
+    return d.runs.assign(**{UNHEALTHY: bad}).groupby(cols, dropna=False, sort=False)[UNHEALTHY].any().reset_index()
+
+
 def _loss(t: pd.DataFrame, cols: list[str], words: str = LAST_STEP_LOSS) -> list[str]:
-    """Whether the loss fell: each cell's train_loss_final (`words`) against ln(vocab_size), a uniform guess's."""
-    final = pd.to_numeric(t.get("train_loss_final", pd.Series(np.nan, index=t.index)), errors="coerce")
+    """Whether the loss fell: each cell's train_loss_final (`words`) against where its own model
+    started (START: its first step's loss) and its training health; ln(vocab_size), a uniform
+    guess's loss, only says how far it got. Issue 68: a user's model whose loss fell from 65 to 18.9
+    in 8 steps, training health ok, was called "a model that does not learn" for ending above ln 256."""
+    final = _column(t, "train_loss_final")
     if final.notna().sum() == 0:
         return [f"No {words} was recorded in these runs: whether the model learned is not known."]
-    vocab = pd.to_numeric(t.get("vocab_size", pd.Series(np.nan, index=t.index)), errors="coerce")
-    start = np.log(vocab.where(vocab > 1))
-    test = pd.to_numeric(t.get("test_loss_median", pd.Series(np.nan, index=t.index)), errors="coerce").dropna()
-    tests = f", test loss {_span(test)}" if not test.empty else ""
-    ran = f"{words} {_span(final.dropna())} (medians over repeats){tests}"
-    if start.notna().sum() == 0:
-        return [f"Over the cells: {ran} (no vocab_size recorded, so no uniform guess to compare with)."]
+    vocab, start = _column(t, "vocab_size"), _column(t, START)
+    guess_loss = np.log(vocab.where(vocab > 1))
+    test = _column(t, "test_loss_median").dropna()
+    ran = f"{words} {_span(final.dropna())} (medians over repeats)" + (f", test loss {_span(test)}" if not test.empty else "")
     v = vocab.dropna()
-    guess = (f"ln {value_text(v.iloc[0])} = {sig3(start.dropna().iloc[0])}" if v.nunique() == 1
+    guess = (f"ln {value_text(v.iloc[0])} = {sig3(guess_loss.dropna().iloc[0])}" if v.nunique() == 1
              else "ln(vocab_size)")  # fmt: skip
-    stuck = t[final.notna() & start.notna() & ~(final < start)]
-    if stuck.empty:
+    unhealthy = t[UNHEALTHY].fillna(False).astype(bool) if UNHEALTHY in t else pd.Series(False, index=t.index)
+    stuck = final.notna() & (unhealthy | (start.notna() & ~(final < start)))
+    above = final.notna() & ~stuck & guess_loss.notna() & ~(final < guess_loss)
+    found = []
+    if stuck.any():
+        found.append(f"The loss did not fall from where the model started, or its training diverged, in "
+                     f"{int(stuck.sum())} of {int(final.notna().sum())} cells: {_named(t[stuck], cols, start)} (a model "
+                     f"that does not learn answers nothing about training; a lower lr may help). Over all cells: {ran}.")  # fmt: skip
+    fell, unknown = t[above & start.notna()], t[above & start.isna()]
+    measured = int(final.notna().sum())
+    if len(fell) == measured:  # all alike: one sentence, no cell named
+        return [f"The loss fell in every cell, from {_span(start[fell.index])} at the first step to {ran}, and ended "
+                f"above {guess}, a uniform guess's loss over the vocabulary: {FAR_ABOVE}."]  # fmt: skip
+    if not fell.empty:
+        found.append(f"In {len(fell)} cell(s) the loss fell from where the model started but ended above {guess}, a "
+                     f"uniform guess's loss over the vocabulary: {_named(fell, cols, start)} ({FAR_ABOVE}).")  # fmt: skip
+    if not unknown.empty:
+        found.append(f"In {len(unknown)} cell(s) the loss ended above {guess}, a uniform guess's loss over the "
+                     f"vocabulary: {_named(unknown, cols, start)}; their first step's loss is not in these tables (no "
+                     "steps.csv), so whether the model learned is not known: one that starts above the guess can "
+                     "fall and still end above it.")  # fmt: skip
+    if not found:
         return [f"The loss fell in every cell: {ran}, from {guess}, the loss of a uniform guess over the vocabulary "
                 "(where an untrained model starts)."]  # fmt: skip
-    named = listing([f"{r['strategy']} ({axes_text(r, cols)}): {sig3(to_float(r['train_loss_final']))}"
-                     for _, r in stuck.iterrows()], sep="; ")  # fmt: skip
-    return [f"The loss did not fall below {guess}, a uniform guess over the vocabulary, in {len(stuck)} of "
-            f"{int(final.notna().sum())} cells: {named} (a model that does not learn answers nothing about training; "
-            f"a lower lr may help). Over all cells: {ran}."]  # fmt: skip
+    return found if stuck.any() else [*found, f"Over all cells: {ran}."]
+
+
+FAR_ABOVE = "the model learns; one that starts far above the guess has further to go, and more steps would tell how far"
+
+
+def _column(t: pd.DataFrame, name: str) -> pd.Series:
+    return pd.to_numeric(t[name], errors="coerce") if name in t else pd.Series(np.nan, index=t.index)
+
+
+def _named(rows: pd.DataFrame, cols: list[str], start: pd.Series) -> str:
+    """'fsdp (p=2, seq_len=512): 5.55 → 5.70' (its start where known), '; ' between cells."""
+    def one(i, r):
+        began = f"{sig3(start[i])} → " if finite(start[i]) else ""
+        return f"{r['strategy']} ({axes_text(r, cols)}): {began}{sig3(to_float(r['train_loss_final']))}"
+
+    return listing([one(i, r) for i, r in rows.iterrows()], sep="; ")
 
 
 def build(d: StudyData):
@@ -292,6 +348,7 @@ def build(d: StudyData):
     if eff and not d.speed.empty:
         t = t.merge(d.speed[[*cols, *eff]].drop_duplicates(cols), on=cols, how="left")
     t = t.merge(_median_of_runs(d.runs, cols, "test_loss"), on=cols, how="left")
+    t = t.merge(_start_losses(d, cols), on=cols, how="left").merge(_unhealthy_cells(d, cols), on=cols, how="left")
     if "vocab_size" not in t and "vocab_size" in d.runs:  # (not an axis of the cells where it never varies)
         t["vocab_size"] = pd.to_numeric(d.runs["vocab_size"], errors="coerce").median()
     t = t.assign(_p=pd.to_numeric(t["world_size"], errors="coerce"),
