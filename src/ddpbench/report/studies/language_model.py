@@ -270,7 +270,8 @@ def _start_losses(d: StudyData, cols: list[str]) -> pd.DataFrame:
     steps = d.steps
     if steps is None or not {"run_dir", "step", "loss"} <= set(steps.columns) or "run_dir" not in d.runs:
         return pd.DataFrame(columns=[*cols, START])
-    s = steps[["run_dir", "step", "loss"]].apply(pd.to_numeric, errors="coerce").assign(run_dir=steps["run_dir"])
+    s = pd.DataFrame({"run_dir": steps["run_dir"], "step": pd.to_numeric(steps["step"], errors="coerce"),
+                      "loss": pd.to_numeric(steps["loss"], errors="coerce")})  # fmt: skip
     first = s[s["step"] == s.groupby("run_dir")["step"].transform("min")].groupby("run_dir")["loss"].mean()
     ok = d.runs[d.runs["status"].astype(str) == "ok"]
     return ok.assign(**{START: ok["run_dir"].map(first)}).groupby(cols, dropna=False, sort=False)[START] \
