@@ -280,3 +280,13 @@ def test_with_a_job_effect_the_blocked_analysis_keeps_the_level_where_the_unbloc
     slack = 3 * math.sqrt(0.05 * 0.95 / grids)
     assert covered[True] / grids >= S.LEVEL - slack, covered
     assert covered[False] / grids < S.LEVEL - slack, covered
+
+
+def test_the_simulated_design_refuses_a_run_budget_below_its_first_round_as_the_plan_does():
+    """Issue 68: the budget bounds the whole design; run_design had cut its first round to the budget
+    where the workflow ran it whole."""
+    questions = [S.Question(("a", "b"), 0.05), S.Question(("c",), 0.05)]
+    with pytest.raises(ValueError, match="a run budget of 8 cannot pay the first round's 9 runs"):
+        S.run_design(questions, lambda cell, k: [100.0] * k, budget_runs=8)
+    _, runs, _ = S.run_design(questions, lambda cell, k: [100.0] * k, budget_runs=9)
+    assert runs == {"a": 3, "b": 3, "c": 3}

@@ -328,7 +328,12 @@ def run_design(questions: Sequence[Question], measure: Callable[[Cell, int], Seq
     """Drive rounds until nothing is open, the cap or the run budget: `measure(cell, k)` returns
     k new throughputs of the cell (one call per cell and round). Returns (final verdicts, cell ->
     runs, cell -> why it stopped). What the workflow does round by round, for simulations and
-    tests; `blocked` False judges without the between-round noise (as if every run were of one round)."""
+    tests; `blocked` False judges without the between-round noise (as if every run were of one round).
+    A run budget below the first round (every cell at the schedule's first count) is refused, as the
+    workflow's plan refuses it (plan.design.first_round_runs_problem), rather than cut."""
+    first = len({c for q in questions for c in q.cells}) * schedule[0]
+    if budget_runs is not None and budget_runs < first:
+        raise ValueError(f"a run budget of {budget_runs} cannot pay the first round's {first} runs")
     values: dict = {}
     rounds: dict = {}  # cell -> the round of each value
     spent = 0
