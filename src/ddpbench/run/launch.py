@@ -4,7 +4,8 @@
         --rdzv-endpoint HOST:PORT] [cell flags ...]
 
 Validates the cell flags first (exit 2 naming the bad parameter, nothing started), runs
-`torchrun --standalone` (a free port per cell, so concurrent cells never collide) or a
+torchrun with its ranks meeting in a private folder on one node (ddpbench.run.rendezvous: no
+socket another host can reach, a folder per cell, so concurrent cells never collide) or a
 c10d rendezvous across nodes (torchrun as `python -m ddpbench.run.torchrun`: the same
 torch.distributed.run, with a cheaper exit and, on CPU, ranks forked from a zygote with
 torch already imported), enforces the wall-clock limit timeout_s + grace, and
@@ -30,6 +31,7 @@ import time
 LAUNCHER_START = time.time()  # the timeline's first mark (run_output.TIMELINE_MARKS): before the launcher's imports
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -39,7 +41,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ddpbench.run import diagnose, faults, session
+from ddpbench.run import diagnose, faults, rendezvous, session
 from ddpbench.results import progress
 from ddpbench.core import safe_io, storage, sysinfo
 from ddpbench.core.params import NO_LINK, CellParams
@@ -135,28 +137,15 @@ def launch(args: argparse.Namespace, params: CellParams) -> int:
     # A workflow stops a job with SIGTERM: turn it into an exception so that the ranks,
     # in their own session, are stopped too instead of being orphaned.
     signal.signal(signal.SIGTERM, _terminated)
-    cmd = [sys.executable, "-m", "ddpbench.run.torchrun", *rendezvous(args, out)]  # torchrun, with a cheaper exit
-    cmd += ["--nproc-per-node", str(args.nproc_per_node), "--max-restarts", "0"]
-    if params.device == "cpu":  # ranks forked with torch already imported (ddpbench.run.torchrun's zygote)
-        cmd += ["--start-method", "fork"]
-    cmd += ["-m", "ddpbench.run.train", "--out", str(out), *params.to_argv()]
-    if args.dump_params:
-        cmd += ["--dump-params", str(args.dump_params)]
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    env[sysinfo.LAUNCH_COMMAND_ENV] = args.command
-    if args.allow_oversubscribe:
-        env[ALLOW_OVERSUBSCRIBE_ENV] = "1"
-    threads = str(sysinfo.rank_threads(params.threads_per_rank, args.nproc_per_node))
-    env.update({name: threads for name in sysinfo.THREAD_POOL_VARS})
-
     limit = params.timeout_s + args.grace_s
     oom_before = diagnose.oom_kills()
-    args.marks["torchrun_started"] = time.time()
-    env[sysinfo.TIMELINE_ENV] = json.dumps(args.marks)
     # Nodes of a multi-node cell share DIR: node 0 logs to train.log, the others apart.
     # torchrun gets SIGTERM when the launcher dies, even by SIGKILL, and stops its ranks: a killed
     # launcher leaves no training behind (session.die_with_parent).
-    with safe_io.open_log(out / ("train.log" if lead else f"train_node{args.node_rank}.log")) as log:
+    with contextlib.ExitStack() as stack:
+        place = stack.enter_context(rendezvous.private()) if meets_alone(args) else None
+        cmd, env = torchrun_command(args, params, out, place)
+        log = stack.enter_context(safe_io.open_log(out / ("train.log" if lead else f"train_node{args.node_rank}.log")))
         proc = subprocess.Popen(
             cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, preexec_fn=session.die_with_parent
         )
@@ -362,9 +351,37 @@ def _terminated(signum, frame):
     raise SystemExit(128 + signum)
 
 
-def rendezvous(args: argparse.Namespace, out: Path) -> list[str]:
-    if args.nnodes == 1 and not args.rdzv_endpoint:
-        return ["--standalone"]  # rendezvous on a free local port
+def torchrun_command(
+    args: argparse.Namespace, params: CellParams, out: Path, place: rendezvous.Private | None
+) -> tuple[list[str], dict[str, str]]:
+    """The command that starts the cell's torchrun and its environment (its timeline mark set now)."""
+    cmd = [sys.executable, "-m", "ddpbench.run.torchrun", *rendezvous_args(args, out, place)]  # a cheaper exit
+    cmd += ["--nproc-per-node", str(args.nproc_per_node), "--max-restarts", "0"]
+    if params.device == "cpu":  # ranks forked with torch already imported (ddpbench.run.torchrun's zygote)
+        cmd += ["--start-method", "fork"]
+    cmd += ["-m", "ddpbench.run.train", "--out", str(out), *params.to_argv()]
+    if args.dump_params:
+        cmd += ["--dump-params", str(args.dump_params)]
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **(place.environment() if place else {}))
+    env[sysinfo.LAUNCH_COMMAND_ENV] = args.command
+    if args.allow_oversubscribe:
+        env[ALLOW_OVERSUBSCRIBE_ENV] = "1"
+    threads = str(sysinfo.rank_threads(params.threads_per_rank, args.nproc_per_node))
+    env.update({name: threads for name in sysinfo.THREAD_POOL_VARS})
+    args.marks["torchrun_started"] = time.time()
+    env[sysinfo.TIMELINE_ENV] = json.dumps(args.marks)
+    return cmd, env
+
+
+def meets_alone(args: argparse.Namespace) -> bool:
+    """Whether the cell's processes are all on this node: they meet in a private folder, with no
+    socket another host can reach (ddpbench.run.rendezvous)."""
+    return args.nnodes == 1 and not args.rdzv_endpoint
+
+
+def rendezvous_args(args: argparse.Namespace, out: Path, place: rendezvous.Private | None) -> list[str]:
+    if place is not None:
+        return place.torchrun_args()
     run_id = hashlib.sha1(str(out.resolve()).encode()).hexdigest()[:16]
     return [
         "--nnodes", str(args.nnodes), "--node-rank", str(args.node_rank), "--rdzv-backend", "c10d",

@@ -16,6 +16,7 @@ import torch.distributed as dist
 
 from ddpbench.core import sysinfo
 from ddpbench.core.params import CellParams
+from ddpbench.run import rendezvous
 
 
 @dataclass(frozen=True)
@@ -78,10 +79,13 @@ def join_process_group(params: CellParams, ranks: Ranks, device: torch.device) -
     if params.device == "cuda":
         torch.cuda.set_device(device)
     if ranks.launched:
+        store = rendezvous.group_store(ranks.world)  # a single-node cell meets in a private folder
+        where = {"store": store, "rank": ranks.rank, "world_size": ranks.world} if store is not None else {}
         dist.init_process_group(
             backend,
             timeout=datetime.timedelta(seconds=params.timeout_s),
             device_id=device if backend == "nccl" else None,
+            **where,
         )
 
 
