@@ -302,7 +302,8 @@ GPT_TINY_FLOPS_PER_TOKEN = 6 * 460_000  # ~6 x parameters (gpt_tiny: 0.46 M)
 
 
 def make_token_runs(slowdown=None, longer=0.8, comm_longer=0.5, repeats=3, noise=0.03, vocab_size=256,
-                    final_loss=1.2, peak=5e12, seed=0, compiled=None) -> pd.DataFrame:  # fmt: skip
+                    final_loss=1.2, peak=5e12, seed=0, compiled=None, compile_s=30.0,
+                    checkpointed=None) -> pd.DataFrame:  # fmt: skip
     """The language-model study's grid (configs/studies/language-model.yaml): gpt_tiny on synthetic_tokens,
     `single` at p = 1 and ddp, fsdp, bucketed_allreduce at p = 2, at seq_len 128 x batch 64 and 512 x 16.
     Each strategy's epoch takes `slowdown[strategy]` times its own (default: fsdp 1.4x, the others 1x); at
@@ -310,14 +311,37 @@ def make_token_runs(slowdown=None, longer=0.8, comm_longer=0.5, repeats=3, noise
     times; tokens_per_s = samples_per_s x seq_len, MFU columns as the harness writes them on CPU.
     `compiled`: (compute speedup, comm share factor) to add every cell again at compile=model, its
     steps that much faster and its communication share that much larger (compute shrank, the bytes
-    did not); the first set is compile=none."""
+    did not); the first set is compile=none. A compiled run's first step took `compile_s` (+ 1 s per
+    repeat) beyond a timed one, in 12 graphs (extra_compile_s, extra_compiled_graphs).
+    `checkpointed`: (throughput factor, peak factor) to add every cell again at
+    activation_checkpointing=full, its throughput and peak RSS that much times its twin's and its HFU
+    4/3 of its MFU (the forward recomputed in the backward: 4 of the model's 3 passes); the first set
+    is activation_checkpointing=none, its HFU its MFU."""
     slowdown = {"fsdp": 1.4} if slowdown is None else slowdown
+    args = (slowdown, longer, comm_longer, repeats, noise, vocab_size, final_loss, peak)
+    if checkpointed is not None:
+        plain = make_token_runs(*args, seed, compiled, compile_s)
+        full = make_token_runs(*args, seed + 20, compiled, compile_s)
+        slower, smaller = checkpointed
+        full["run_dir"] = full["run_dir"].str.replace("/r", "-ckpt/r", regex=False)
+        for col in ("samples_per_s", "tokens_per_s", "extra_achieved_flops_per_s", "extra_mfu_measured"):
+            full[col] *= slower
+        for col in ("epoch_time_s", "step_time_median_s", "step_time_mean_s", "step_time_p95_s", "timed_wall_s"):
+            full[col] /= slower
+        full["peak_rss_mb"] *= smaller
+        full["extra_hardware_flops_per_sample"] = full["extra_train_flops_per_sample"] * 4 / 3
+        full["extra_hfu_measured"] = full["extra_mfu_measured"] * 4 / 3
+        return pd.concat([plain.assign(activation_checkpointing="none"),
+                          full.assign(activation_checkpointing="full")], ignore_index=True)  # fmt: skip
     if compiled is not None:
-        eager = make_token_runs(slowdown, longer, comm_longer, repeats, noise, vocab_size, final_loss, peak, seed)
-        fast = make_token_runs(slowdown, longer, comm_longer, repeats, noise, vocab_size, final_loss, peak, seed + 10)
+        eager = make_token_runs(*args, seed)
+        fast = make_token_runs(*args, seed + 10)
         speedup, comm = compiled
         fast["run_dir"] = fast["run_dir"].str.replace("/r", "-compiled/r", regex=False)
-        for col in ("samples_per_s", "tokens_per_s", "extra_achieved_flops_per_s", "extra_mfu_measured"):
+        fast["extra_compile_s"] = compile_s + fast["repeat"].astype(float)
+        fast["extra_compiled_graphs"] = 12
+        for col in ("samples_per_s", "tokens_per_s", "extra_achieved_flops_per_s", "extra_mfu_measured",
+                    "extra_hfu_measured"):
             fast[col] *= speedup
         for col in ("epoch_time_s", "step_time_median_s", "step_time_mean_s", "step_time_p95_s", "timed_wall_s"):
             fast[col] /= speedup
@@ -346,6 +370,10 @@ def make_token_runs(slowdown=None, longer=0.8, comm_longer=0.5, repeats=3, noise
         r["extra_achieved_flops_per_s"] = r["samples_per_s"] * flops
         r["extra_mfu_measured"] = r["extra_achieved_flops_per_s"] / (peak * r["world_size"])
         r["extra_mfu_datasheet"] = r["extra_peak_flops_datasheet"] = None
+        # without checkpointing the hardware does the model's FLOPs: HFU = MFU (core.peaks.mfu_fields)
+        r["extra_hardware_flops_per_sample"], r["extra_hfu_measured"] = flops, r["extra_mfu_measured"]
+        r["extra_hfu_datasheet"] = None
+        r["extra_compile_s"] = r["extra_compiled_graphs"] = None  # eager: null, as cell.compile_record writes it
         r["train_loss_final"], r["test_loss"], r["test_acc"] = final_loss, final_loss + 0.1, 0.6
         frames.append(r)
     return pd.concat(frames, ignore_index=True)

@@ -11,7 +11,7 @@ speedup.csv (S(p) = T_baseline / T_p for one epoch, E = S/p) and fits.csv from t
 `links` links.csv (the latency-bandwidth fit per measured network link and the bandwidth below
 which a strategy loses to one process) and `breakdowns` the profiler's, per-epoch, per-round and
 auto-batch tables, `memory` the memory held per rank by the sharded strategies against ddp and what
-one setting changes; `compare` (with `compare_cells` and `provenance`) compares two result sets.
+one setting changes, `transforms` what compiling and activation checkpointing cost and buy; `compare` (with `compare_cells` and `provenance`) compares two result sets.
 This package re-exports the names the report uses as `analysis.<name>`.
 """
 
@@ -30,8 +30,10 @@ _EXPORTS = {
     "health": ("MAX_REL_CI", "THROUGHPUT", "busy_runs", "likely_causes", "oversubscribed_runs", "stability", "timed_runs", "truthy"),
     "intervals": ("DESCRIPTIVE", "DESIGN", "WELCH", "LEVEL", "TESTED_COVERAGE", "TIMING_METRICS", "Interval", "log_t_interval", "numeric_values", "order_stat_rank", "rel_halfwidth", "welch_log_ratio"),
     "links": ("ACHIEVED", "ALWAYS_LOSES", "LINK_TABLE_COLUMNS", "LOSES_BELOW", "NEVER_LOSES", "link_group_axes", "link_runs", "links_table"),
-    "memory": ("HELD", "HELD_PARTS", "MIB", "PEAKS", "SAVING_COLUMNS", "SHARDED", "axis_effects", "cell_key", "has_held", "memory_savings", "peaks", "runs_by_cell", "savings_pair"),
+    "memory": ("EFFECT_COLUMNS", "HELD", "HELD_PARTS", "MIB", "PEAKS", "SAVING_COLUMNS", "SHARDED", "axis_effects", "cell_key", "has_held", "memory_savings", "peaks", "runs_by_cell", "savings_pair"),
     "scaling": ("FIT_COLUMNS", "SPEEDUP_COLUMNS", "fits_table", "speedup_table"),
+    "transforms": ("COMPILED_FASTER", "EAGER_FASTER", "MODE_AXES", "NO_CHECKPOINTING", "PAYOFF_COLUMNS", "checkpointing_effects",
+                   "compile_payoff"),
     "tables": ("BASELINE_STRATEGY", "IRRELEVANT_AT_BASELINE", "LAUNCH_AXES", "SUPERSEDED", "TIME", "axes", "group_axes", "label", "load_runs", "load_runs_frame", "matching", "run_version", "text_column", "throughput_metric", "varying"),
 }  # fmt: skip
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}

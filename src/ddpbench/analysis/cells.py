@@ -54,6 +54,14 @@ METRICS = {
     Extra.peak_flops_datasheet: "datasheet peak per device [FLOP/s]",
     Extra.mfu_measured: "MFU (measured peak)",
     Extra.mfu_datasheet: "MFU (datasheet peak)",
+    # HFU: the FLOPs the hardware did (activation checkpointing's recompute included) over the same reference.
+    Extra.hardware_flops_per_sample: "hardware FLOPs per sample (with checkpointing's recompute, counted) [FLOP]",
+    Extra.hfu_measured: "HFU (measured peak)",
+    Extra.hfu_datasheet: "HFU (datasheet peak)",
+    # What compiling cost outside the timed steps (compile: model only): the first step's wall beyond a
+    # median timed step, and the graphs dynamo compiled. A one-off, not a timing metric: the median.
+    Extra.compile_s: "compile time (first step beyond a timed one) [s]",
+    Extra.compiled_graphs: "graphs compiled (rank 0)",
     "rank_skew": "rank skew",
     "train_loss_final": "last-step train loss",  # the last optimizer step's (docs/metrics.md)
     "test_acc": "test accuracy",

@@ -13,7 +13,8 @@ where that interval excludes 1 (`cells.verdict`).
 `memory_savings(runs, cells)`: per setting (every axis but the strategy equal, world size
 included) where ddp and a sharded strategy both ran, what the sharded one holds against ddp
 and its throughput ratio. `axis_effects(runs, cells, axis, reference)`: per cell whose `axis`
-is not `reference`, its throughput and memory against the cell that differs only in that axis.
+is not `reference`, its throughput and memory against the cell that differs only in that axis
+(the peak's ratio, too, with its Welch interval: what activation checkpointing saves, transforms).
 """
 
 from __future__ import annotations
@@ -43,8 +44,10 @@ SAVING_COLUMNS = [
     *(f"{c}_ratio" for c, _ in HELD_PARTS), *RATIO_COLUMNS, "peak_kind", "peak_mib", "peak_ci_low", "peak_ci_high",
     "reference_peak_mib", "reference_peak_ci_low", "reference_peak_ci_high",
 ]  # fmt: skip
-EFFECT_COLUMNS = ["axis", "reference_value", "held_ratio", *RATIO_COLUMNS, "peak_kind", "peak_mib",
-                  "reference_peak_mib"]  # fmt: skip
+EFFECT_COLUMNS = ["axis", "reference_value", "held_ratio", *RATIO_COLUMNS, "peak_kind", "peak_mib", "peak_ci_low",
+                  "peak_ci_high", "peak_ci_level", "reference_peak_mib", "reference_peak_ci_low", "reference_peak_ci_high",
+                  "reference_peak_ci_level", "peak_ratio", "peak_ratio_ci_low", "peak_ratio_ci_high",
+                  "peak_ratio_ci_level"]  # fmt: skip
 
 
 def cell_key(values) -> tuple[str, ...]:
@@ -161,10 +164,20 @@ def savings_pair(row, setting: list[str]) -> tuple[dict, dict]:
     return {**values, "strategy": row["strategy"]}, {**values, "strategy": row["reference"]}
 
 
+def _peak_ratio(runs: pd.DataFrame, cols: list[str], kind: str, a: tuple, b: tuple) -> dict:
+    """Cell a's peak over cell b's (the runs' `kind` of peak, MiB) with the Welch log-t interval over their
+    repeats, as a throughput ratio is compared: peak_ratio, peak_ratio_ci_low/_high/_level."""
+    col = dict((k, c) for c, k in PEAKS).get(kind)
+    peaks = runs_by_cell(runs, cols, col) if col else {}
+    r = _ratio(peaks, a, b)
+    return {f"peak_{k}": r[k] for k in ("ratio", "ratio_ci_low", "ratio_ci_high", "ratio_ci_level")}
+
+
 def axis_effects(runs: pd.DataFrame, cells: pd.DataFrame, axis: str, reference) -> pd.DataFrame:
     """One row per cell whose `axis` is not `reference` and whose twin with `reference` (every other axis
     equal) was measured: its throughput over the twin's (Welch interval, verdict "A faster": this cell is
-    faster), its memory held per rank over the twin's (NaN where not counted) and both peaks (MiB)."""
+    faster), its memory held per rank over the twin's (NaN where not counted), both peaks (MiB, medians with
+    their order-statistic intervals) and the peak's ratio to the twin's (Welch interval over the repeats)."""
     cols = [c for c in axes(cells) if c in runs] if not runs.empty else axes(cells)
     if cells.empty or axis not in cols:
         return pd.DataFrame(columns=[*cols, *EFFECT_COLUMNS])
@@ -183,6 +196,8 @@ def axis_effects(runs: pd.DataFrame, cells: pd.DataFrame, axis: str, reference) 
                    held_ratio=_ratio_of(r.get(HELD, np.nan), twin.get(HELD, np.nan)),
                    **_ratio(thr, cell_key(r[cols]), cell_key(twin[cols])),
                    unstable=_truthy(r.get("unstable", False)) or _truthy(twin.get("unstable", False)),
-                   peak_kind=r["peak_kind"], peak_mib=r["peak_mib"], reference_peak_mib=twin["peak_mib"])  # fmt: skip
+                   peak_kind=r["peak_kind"], **{f"{side}{k}": x[k] for side, x in (("", r), ("reference_", twin))
+                                                for k in ("peak_mib", "peak_ci_low", "peak_ci_high", "peak_ci_level")},
+                   **_peak_ratio(runs, cols, r["peak_kind"], cell_key(r[cols]), cell_key(twin[cols])))  # fmt: skip
         rows.append(row)
     return pd.DataFrame(rows, columns=[*cols, *EFFECT_COLUMNS])
