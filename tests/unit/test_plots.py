@@ -77,7 +77,8 @@ def _texts(fig):
 
 def test_every_kind_is_drawn_and_split_parts_are_named(many):
     kinds = {k for k, *_ in many}
-    assert kinds == set(KINDS) - {"link"}  # link needs two-node cells over links: test_links.py
+    # link needs two-node cells over links (test_links.py), checkpointing a checkpointed cell beside its twin (below)
+    assert kinds == set(KINDS) - {"link", "checkpointing"}
     stems = [stem for _, _, stem, _, _ in many]
     assert len(stems) == len(set(stems))
     assert "speedup" in stems and "speedup_2" in stems  # the first part keeps the stable name
@@ -142,6 +143,62 @@ def test_one_colour_per_strategy_in_every_figure(many):
     assert len(colours) >= 10
     assert all(len(c) == 1 for c in colours.values()), colours
     assert len({next(iter(c)) for c in colours.values()}) == len(colours)  # and no two strategies share one
+
+
+@pytest.fixture(scope="module")
+def checkpointed():
+    """The language-model grid eager and compiled, each without and with full checkpointing: every figure drawn."""
+    from report_synth import make_token_runs
+
+    runs = A.load_runs_frame(make_token_runs(seed=2, compiled=(2.0, 1.6), checkpointed=(0.75, 0.6)))
+    d = _data(runs)
+    with matplotlib.rc_context(RC):
+        figs = list(draw_all(d, KINDS))
+        for *_, fig in figs:
+            fig.canvas.draw()
+        yield d, figs
+    for *_, fig in figs:
+        plt.close(fig)
+
+
+def test_the_checkpointing_figure_shows_both_settings_side_by_side_per_compile_mode(checkpointed):
+    """Issue 68, item 3: figures split by (compile, checkpointing) never showed them side by side. Now the two modes
+    are panels, not figure groups, and the checkpointing figure puts each cell beside its twin without, in throughput
+    and in peak memory; every figure of this grid still keeps the layout rules."""
+    d, figs = checkpointed
+    assert all(stem == kind or stem.startswith(f"{kind}_") or "__" in stem for kind, _, stem, _, _ in figs)  # one group
+    (fig,) = [f for k, *_, f in figs if k == "checkpointing"]
+    assert fig.get_suptitle().startswith(TITLES["checkpointing"])
+    assert len(fig.axes) == 8  # 2 seq_len x 2 compile modes, throughput and peak side by side
+    cells = d.cells.assign(peak=pd.to_numeric(d.cells["peak_rss_mb"]))
+    for ax in fig.axes:
+        title = ax.get_title()
+        setting = dict(part.split("=") for part in title.split(", "))
+        labels = [t.get_text() for t in ax.get_yticklabels()]
+        assert len(labels) == 8 and [lab.rsplit(", ", 1)[1] for lab in labels] == ["none", "full"] * 4, labels
+        mine = cells[(cells["compile"] == setting["compile"]) & (cells["seq_len"].astype(str) == setting["seq_len"])]
+        metric = "tokens_per_s" if ax.get_xlabel().startswith("throughput") else "peak"
+        widths = sorted(float(p.vertices[:, 0].max()) for coll in ax.collections
+                        if isinstance(coll, matplotlib.collections.PolyCollection) for p in coll.get_paths()
+                        if p.vertices[:, 0].max() > 0)  # fmt: skip
+        assert widths == pytest.approx(sorted(mine[metric])), (title, metric)
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "activation_checkpointing=none" in legend and "activation_checkpointing=full" in legend
+    # The layout rules of the figures with the modes as panels (their 2-line titles above a '1e6' multiplier overlapped
+    # it). Left out, as they fail on this grid without the modes too: fixed_cost (its y label is longer than a figure
+    # of two short panels) and strategy_bars (six-digit tick labels crowd a panel 2.6 in wide).
+    for kind, _, stem, _, f in figs:
+        if kind in ("fixed_cost", "strategy_bars"):
+            continue
+        assert len(f.legends[0].get_texts()) <= MAX_LEGEND and len(f.axes) <= MAX_PANELS, stem
+        r = f.canvas.get_renderer()
+        texts = _texts(f)
+        assert not [t.get_text() for t in texts if t.get_fontsize() < MIN_FONT_PT], stem
+        boxes = [(t.get_text(), t.get_window_extent(r)) for t in texts]
+        for text, b in boxes:
+            assert b.x0 >= -1 and b.y0 >= -1 and b.x1 <= f.bbox.width + 1 and b.y1 <= f.bbox.height + 1, (stem, text)
+        for (a, ba), (b, bb) in itertools.combinations(boxes, 2):
+            assert min(ba.x1, bb.x1) - max(ba.x0, bb.x0) <= 1 or min(ba.y1, bb.y1) - max(ba.y0, bb.y0) <= 1, (stem, a, b)
 
 
 def test_one_world_size_is_drawn_dodged_not_stacked(main_job):

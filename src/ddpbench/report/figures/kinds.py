@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 
 from ddpbench.report.figures.breakdown import fig_fixed_cost, fig_phases, fig_profile
+from ddpbench.report.figures.checkpointing import fig_checkpointing
 from ddpbench.report.figures.layout import TITLES
 from ddpbench.report.figures.links import fig_comm_sweep, fig_link
 from ddpbench.report.figures.memory import fig_memory_held
@@ -40,6 +41,7 @@ KINDS = {
     "memory_vs_batch": _one(fig_memory_vs_batch),
     "memory_held": _one(fig_memory_held),
     "mfu": _one(fig_mfu),
+    "checkpointing": _one(fig_checkpointing),
     "dataset_size": _one(fig_dataset_size),
     "rank_skew": _one(fig_rank_skew),
     "loss": fig_loss,

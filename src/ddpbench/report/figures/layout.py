@@ -49,6 +49,7 @@ TITLES = {
     "memory_vs_batch": "Peak memory vs batch size",
     "memory_held": "Memory held per rank vs workers",
     "mfu": "Model FLOP utilisation (MFU) against the measured peak",
+    "checkpointing": "Activation checkpointing against none: throughput and peak memory",
     "karp_flatt": "Karp–Flatt serial fraction vs workers",
     "rank_skew": "Rank skew vs workers",
     "comm_sweep": "All-reduce bus bandwidth vs message size",
@@ -253,8 +254,11 @@ def _place(fig) -> None:
         ticks_left, ticks_below = (yw + tick if yw else 0.05), (xh + tick if xh else 0.05)
         ylabel_w = _text_size(ax.get_ylabel(), RC["axes.labelsize"])[1] + labelpad if ax.get_ylabel() else 0
         xlabel_h = _text_size(ax.get_xlabel(), RC["axes.labelsize"])[1] + labelpad if ax.get_xlabel() else 0
+        # the y axis's offset or multiplier ('1e6') sits above the panel, where the title goes: room for both
+        offset = ax.yaxis.get_major_formatter().get_offset() if ax.yaxis.get_visible() else ""
+        offset_h = _text_size(offset, RC["ytick.labelsize"])[1] if offset else 0.0
         deco[ax] = dict(left=ticks_left + ylabel_w, below=ticks_below + xlabel_h, right=xw / 2, title=0.0,
-                        ticks_left=ticks_left, ticks_below=ticks_below)  # fmt: skip
+                        ticks_left=ticks_left, ticks_below=ticks_below, offset=offset_h)  # fmt: skip
     first_col = [ax for ax in axs if ax.get_subplotspec().colspan.start == 0]
     inner = [deco[ax]["left"] for ax in axs if ax not in first_col]
     wspace = max(inner, default=0.0) + 0.12
@@ -268,7 +272,8 @@ def _place(fig) -> None:
         width = max(width, _legend_size(leg)[0] + 2 * PAD_IN)
     w_panel = (width - left - right - (cols - 1) * wspace) / cols
     for ax in axs:
-        deco[ax]["title"] = _wrap(ax.title, w_panel) + 0.06 if ax.get_title() else 0.0
+        deco[ax]["title"] = (_wrap(ax.title, w_panel) + 0.06 if ax.get_title() else 0.0) + deco[ax]["offset"]
+        ax.title.set_y(1.0 + deco[ax]["offset"] / h_panel)  # above the offset text
     row_of = {ax: ax.get_subplotspec().rowspan.start for ax in axs}
     title_h = [max((deco[ax]["title"] for ax in axs if row_of[ax] == r), default=0.0) for r in range(rows)]
     below_h = [max((deco[ax]["below"] for ax in axs if row_of[ax] == r), default=0.0) for r in range(rows)]

@@ -47,8 +47,10 @@ def numeric(s: pd.Series) -> pd.Series:
 # Axes a reader filters on: every varying grid axis that no figure puts on its x axis or tells
 # apart as series. Each combination of them is a figure group (one model on one device, ...):
 # its own small multiples, never one figure holding every cell. The training options a study
-# compares side by side (precision, gradient accumulation) stay in the figures, as panels.
-PLOTTED_AXES = ("strategy", "world_size", "nodes", "batch_size", "dataset_size", "link", "precision", "grad_accum")
+# compares side by side (precision, gradient accumulation, compiling, activation checkpointing) stay
+# in the figures, as panels (and the checkpointing figure's rows), so the figures show them side by side.
+PLOTTED_AXES = ("strategy", "world_size", "nodes", "batch_size", "dataset_size", "link", "precision", "grad_accum",
+                "compile", "activation_checkpointing")  # fmt: skip
 
 
 def group_axes(runs: pd.DataFrame) -> list[str]:
