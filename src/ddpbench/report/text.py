@@ -71,6 +71,15 @@ def with_ci(est, lo, hi) -> str:
     return f"{num(est)} [{num(lo)}, {num(hi)}]"
 
 
+def level_ci(est, lo=np.nan, hi=np.nan, level=np.nan, unit: str = "") -> str:
+    """'412 MiB [405, 418] (75 % interval)': a value with its unit and interval, whose level is said where it is
+    not 95 %; '412 MiB (no interval)' without one."""
+    unit = f" {unit}" if unit else ""
+    if not (finite(lo) and finite(hi)):
+        return f"{sig3(est)}{unit} (no interval)"
+    return f"{sig3(est)}{unit} [{sig3(lo)}, {sig3(hi)}]{_level_note(level)}"
+
+
 def ratio_text(est, lo=np.nan, hi=np.nan, level=np.nan) -> str:
     """'1.52× [1.31, 1.76]', or '1.52× (no interval)'. A bound that is not 1 but would read 1.00
     gets a digit more ('[1.003, 1.19]'): whether an interval holds 1 is the point of a ratio."""

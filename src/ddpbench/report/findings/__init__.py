@@ -10,11 +10,13 @@ name -> the fields of a `common.Kind` (its rules as `find(tables)`, how many it 
 `kinds()` discovers every module of the package that declares KINDS, so adding a kind is adding a
 module. The topics: `winner` (fastest strategy per setting), `memory` (what a sharded strategy
 saves per rank against ddp and what it costs in time), `scaling` (speedup over one process),
-`phases` (where a step's time goes), `mfu` (the best and worst cell's share of the peak FLOP/s),
+`phases` (where a step's time goes), `mfu` (the best and worst cell's share of the peak FLOP/s, HFU beside it),
+`transforms` (what compiling and activation checkpointing cost and buy),
 `sizes` (batch and dataset size), `links`, `fits` (scaling laws), `problems` (warnings); `common`
 holds `Finding`, `Kind` and the table helpers, `order` what is kept and in what order.
-Modules here import only `ddpbench.analysis`, `ddpbench.report.text`, each other
-and (this registry) `ddpbench.core.registry`.
+Modules here import only `ddpbench.analysis`, `ddpbench.report.text` and `ddpbench.report.training`
+(the words for compiling and checkpointing the study sections share), each other and (this
+registry) `ddpbench.core.registry`.
 """
 
 from __future__ import annotations

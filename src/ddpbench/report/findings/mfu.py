@@ -2,8 +2,10 @@
 
 Spoken where cells carry a model FLOP utilisation (cells.csv extra_mfu_measured: runs that counted
 their training FLOPs and measured the peak, core.peaks). One sentence: the best and the worst cell by
-MFU against the measured peak (median over repeats with its interval), each with the achieved model
-FLOP/s and the reference it is a share of, p × the peak one rank measured in the cell's precision;
+MFU against the measured peak (median over repeats with its interval), each with its HFU beside it (the
+hardware's FLOPs, activation checkpointing's recompute included: the MFU's equal without checkpointing),
+its compile and checkpointing modes, the achieved model FLOP/s and the reference it is a share of, p × the
+peak one rank measured in the cell's precision;
 the datasheet MFU beside it where the device has a datasheet figure (a known GPU; never on CPU, where
 the measured peak is the reference). Given the runs, it says which measured peak each of the two used
 (its matrix size; several where the results folder's peak was measured again) and flags one measured
@@ -20,6 +22,7 @@ from ddpbench import analysis
 from ddpbench.core.run_record import Extra
 from ddpbench.report.findings.common import Finding, cell_name, key_texts, matching_rows, ok_runs, row_num
 from ddpbench.report.text import finite, pct_text, sig3
+from ddpbench.report.training import HFU_DATASHEET, hfu_text, modes_text
 
 # The kinds this module gives (ddpbench.report.findings discovers them; fields: common.Kind).
 KINDS = {"mfu": dict(find=lambda t: mfu_findings(t.cells, t.shown, t.runs), at_most=1, order=50, trim=50, drop=20)}
@@ -84,15 +87,21 @@ def _mfu(r, col: str) -> str:
 
 
 def cell_text(r, shown: list[str], runs: pd.DataFrame | None = None) -> str:
-    """'ddp at world size 2: MFU 1.29 % [1.2, 1.4] (75 % interval), 1.63 GFLOP/s of 2 × 62.9 GFLOP/s (measured
-    peak per rank, n = 2048 matmul)' and the datasheet's share where there is one; `runs`: the cell's."""
+    """'ddp at world size 2 (compile=none, activation_checkpointing=none): MFU 1.29 % [1.2, 1.4] (75 % interval),
+    HFU 1.29 % [...], 1.63 GFLOP/s of 2 × 62.9 GFLOP/s (measured peak per rank, n = 2048 matmul)' and the
+    datasheet's shares where there are some; `runs`: the cell's. The modes the name leaves out are named."""
     p = row_num(r, "world_size")
     ranks = f"{int(p)} × " if finite(p) else ""
     used = peak_text(runs) if runs is not None else ""
-    text = (f"{cell_name(r, shown)}: MFU {_mfu(r, MFU)}, {flops_text(row_num(r, ACHIEVED))} of "
-            f"{ranks}{flops_text(row_num(r, PEAK))} (measured peak per rank{', ' + used if used else ''})")  # fmt: skip
+    modes = modes_text(r, skip=shown)
+    hfu = hfu_text(r)
+    text = (f"{cell_name(r, shown)}{f' ({modes})' if modes else ''}: MFU {_mfu(r, MFU)}{', ' + hfu if hfu else ''}, "
+            f"{flops_text(row_num(r, ACHIEVED))} of {ranks}{flops_text(row_num(r, PEAK))} (measured peak per rank"
+            f"{', ' + used if used else ''})")  # fmt: skip
     if finite(row_num(r, SHEET)):
-        text += f", {_mfu(r, SHEET)} of {ranks}{flops_text(row_num(r, SHEET_PEAK))} (datasheet peak per device)"
+        sheet_hfu = hfu_text(r, HFU_DATASHEET)
+        text += (f", {_mfu(r, SHEET)}{f' ({sheet_hfu})' if sheet_hfu else ''} of {ranks}"
+                 f"{flops_text(row_num(r, SHEET_PEAK))} (datasheet peak per device)")  # fmt: skip
     return text
 
 
