@@ -414,7 +414,8 @@ def test_sharding_states_the_memory_each_strategy_saves_from_the_held_bytes():
     assert list(saved) == ["zero", "fsdp_grad_op", "fsdp"]  # least to most sharded
     assert saved["zero"] == (f"zero shards its optimizer state: at p = 2 each rank holds {_mib(zero)} MiB against ddp's "
                              f"{_mib(ddp)} MiB (0.750×): {_mib(ddp - zero)} MiB saved per rank, the same at every "
-                             "precision and grad_accum measured; its peak RSS is 638 MiB against ddp's 638 MiB (medians "
+                             "precision and grad_accum measured; its peak RSS is 638 MiB against ddp's 638 MiB at "
+                             "compile=none, activation_checkpointing=none (medians "
                              "over repeats: the peak also holds the process, activations and communication buffers, so "
                              "the saving need not show in it).")  # fmt: skip
     assert saved["fsdp"].startswith(f"fsdp shards its parameters, gradients and optimizer state: at p = 2 each rank "
@@ -495,6 +496,18 @@ def test_sharding_states_what_compiling_changes():
     assert len(costs) == 2 and all(_verdict_matches_interval(c) for c in costs)  # per compile setting, eager and compiled
 
 
+def test_sharding_quotes_the_peak_per_compile_mode_never_across_them():
+    """Issue 68, item 3: the sharding study's peak-RSS span ran over eager and compiled cells at once."""
+    from report_synth import make_sharding_runs
+
+    runs = make_sharding_runs(noise=0.0, precisions=("fp32",), grad_accums=(1,), compiles=("none", "model"))
+    runs.loc[runs["compile"] == "model", "peak_rss_mb"] += 100  # dynamo and inductor in the process
+    (zero,) = [f for f in _section("sharding", runs).findings if f.startswith("zero shards")]
+    assert ("its peak RSS is 638 MiB against ddp's 638 MiB at compile=none, activation_checkpointing=none and 738 MiB "
+            "against ddp's 738 MiB at compile=model, activation_checkpointing=none (medians over repeats") in zero  # fmt: skip
+    assert "638–738" not in zero
+
+
 def test_sharding_says_what_it_cannot_answer():
     from report_synth import make_sharding_runs
 
@@ -531,7 +544,7 @@ def test_language_model_table_and_answer_in_tokens_per_s():
     sec = _section("language-model", runs)
     assert sec.figures[0] == "throughput" and sec.title.startswith("Language model")
     assert sec.columns == ["strategy", "cell", "throughput [tokens/s]", "per rank [tokens/s]", "speedup", "efficiency [%]", "MFU [%]",
-                           "comm [% of step]", "exposed comm [% of step]", "last-step train loss", "test loss"]  # fmt: skip
+                           "HFU [%]", "comm [% of step]", "exposed comm [% of step]", "last-step train loss", "test loss"]  # fmt: skip
     assert len(sec.rows) == 8 and [r[0] for r in sec.rows[:4]] == ["single", "bucketed_allreduce", "ddp", "fsdp"]
     rows = {(r[0], r[1]): dict(zip(sec.columns, r)) for r in sec.rows}
     ddp = cells[(cells["strategy"] == "ddp") & (cells["seq_len"] == 128)].iloc[0]
@@ -571,8 +584,9 @@ def test_language_model_table_and_answer_in_tokens_per_s():
     # MFU: the highest and the lowest cell, from cells.csv
     (mfu,) = [f for f in found if f.startswith("Model FLOP utilisation")]
     top = cells.sort_values("extra_mfu_measured").iloc[-1]
-    assert f"highest for {top['strategy']} (p = {top['world_size']}), seq_len={top['seq_len']}: " \
-           f"{sig3(100 * top['extra_mfu_measured'])} %" in mfu  # fmt: skip
+    assert f"highest for {top['strategy']} (p = {top['world_size']}, seq_len={top['seq_len']}, batch_size=" \
+           f"{top['batch_size']}, compile=none, activation_checkpointing=none): " \
+           f"{sig3(100 * top['extra_mfu_measured'])} %" in mfu  # fmt: skip (both modes named, held or not)
     assert found[-1].startswith("The loss fell in every cell: last-step train loss 1.20 (medians over repeats), test loss "
                                 "1.30, from ln 256 = 5.55")  # fmt: skip
 
@@ -636,6 +650,68 @@ def test_a_loss_that_fell_from_its_models_start_is_not_called_not_learning():
     diverged = runs.assign(extra_training_health=np.where(runs["strategy"] == "ddp", "diverged", "ok"))
     (loss,) = [f for f in _lm_section(diverged).findings if "did not fall" in f]
     assert "in 2 of 8 cells: ddp (p=2, batch_size=16, seq_len=512): 18.9" in loss and "lower lr may help" in loss
+
+
+def test_language_model_states_the_hfu_beside_the_mfu_and_names_the_modes_of_every_cell():
+    """Issue 68, item 3: HFU never reached the report, and the MFU sentence named the seq_len but not the compile
+    mode of a cell of a grid that varies it."""
+    from report_synth import make_token_runs
+
+    runs = A.load_runs_frame(make_token_runs(seed=3, noise=0.0, compiled=(2.0, 1.6), checkpointed=(0.75, 0.6)))
+    cells = A.cell_stats(runs)
+    sec = _section("language-model", runs)
+    i = sec.columns.index("MFU [%]")
+    assert sec.columns[i + 1 : i + 3] == ["HFU [%]", "compile [s]"]
+    rows = {(r[0], r[1]): dict(zip(sec.columns, r)) for r in sec.rows}
+    full = rows["ddp", "p=2, batch_size=64, seq_len=128, compile=none, activation_checkpointing=full"]
+    mine = cells[(cells["strategy"] == "ddp") & (cells["seq_len"] == 128) & (cells["compile"] == "none")
+                 & (cells["activation_checkpointing"] == "full")].iloc[0]  # fmt: skip
+    assert full["HFU [%]"].startswith(num(100 * mine["extra_hfu_measured"]) + " [") and full["compile [s]"] == "–"
+    assert rows["ddp", "p=2, batch_size=64, seq_len=128, compile=model, activation_checkpointing=full"]["compile [s]"] \
+        .startswith("31 [30, 32]")  # fmt: skip
+    assert "HFU: the FLOPs the hardware did" in sec.note
+    (mfu,) = [f for f in sec.findings if f.startswith("Model FLOP utilisation")]
+    highest, lowest = mfu.split(", lowest for ")
+    assert re.search(r"highest for single \(p = 1, seq_len=128, batch_size=64, compile=model, "
+                     r"activation_checkpointing=none\): [\d.]+ % \[[\d.]+, [\d.]+\] \(75 % interval\), HFU ", highest), highest
+    assert lowest.startswith("fsdp (p = 2, seq_len=512, batch_size=16, compile=none, activation_checkpointing=full): ")
+    low = cells.loc[pd.to_numeric(cells["extra_mfu_measured"]).idxmin()]
+    assert f"HFU {sig3(100 * low['extra_hfu_measured'])} %" in lowest  # 4/3 of its MFU: the recompute counted
+    # a span over cells of both modes says so; a grid that holds a mode says which, first
+    (loss,) = [f for f in sec.findings if f.startswith("The loss fell")]
+    assert "cells at compile=none and model, activation_checkpointing=none and full" in loss
+    one = _section("language-model", A.load_runs_frame(make_token_runs(seed=2, compiled=(2.0, 1.6))))
+    assert one.findings[0] == "Every cell here ran at activation_checkpointing=none; compile is named where it varies."
+
+
+def test_language_model_states_what_compiling_costs_and_what_checkpointing_saves():
+    """Issue 68, item 3: the compile time (92.8 s against a 0.33 s step) and the steps it takes to pay off, and
+    checkpointing's memory saved and throughput paid against its twin, with intervals, per mode."""
+    from report_synth import make_token_runs
+
+    runs = A.load_runs_frame(make_token_runs(seed=3, noise=0.03, compiled=(2.0, 1.6), checkpointed=(0.75, 0.6)))
+    cells = A.cell_stats(runs)
+    found = _section("language-model", runs).findings
+    (compiled,) = [f for f in found if f.startswith("What compiling costs (compile=model against none")]
+    key = ["strategy", "world_size", "seq_len", "activation_checkpointing"]
+    c = cells.set_index([*key, "compile"])
+    saved = c.loc[("ddp", 2, 128, "none", "none"), "step_time_median_s"] - c.loc[("ddp", 2, 128, "none", "model"),
+                                                                                   "step_time_median_s"]  # fmt: skip
+    item = re.search(r"ddp \(p = 2, seq_len=128, batch_size=64\), activation_checkpointing=none: compiling takes 31\.0 s "
+                     r"\[30\.0, 32\.0\] \(75 % interval\), 12 graphs; a step takes [\d.]+ s against [\d.]+ s eager \(eager / "
+                     r"compiled [\d.]+× \[[\d.]+, [\d.]+\]\), so it pays off after (\d+) steps", compiled)  # fmt: skip
+    assert item and item[1] == sig3(31.0 / saved), compiled
+    assert compiled.count("pays off after") == 16  # every compiled cell, each named with its checkpointing mode
+    ckpt = [f for f in found if f.startswith("With activation_checkpointing=full instead of none")]
+    assert [f.split(" (every")[0] for f in ckpt] == ["With activation_checkpointing=full instead of none at compile=none",
+                                                     "With activation_checkpointing=full instead of none at compile=model"]
+    for text in ckpt:
+        assert text.count("MiB saved, 0.6") == 8 and text.count("its twin's (lower)") == 16  # peak and throughput each
+        assert re.search(r"ddp \(p = 2, seq_len=128, batch_size=64\): peak RSS \d+ MiB \[\d+, \d+\] \(75 % interval\) "
+                         r"against its twin's \d+ MiB", text), text  # fmt: skip
+    # eager only, no checkpointing: neither sentence
+    plain = _section("language-model", A.load_runs_frame(make_token_runs(seed=2))).findings
+    assert not [f for f in plain if f.startswith(("What compiling costs", "With activation_checkpointing"))]
 
 
 def test_language_model_says_what_it_cannot_answer():

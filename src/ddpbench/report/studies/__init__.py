@@ -9,8 +9,9 @@ This __init__ is the registry of the studies: one module per study, named after 
 `sync_dp.py`), defines `STUDY`, a `common.Study` of that name whose `build(StudyData)` gives the
 table and the findings; `STUDIES` maps each study's name to it, discovered (`discover`), so adding a
 study is adding a module (and its preset). The config schema lists the same names from this folder
-without importing it (`names`). Modules here import only `ddpbench.analysis`, `ddpbench.report.text`, each other
-and (this registry) `ddpbench.core.registry`.
+without importing it (`names`). Modules here import only `ddpbench.analysis`, `ddpbench.report.text`
+and `ddpbench.report.training` (the words for compiling and checkpointing the findings share), each
+other and (this registry) `ddpbench.core.registry`.
 """
 
 from __future__ import annotations

@@ -9,8 +9,11 @@ strategy with the highest throughput and every other cell against ddp (faster or
 the interval of the throughput ratio excludes 1) and where the step's time goes; what longer
 sequences at the same tokens per step change, per strategy, in tokens/s and in the communication
 share; what compiling changes (tokens/s, the communication share, each strategy against ddp, eager
-and compiled); the highest and lowest MFU; and whether the loss fell below ln(vocab_size), the loss of a
-uniform guess over the vocabulary, where an untrained model starts.
+and compiled), what the compile costs and after how many steps it pays off; what activation checkpointing
+saves in peak memory and costs in throughput (against the twin without it); the highest and lowest MFU with
+the HFU beside it; and whether the loss fell below ln(vocab_size), the loss of a uniform guess over the
+vocabulary, where an untrained model starts. Every sentence names the compile and checkpointing modes it
+speaks of: where they vary, beside each cell or setting; where the grid holds one, in the first sentence.
 """
 
 from __future__ import annotations
@@ -25,10 +28,13 @@ from ddpbench.analysis.health import unhealthy_runs
 from ddpbench.core.run_record import Extra
 from ddpbench.report.studies.common import Study, StudyData, axes_text, cell_ci, comm_share, study_cells, to_float
 from ddpbench.report.text import finite, listing, num, pct_text, ratio_text, sig3, source_text, value_text
+from ddpbench.report.training import HFU, hfu_text, modes_of, transform_sentences
 from ddpbench.strategies import REFERENCE  # the replicated strategy the others are measured against
 
 MFU = Extra.mfu_measured  # cells.csv: model FLOPs achieved / (p x the matmul peak measured per rank)
 MFU_DATASHEET = Extra.mfu_datasheet
+COMPILE_S = Extra.compile_s  # cells.csv: the untimed first step's wall beyond a timed one (compile: model)
+MODE_AXES = A.MODE_AXES  # compile and activation_checkpointing: every sentence names them
 # What train_loss_final is: the last step's loss; in a runs.csv from before the 10-step mean had its own
 # column (train_loss_last10_mean), it was that mean, and the report says so.
 LAST_STEP_LOSS, OLD_TAIL_LOSS = "last-step train loss", "train loss (mean of the last 10 steps)"
@@ -236,23 +242,60 @@ def _compiled(t: pd.DataFrame, cols: list[str], thr: str, unit: str, judged) -> 
     return found
 
 
-def _mfu(t: pd.DataFrame) -> list[str]:
-    """The highest and lowest MFU against the measured peak (and the datasheet's range where recorded)."""
+def _named(r, setting: list[str]) -> str:
+    """'ddp (p = 2, seq_len=128, compile=none, activation_checkpointing=none)': the cell with every setting
+    that tells it apart and both modes, named even where the grid holds them (issue 68)."""
+    return _where(r, [*(c for c in setting if c in r), *(c for c in MODE_AXES if c in r and c not in setting)])
+
+
+def _mixed(t: pd.DataFrame) -> str:
+    """'; cells at compile=none and model': where a span over these cells crosses modes, which; else ''."""
+    return f"; cells at {modes_of(t)}" if any(c in t and t[c].astype(str).nunique() > 1 for c in MODE_AXES) else ""
+
+
+def _mfu(t: pd.DataFrame, setting: list[str]) -> list[str]:
+    """The highest and lowest MFU against the measured peak, each with its HFU and named with its modes (and the
+    datasheet's range where recorded)."""
     m = pd.to_numeric(t[MFU], errors="coerce") if MFU in t else pd.Series(np.nan, index=t.index)
     if m.notna().sum() == 0:
         return [f"MFU was not measured in these runs (no {MFU} in runs.csv: a harness from before the FLOP count, "
                 "or no peak measured); the table leaves it out."]  # fmt: skip
     ranked = t.assign(_m=m).dropna(subset=["_m"]).sort_values("_m", ascending=False, kind="stable")
     hi, lo = ranked.iloc[0], ranked.iloc[-1]
-    mfu = lambda r: pct_text(r[MFU], r.get(f"{MFU}_ci_low"), r.get(f"{MFU}_ci_high"), r.get(f"{MFU}_ci_level"))  # noqa: E731
-    where = lambda r: f"{_where(r)}, seq_len={value_text(r['seq_len'])}" if "seq_len" in r else _where(r)  # noqa: E731
+
+    def mfu(r) -> str:
+        hfu = hfu_text(r)
+        return pct_text(r[MFU], r.get(f"{MFU}_ci_low"), r.get(f"{MFU}_ci_high"), r.get(f"{MFU}_ci_level")) + (
+            f", {hfu}" if hfu else "")  # fmt: skip
+
     text = ("Model FLOP utilisation (MFU: the model's training FLOPs achieved over p × the matmul peak measured per "
-            f"rank) is highest for {where(hi)}: {mfu(hi)}")  # fmt: skip
-    text += f", lowest for {where(lo)}: {mfu(lo)}." if len(ranked) > 1 else "."
+            "rank; HFU beside it counts the FLOPs the hardware did, activation checkpointing's recompute included) "
+            f"is highest for {_named(hi, setting)}: {mfu(hi)}")  # fmt: skip
+    text += f", lowest for {_named(lo, setting)}: {mfu(lo)}." if len(ranked) > 1 else "."
     sheet = pd.to_numeric(t[MFU_DATASHEET], errors="coerce").dropna() if MFU_DATASHEET in t else pd.Series(dtype=float)
     if not sheet.empty:
-        text += f" Against the datasheet peak: {sig3(100 * sheet.min())}–{sig3(100 * sheet.max())} %."
+        text += f" Against the datasheet peak: {sig3(100 * sheet.min())}–{sig3(100 * sheet.max())} %"
+        text += f" ({modes_of(t)})." if _mixed(t) else "."
     return [text]
+
+
+def _modes_held(t: pd.DataFrame) -> list[str]:
+    """Where the grid holds a mode (compile, activation_checkpointing) at one value, one sentence says which, so the
+    sentences that name only the settings that vary still say what they speak of."""
+    held = [c for c in MODE_AXES if c in t and t[c].astype(str).nunique() == 1]
+    if not held:
+        return []
+    named = ", ".join(f"{c}={value_text(t[c].iloc[0])}" for c in held)
+    varies = [c for c in MODE_AXES if c in t and c not in held]
+    return [f"Every cell here ran at {named}" + (f"; {listing(varies)} is named where it varies." if varies else ".")]
+
+
+def _transforms(d: StudyData, setting: list[str]) -> list[str]:
+    """What compiling costs and when it pays off, and what activation checkpointing saves and costs, the cell
+    against its twin (report.training's words, which name the modes)."""
+    unnamed = [c for c in setting if c not in MODE_AXES]
+    compiled, checkpointed = transform_sentences(d.runs, d.cells, lambda r: _where(r, unnamed), d.design_pair)
+    return compiled + checkpointed
 
 
 def _loss_words(runs: pd.DataFrame) -> str:
@@ -295,7 +338,8 @@ def _loss(t: pd.DataFrame, cols: list[str], words: str = LAST_STEP_LOSS) -> list
     vocab, start = _column(t, "vocab_size"), _column(t, START)
     guess_loss = np.log(vocab.where(vocab > 1))
     test = _column(t, "test_loss_median").dropna()
-    ran = f"{words} {_span(final.dropna())} (medians over repeats)" + (f", test loss {_span(test)}" if not test.empty else "")
+    tests = f", test loss {_span(test)}" if not test.empty else ""
+    ran = f"{words} {_span(final.dropna())} (medians over repeats{_mixed(t)}){tests}"
     v = vocab.dropna()
     guess = (f"ln {value_text(v.iloc[0])} = {sig3(guess_loss.dropna().iloc[0])}" if v.nunique() == 1
              else "ln(vocab_size)")  # fmt: skip
@@ -305,7 +349,7 @@ def _loss(t: pd.DataFrame, cols: list[str], words: str = LAST_STEP_LOSS) -> list
     found = []
     if stuck.any():
         found.append(f"The loss did not fall from where the model started, or its training diverged, in "
-                     f"{int(stuck.sum())} of {int(final.notna().sum())} cells: {_named(t[stuck], cols, start)} (a model "
+                     f"{int(stuck.sum())} of {int(final.notna().sum())} cells: {_losses_named(t[stuck], cols, start)} (a model "
                      f"that does not learn answers nothing about training; a lower lr may help). Over all cells: {ran}.")  # fmt: skip
     fell, unknown = t[above & start.notna()], t[above & start.isna()]
     measured = int(final.notna().sum())
@@ -314,10 +358,10 @@ def _loss(t: pd.DataFrame, cols: list[str], words: str = LAST_STEP_LOSS) -> list
                 f"above {guess}, a uniform guess's loss over the vocabulary: {FAR_ABOVE}."]  # fmt: skip
     if not fell.empty:
         found.append(f"In {len(fell)} cell(s) the loss fell from where the model started but ended above {guess}, a "
-                     f"uniform guess's loss over the vocabulary: {_named(fell, cols, start)} ({FAR_ABOVE}).")  # fmt: skip
+                     f"uniform guess's loss over the vocabulary: {_losses_named(fell, cols, start)} ({FAR_ABOVE}).")  # fmt: skip
     if not unknown.empty:
         found.append(f"In {len(unknown)} cell(s) the loss ended above {guess}, a uniform guess's loss over the "
-                     f"vocabulary: {_named(unknown, cols, start)}; their first step's loss is not in these tables (no "
+                     f"vocabulary: {_losses_named(unknown, cols, start)}; their first step's loss is not in these tables (no "
                      "steps.csv), so whether the model learned is not known: one that starts above the guess can "
                      "fall and still end above it.")  # fmt: skip
     if not found:
@@ -333,7 +377,7 @@ def _column(t: pd.DataFrame, name: str) -> pd.Series:
     return pd.to_numeric(t[name], errors="coerce") if name in t else pd.Series(np.nan, index=t.index)
 
 
-def _named(rows: pd.DataFrame, cols: list[str], start: pd.Series) -> str:
+def _losses_named(rows: pd.DataFrame, cols: list[str], start: pd.Series) -> str:
     """'fsdp (p=2, seq_len=512): 5.55 → 5.70' (its start where known), '; ' between cells."""
     def one(i, r):
         began = f"{sig3(start[i])} → " if finite(start[i]) else ""
@@ -357,15 +401,17 @@ def build(d: StudyData):
     t["_tps"] = [_tokens_per_step(r) for _, r in t.iterrows()]
     thr, unit = A.throughput_metric(t)
     judged = _judge(d, cols, thr)
-    mfu = MFU in t and pd.to_numeric(t[MFU], errors="coerce").notna().any()
+    has = {c: c in t and pd.to_numeric(t[c], errors="coerce").notna().any() for c in (MFU, HFU, COMPILE_S)}
     loss_words = _loss_words(d.runs)
     columns = ["strategy", "cell", f"throughput [{unit}]", f"per rank [{unit}]", "speedup", "efficiency [%]",
-               *(["MFU [%]"] if mfu else []),
+               *(["MFU [%]"] if has[MFU] else []), *(["HFU [%]"] if has[HFU] else []),
+               *(["compile [s]"] if has[COMPILE_S] else []),
                "comm [% of step]", "exposed comm [% of step]", loss_words, "test loss"]  # fmt: skip
     rows = []
     for _, r in t.sort_values(["_s", "_p", "strategy"] if "seq_len" in t else ["_p", "strategy"], kind="stable").iterrows():
         rows.append([str(r["strategy"]), axes_text(r, cols), cell_ci(r, thr), cell_ci(r, thr, 1 / r["_p"]), cell_ci(r, "speedup"),
-                     cell_ci(r, "efficiency", 100), *([cell_ci(r, MFU, 100)] if mfu else []),
+                     cell_ci(r, "efficiency", 100), *([cell_ci(r, MFU, 100)] if has[MFU] else []),
+                     *([cell_ci(r, HFU, 100)] if has[HFU] else []), *([cell_ci(r, COMPILE_S)] if has[COMPILE_S] else []),
                      cell_ci(r, "frac_comm", 100), cell_ci(r, "frac_exposed_comm", 100), cell_ci(r, "train_loss_final"),
                      num(to_float(r.get("test_loss_median")))])  # fmt: skip
     setting = sorted((c for c in cols if c not in ("strategy", "world_size")), key=lambda c: c != "seq_len")
@@ -373,18 +419,23 @@ def build(d: StudyData):
         found = ["No cell of this study measured a throughput here (the problems table says why), so it answers "
                  "nothing yet."]  # fmt: skip
     else:
-        found = _fastest(t, setting, thr, unit, judged) + _comm(t, setting) + _longer(t, cols, thr, unit, judged)
-        found += _compiled(t, cols, thr, unit, judged)
-        found += _mfu(t) + _loss(t, cols, loss_words)
+        found = _modes_held(t) + _fastest(t, setting, thr, unit, judged) + _comm(t, setting)
+        found += _longer(t, cols, thr, unit, judged) + _compiled(t, cols, thr, unit, judged) + _transforms(d, setting)
+        found += _mfu(t, setting) + _loss(t, cols, loss_words)
     per = "samples/s × seq_len" if thr == "tokens_per_s" else "global samples per second"
     note = (f"Throughput ({unit}: {per}; per rank: the throughput over p, one rank's or GPU's share), speedup (over single at p = 1 with the same seq_len and batch) and "
             "efficiency (speedup / p): geometric means over repeats [95 % intervals]; throughput ratios: ratios of "
             "geometric means [95 % Welch intervals], faster or slower (higher or lower) only where the interval "
             "excludes 1; "
-            + ("MFU: the model's training FLOPs achieved over p × the matmul peak measured per rank; " if mfu
+            + ("MFU: the model's training FLOPs achieved over p × the matmul peak measured per rank; " if has[MFU]
                else "MFU: not measured in these runs; ")
+            + ("HFU: the FLOPs the hardware did (activation checkpointing's recompute included) over the same; "
+               if has[HFU] else "")
+            + ("compile: the untimed first step's wall beyond a timed step (compile=model cells); " if has[COMPILE_S]
+               else "")
             + "comm: the share of a step spent communicating, exposed comm its part not hidden behind computation; "
-            + ("MFU, " if mfu else "") + f"comm and {loss_words}: medians [order-statistic intervals]; test loss: "
+            + "".join(f"{x}, " for x, c in (("MFU", MFU), ("HFU", HFU), ("compile", COMPILE_S)) if has[c])
+            + f"comm and {loss_words}: medians [order-statistic intervals]; test loss: "
             "median over repeats (the held-out sequences).")  # fmt: skip
     if d.design_pair is not None:
         note += (" A sequential design ran: where it asked a pair, the verdict and interval are the design's (as in "
@@ -396,8 +447,9 @@ STUDY = Study(
     "language-model",
     "Language model: what data-parallel training of a small GPT costs, and where the time goes",
     "How many tokens per second does each strategy train a small GPT at, against one process and against DDP, "
-    "where does a step's time go, what do longer sequences at the same tokens per step and compiling change, and does the "
+    "where does a step's time go, what do longer sequences at the same tokens per step and compiling change (and what "
+    "does the compile cost, and when does it pay off), what does activation checkpointing save and cost, and does the "
     "model learn?",
-    ("throughput", "phases", "mfu", "speedup", "loss"),
+    ("throughput", "phases", "mfu", "checkpointing", "speedup", "loss"),
     build,
 )

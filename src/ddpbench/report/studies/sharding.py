@@ -7,7 +7,9 @@ over one process. The answer: per sharded strategy (zero: ZeRO-1, fsdp_grad_op: 
 ZeRO-3) the memory it saves per rank; per precision and grad_accum what it costs in time
 (faster or slower only where the interval of the throughput ratio excludes 1); then what bf16
 (against fp32), gradient accumulation (against none) and compile (against eager) change for
-every strategy.
+every strategy; where the grid has them, what the compile costs and when it pays off, and what
+activation checkpointing saves and costs (report.training). A peak is quoted per compile and
+checkpointing mode, each named.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import pandas as pd
 from ddpbench import analysis as A
 from ddpbench.report.studies.common import Study, StudyData, axes_text, cell_ci, study_cells, to_float
 from ddpbench.report.text import finite, listing, num, ratio_text, sig3, source_text
+from ddpbench.report.training import modes_text, transform_sentences
 from ddpbench.strategies import REFERENCE  # the replicated strategy the others are measured against
 
 # The settings whose effect the answer states, with the value each is compared against
@@ -26,6 +29,7 @@ EFFECTS = (("precision", "fp32"), ("grad_accum", 1), ("compile", "none"))
 VERDICT_WORDS = {"A faster": "faster", "B faster": "slower", A.NO_DIFFERENCE: "no detectable difference",
                  A.EQUIVALENT: "equivalent", A.UNDECIDED: "undecided"}  # the last two: a design's verdicts
 NAMED = 8  # items a listing names before "and N more"
+MODE_AXES = A.MODE_AXES  # compile and activation_checkpointing: a peak's span never crosses them
 
 
 def mib(nbytes) -> str:
@@ -83,19 +87,28 @@ def _uneven(strategy: str, g: pd.DataFrame, p: float) -> str:
 
 
 def _peak(rows: pd.DataFrame, first: bool) -> str:
-    """'; its peak RSS 595–695 MiB against ddp's 579–630 MiB (medians; ...)' over the settings (why the
-    saving need not show in it: the `first` time only)."""
-    mine, ref = (pd.to_numeric(rows[c], errors="coerce").dropna() for c in ("peak_mib", "reference_peak_mib"))
-    if mine.empty or ref.empty:
+    """'; its peak RSS is 595–695 MiB against ddp's 579–630 MiB at compile=none, activation_checkpointing=none
+    (medians; ...)': over the settings of each compile and checkpointing mode, each named (a span never crosses
+    modes: a compiled cell's peak is not an eager one's); why the saving need not show in it: the `first` time only."""
+    modes = [c for c in MODE_AXES if c in rows]
+    clauses = []
+    groups = dict(list(rows.groupby([rows[c].astype(str) for c in modes], sort=True))) if modes else {(): rows}
+    for _, g in sorted(groups.items(), key=lambda kv: [(v != "none", v) for v in kv[0]]):  # eager first
+        mine, ref = (pd.to_numeric(g[c], errors="coerce").dropna() for c in ("peak_mib", "reference_peak_mib"))
+        if not (mine.empty or ref.empty):
+            at = modes_text(g.iloc[0])
+            clauses.append(f"{_range(mine, num)} MiB against {REFERENCE}'s {_range(ref, num)} MiB{f' at {at}' if at else ''}")
+    if not clauses:
         return ""
     kind = listing(sorted(set(rows["peak_kind"].astype(str)) - {""})) or "peak"
     why = (": the peak also holds the process, activations and communication buffers, so the saving need not show "
            "in it") if first else ""  # fmt: skip
-    return f"; its {kind} is {_range(mine, num)} MiB against {REFERENCE}'s {_range(ref, num)} MiB (medians over repeats{why})"
+    return f"; its {kind} is {listing(clauses, limit=len(clauses))} (medians over repeats{why})"
 
 
-def _saved(savings: pd.DataFrame) -> list[str]:
-    """Per sharded strategy: the memory it holds per rank against ddp's, which parts it shards, and the peaks."""
+def _saved(savings: pd.DataFrame, cols: list[str]) -> list[str]:
+    """Per sharded strategy: the memory it holds per rank against ddp's, which parts it shards (the same at
+    every setting of the grid's other axes, `cols`, where it is), and the peaks per mode."""
     found = []
     for strategy in [s for s in A.SHARDED if s in set(savings["strategy"])]:
         rows = savings[savings["strategy"] == strategy]
@@ -110,8 +123,9 @@ def _saved(savings: pd.DataFrame) -> list[str]:
                          + _uneven(strategy, g, p))  # fmt: skip
         same = all(g["held_bytes"].nunique() == 1 for _, g in rows.groupby("world_size"))
         shards = f"shards its {listing(parts)}" if parts else "shards nothing measurable here"
+        varied = [c for c in cols if c in rows and c not in ("strategy", "world_size") and rows[c].astype(str).nunique() > 1]
         found.append(f"{strategy} {shards}: " + "; ".join(per_p)
-                     + (", the same at every precision and grad_accum measured" if same and len(rows) > 1 else "")
+                     + (f", the same at every {listing(varied)} measured" if same and varied else "")
                      + _peak(rows, not found) + ".")  # fmt: skip
     return found
 
@@ -187,6 +201,13 @@ def _effect(effects: pd.DataFrame, axis: str, reference, cols: list[str]) -> str
     return text + "."
 
 
+def _setting_name(r, cols: list[str]) -> str:
+    """'fsdp (p=2, precision=fp32)': a cell by its strategy and the grid's other axes but the modes (the sentences
+    name those)."""
+    rest = ", ".join(f"{'p' if c == 'world_size' else c}={r[c]}" for c in cols if c not in ("strategy", *MODE_AXES))
+    return f"{r['strategy']} ({rest})" if rest else str(r["strategy"])
+
+
 def _twins(r, axis: str, cols: list[str]) -> tuple[dict, dict]:
     """An axis-effect row's cells: its own and its twin's (the axis at the reference value)."""
     values = {c: r[c] for c in cols if c in r}
@@ -225,7 +246,7 @@ def build(d: StudyData):
         found.append(f"No sharded strategy ({listing(list(A.SHARDED))}) ran beside {REFERENCE} at the same settings "
                      "here, so there is no saving to state.")  # fmt: skip
     else:
-        found += _saved(savings)
+        found += _saved(savings, cols)
         found += _costs(savings, [c for c in setting if c in A.varying(d.runs, A.axes(d.runs)) or c == "world_size"])
     for axis, reference in EFFECTS:
         if axis in cols:  # (a grid without the reference value has no twins: no sentence)
@@ -234,6 +255,8 @@ def build(d: StudyData):
             text = _effect(effects, axis, reference, cols)
             if text:
                 found.append(text)
+    compiled, checkpointed = transform_sentences(d.runs, d.cells, lambda r: _setting_name(r, cols), d.design_pair)
+    found += compiled + checkpointed
     note = ("Parameters, gradients, optimizer state and held (their sum): bytes one rank holds for training, counted "
             "from its own tensors (its shards; the largest rank's), in MiB (2^20 bytes), exact and the same in every "
             f"repeat; held vs {REFERENCE}: their ratio to {REFERENCE}'s at the same settings. Peak: the largest rank's "
