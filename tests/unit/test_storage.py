@@ -35,7 +35,7 @@ def test_explain_names_the_path_the_cause_the_free_space_and_what_to_do(tmp_path
 def test_a_failed_write_through_atomic_write_names_the_output_and_leaves_no_temporary(tmp_path, monkeypatch):
     real_replace = os.replace
 
-    def full(src, dst):
+    def full(src, dst, **dir_fds):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(safe_io.os, "replace", full)

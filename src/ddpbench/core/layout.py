@@ -45,6 +45,17 @@ def cell_of_run(run_dir: str | Path) -> str | None:
     return "/".join(parts[i + 1 : -1]) if i >= 0 and parts[i] == RUNS and i < len(parts) - 2 else None
 
 
+def results_of_run(path: str | Path) -> Path | None:
+    """The results folder of a path in or below a run folder (RESULTS/runs/<cell>/repeat~N/...):
+    where the safe writes anchor (core.safe_io), so no folder of the run tree is followed if a
+    link. None for a path of another shape."""
+    parts = Path(path).parts
+    for end in range(len(parts), 0, -1):
+        if parts[end - 1].startswith("repeat~") and (cell := cell_of_run(Path(*parts[:end]))) is not None:
+            return Path(*parts[: end - len(Path(cell).parts) - 2])
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class Layout:
     """The paths under one results folder (`results`, as configured, without a trailing slash)."""
