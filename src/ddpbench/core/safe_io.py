@@ -20,8 +20,8 @@ What it rules out:
   a FIFO, an old file) is removed and a file is created exclusively; appending keeps an
   existing file only when it is a regular file with no other link (st_nlink 1), checked on
   the open descriptor.
-- A results folder holding a symlinked folder: refused as a whole before the workflow
-  touches it (refuse_linked_folders).
+- A results folder holding a symlinked folder, or one the check cannot list: refused as a
+  whole before the workflow touches it (refuse_linked_folders).
 
 Reading: run_files() lists a run folder's files (steps_rank*.csv, summary.json) only when
 they are regular files that resolve inside that folder; a symlink leading out of the
@@ -309,12 +309,21 @@ def sha256_file(path: str | os.PathLike) -> str:
 
 def linked_folders(root: str | os.PathLike) -> list[pathlib.Path]:
     """The symlinks below `root` that lead to a folder, sorted (`root` itself may be one: the
-    user named it). Each would let a write, move or delete under `root` land outside it."""
+    user named it). Each would let a write, move or delete under `root` land outside it. A
+    folder that cannot be listed raises UnsafePathError: it could hide one."""
+
+    def unlistable(err: OSError) -> None:
+        if isinstance(err, FileNotFoundError):  # no results yet, or removed meanwhile
+            return
+        raise UnsafePathError(
+            f"refusing to use the results folder {root}: cannot list {err.filename} ({err.strerror}), so a symlinked "
+            "folder in it would go unseen; make it readable and searchable (chmod u+rx) or remove it, and run again"
+        )
+
     found = []
-    for folder, dirs, _files in os.walk(root):  # followlinks=False: a link is listed, never entered
+    for folder, dirs, _files in os.walk(root, onerror=unlistable):  # followlinks=False: a link is listed, never entered
         found += [pathlib.Path(folder, d) for d in dirs if os.path.islink(os.path.join(folder, d))]
     return sorted(found)
-
 
 def refuse_linked_folders(root: str | os.PathLike) -> None:
     """The results folder's one rule, checked before anything is written, moved or deleted under
