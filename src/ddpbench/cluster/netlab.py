@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ddpbench.results import progress
+from ddpbench.core import safe_io
 from ddpbench.core.run_output import write_json
 from ddpbench.core.run_record import EXTRA_BLOCK, read_summary
 
@@ -343,9 +344,8 @@ def run_on_nodes(
     try:
         for node in range(2):
             out = subprocess.DEVNULL
-            if log_dir is not None:
-                log_dir.mkdir(parents=True, exist_ok=True)
-                out = open(log_dir / f"node{node}.log", "w")
+            if log_dir is not None:  # a file of its own: a link planted at the name is removed, not written
+                out = safe_io.open_log(log_dir / f"node{node}.log", root=log_dir.parent)
                 logs.append(out)
             procs.append(
                 lab.popen(node, cmd_for_node(node), env=lab.node_env(node), stdout=out, stderr=subprocess.STDOUT)
@@ -406,7 +406,7 @@ def run_cell(
     set rate and the probe's achieved bandwidth under "extra"). Makes (and deletes) a lab
     unless one is given."""
     out = Path(out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    safe_io.make_dir(out)
     (out / "summary.json").unlink(missing_ok=True)  # an earlier attempt's must not pass
     own = lab is None
     lab = lab or TwoNodeLab()
@@ -448,7 +448,7 @@ def _tag_link(out: Path, link: Link, measured: dict | None = None) -> dict:
 def _write_failure(out: Path, link: Link, params, nproc_per_node: int, reason: str) -> dict:
     from ddpbench.core.run_output import write_failure
 
-    out.mkdir(parents=True, exist_ok=True)
+    safe_io.make_dir(out)
     write_failure(out, dataclasses.replace(params, link=link.name), nproc_per_node * 2, 2, "failed", reason[-2000:])
     return _tag_link(out, link)
 

@@ -280,14 +280,14 @@ def print_row(row: dict) -> None:
 def write_csv(path: str, rows: list[dict]) -> None:
     import csv
 
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", newline="") as fh:
+    from ddpbench.core import safe_io
+
+    # An unpredictable temporary, created exclusively, then moved in: no planted name is written
+    with safe_io.atomic_write(path, newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=CSV_COLUMNS)
         writer.writeheader()
         for row in rows:
             writer.writerow({k: (repr(v) if isinstance(v, float) else v) for k, v in row.items()})
-    os.replace(tmp, path)
 
 
 def parse_collectives(text: str) -> list[str]:

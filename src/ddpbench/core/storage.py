@@ -19,6 +19,8 @@ import sys
 from pathlib import Path
 from typing import Iterator, TextIO
 
+from ddpbench.core import safe_io
+
 # A write that failed because of where it writes, not what it writes: no space, a quota,
 # a read-only filesystem, no permission, a file-size limit (ulimit -f, some quotas).
 STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG})
@@ -105,8 +107,8 @@ def probe(folder: str | os.PathLike) -> str | None:
     folder = Path(folder)
     test = folder / f".ddpbench-probe-{secrets.token_hex(4)}"
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(test, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        safe_io.make_dir(folder)
+        fd = safe_io.open_fd(test, "w", perms=0o600)
         try:
             os.write(fd, b"\0" * PROBE_BYTES)  # no fsync: a run's fixed cost matters (close reports NFS errors)
         finally:
@@ -176,7 +178,7 @@ def output_to(log: Path | None) -> Iterator[Output]:
     terminal = os.fdopen(os.dup(sys.stdout.fileno()), "w")
     saved_err = os.dup(sys.stderr.fileno())
     try:
-        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = safe_io.open_fd(log, "w", perms=0o644)  # a new file: a planted link or hard link is not written
     except OSError as err:
         if not is_storage_error(err):
             raise

@@ -9,6 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ddpbench.core import safe_io
 from ddpbench.core.layout import Layout
 from ddpbench.plan import design
 from ddpbench.plan.study import Study
@@ -30,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     decision.write(args.out)
     progress.add_round(args.round + 2, decision.runs_next)
     line = design.round_line(decision)
-    args.log.write_text(line + "\n")
+    safe_io.atomic_write_text(args.log, line + "\n", root=args.results)  # no link below the results folder
     print(line, flush=True)
     return 0
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddpbench.core import storage
+from ddpbench.core import safe_io, storage
 
 # step, phases done in that step, pid, unix time, errno of a failed write (0: none), its path
 HEARTBEAT = struct.Struct("<qiidi228s")
@@ -64,7 +64,9 @@ class Heartbeat:
         self._pid = os.getpid()
         self.step, self.laps = SETUP, 0
         self._errno, self._path = 0, b""
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        # Opened once, a new file (a link planted at the name is removed, never written through);
+        # every beat after is a store into the mapped page
+        fd = safe_io.open_fd(path, "w+", perms=0o644)
         try:
             # Written, not truncated to size: on a full disk this raises ENOSPC here
             # instead of a SIGBUS at the first store into an unbacked page.

@@ -37,7 +37,7 @@ import torch
 import torch.distributed as dist
 
 from ddpbench import strategies
-from ddpbench.core import run_output, storage, sysinfo
+from ddpbench.core import run_output, safe_io, storage, sysinfo
 from ddpbench.core.params import CellParams
 from ddpbench.core.run_output import write_json
 from ddpbench.run import diagnose, faults
@@ -93,7 +93,7 @@ def run(params: CellParams, out: Path, dump_params: Path | None = None) -> int:
     t_start = time.perf_counter()
     marks = start_marks()
     ranks = Ranks.from_env()
-    out.mkdir(parents=True, exist_ok=True)
+    safe_io.make_dir(out)
     heartbeat = diagnose.Heartbeat(out / f"heartbeat_rank{ranks.rank}")  # where this rank is, should it fail
     cuda = params.device == "cuda"
     backend = params.process_group_backend
@@ -133,7 +133,7 @@ def run(params: CellParams, out: Path, dump_params: Path | None = None) -> int:
             tb += f"{storage.explain(err)}\n"
         print(tb, file=sys.stderr, flush=True)
         try:
-            (out / f"error_rank{ranks.rank}.txt").write_text(tb)
+            safe_io.atomic_write_text(out / f"error_rank{ranks.rank}.txt", tb)
             finish("failed", f"rank {ranks.rank}: {tb[-REASON_CHARS:]}")
         except OSError as again:
             if not storage.is_storage_error(again):
