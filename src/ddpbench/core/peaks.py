@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddpbench.core import sysinfo
+from ddpbench.core import safe_io, sysinfo
 
 
 @dataclass(frozen=True)
@@ -226,18 +226,8 @@ def host_key() -> bytes | None:
     None where it cannot be kept: then nothing kept is trusted and everything is measured again."""
     try:
         path = host_key_path()
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(secrets.token_bytes(32))
-            try:
-                os.link(tmp, path)  # whole or not at all; another process may have made it first
-            except FileExistsError:
-                pass
-            finally:
-                os.unlink(tmp)
+        if not path.exists():  # whole or not at all; another process may have made it first
+            safe_io.publish_once(path, secrets.token_bytes(32), perms=0o600)
         key = path.read_bytes()
     except (OSError, RuntimeError):  # RuntimeError: no home folder
         return None

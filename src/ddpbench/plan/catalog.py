@@ -26,6 +26,7 @@ import sys
 from typing import Any
 
 from ddpbench import REPO_ROOT
+from ddpbench.core import safe_io
 from ddpbench.core.params import IMAGE_MODELS, MODEL_FACTS, MODELS, REAL_TRAIN_SAMPLES, SEQUENTIAL_LAYERS, TOKEN_MODELS, CellParams
 from ddpbench.strategies import names as strategy_names, strategy_traits
 
@@ -315,9 +316,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--input goes with --model")
     catalog = build_catalog() if args.write else load()
     if args.write:
-        CATALOG_PATH.write_text(json.dumps(catalog, indent=1) + "\n")
+        safe_io.atomic_write_text(CATALOG_PATH, json.dumps(catalog, indent=1) + "\n")
         kept = hand_written(DOCS_PATH.read_text()) if DOCS_PATH.exists() else ""
-        DOCS_PATH.write_text(DOC_HEAD + markdown(catalog) + kept)
+        safe_io.atomic_write_text(DOCS_PATH, DOC_HEAD + markdown(catalog) + kept)
     print(json.dumps(catalog, indent=1) if args.json else markdown(catalog), end="")
     if args.world_size and not args.json:
         print("\n" + held_table(catalog, args.world_size, args.optimizer), end="")

@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from ddpbench import PACKAGE_DIR, REPO_ROOT
-from ddpbench.core import registry, study_config
+from ddpbench.core import registry, safe_io, study_config
 from ddpbench.core.params import CellParams, _base_type, _choices
 
 SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
@@ -576,8 +576,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     text = render_yaml()
     if args.write:
-        SCHEMA_PATH.parent.mkdir(parents=True, exist_ok=True)
-        SCHEMA_PATH.write_text(text)
+        safe_io.atomic_write_text(SCHEMA_PATH, text)
         return 0
     if not SCHEMA_PATH.exists() or SCHEMA_PATH.read_text() != text:
         print(f"{SCHEMA_PATH} is stale: run ddpbench config-schema --write", file=sys.stderr)

@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -43,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddpbench.core import run_record, sysinfo
+from ddpbench.core import run_record, safe_io, sysinfo
 
 PLAN_ENV = "DDPBENCH_PLAN_OUT"  # where the workflow writes its plan when asked (a dry run)
 
@@ -59,7 +58,7 @@ def write_plan(path: str | os.PathLike, results: str, runs: dict[str, dict[str, 
     """The workflow's plan: results folder and, per run folder, the parameters it runs with;
     for a sequential design, where its rounds stand (one line)."""
     plan = {"results": results, "runs": runs, **({"design": design} if design else {})}
-    Path(path).write_text(json.dumps(plan, sort_keys=True, default=str))
+    safe_io.atomic_write_text(path, json.dumps(plan, sort_keys=True, default=str))
 
 
 def current_environment() -> dict[str, Any]:
@@ -133,8 +132,7 @@ def supersede(stale: list[RunState], results: str, cwd: Path) -> Path:
     for s in stale:
         src = cwd / s.run_dir
         dst = root / Path(s.run_dir).relative_to(results)
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(src), str(dst))
+        safe_io.move(src, dst, root=cwd / results)  # no link followed below the results folder
     return root
 
 

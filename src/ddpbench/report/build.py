@@ -163,7 +163,7 @@ def start_tables(inp: Inputs, pool) -> dict:
 
 
 def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.Path = TEMPLATES) -> pathlib.Path:
-    out.mkdir(parents=True, exist_ok=True)
+    safe_io.make_dir(out)
     runs = inp.runs
     # No PDF, no PDF figures: at 8,100 runs they were a third of the report's time (report.tex
     # still compiles, saying where a figure was not drawn)

@@ -165,10 +165,9 @@ def compile_pdf(tex: pathlib.Path, timeout: int = 600, assets: Iterable[str] = (
     out, log = tex.parent, tex.with_suffix(".log")
     build = pathlib.Path(tempfile.mkdtemp(prefix="ddpbench-latex-"))
     try:
-        shutil.copyfile(tex, build / tex.name)
+        safe_io.atomic_copy(tex, build / tex.name, root=build)
         for rel in assets:
-            (build / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(out / rel, build / rel)
+            safe_io.atomic_copy(out / rel, build / rel, root=build)
         cmd = ["latexmk", "-norc", "-pdf", "-no-shell-escape", "-interaction=nonstopmode", "-halt-on-error",
                "-file-line-error", tex.name]  # fmt: skip
         try:

@@ -116,7 +116,7 @@ def heal(path: pathlib.Path) -> bool:
     workflow sees the run as not done and measures it again. The workflow calls this while
     planning, before Snakemake decides what to run; False if it could not be moved."""
     try:
-        os.replace(path, path.with_name(path.name + DAMAGED_SUFFIX))
+        safe_io.move(path, path.with_name(path.name + DAMAGED_SUFFIX))
     except FileNotFoundError:
         return True
     except OSError:

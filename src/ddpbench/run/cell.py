@@ -99,8 +99,8 @@ def execute(
         return None
     merge_start_marks(marks, result.payloads)
     if dump_params is not None:
-        dump_params.parent.mkdir(parents=True, exist_ok=True)
-        torch.save({k: v.detach().cpu() for k, v in result.bare.state_dict().items()}, dump_params)
+        with safe_io.atomic_write(dump_params, "wb") as handle:
+            torch.save({k: v.detach().cpu() for k, v in result.bare.state_dict().items()}, handle)
     stats = summary_metrics(cell, run, result, params, out, t_start)
     extra = summary_extra(cell, run, result, stats, params, ranks, device, threads, forked_from_threads)
     reason = "" if stats["timed_steps"] else "no timed steps: total steps <= 1 + warmup_steps"

@@ -248,7 +248,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-root", default="data")
     parser.add_argument("--image-size", type=int, default=160)
     args = parser.parse_args(argv)
-    Path(args.data_root).mkdir(parents=True, exist_ok=True)
+    from ddpbench.core import safe_io
+
+    safe_io.make_dir(args.data_root)
     train, test, shape = _torchvision(args.dataset, args.data_root, args.image_size, download=True)
     print(f"{args.dataset}: {len(train)} train, {len(test)} test samples of shape {shape} in {args.data_root}")
     return 0

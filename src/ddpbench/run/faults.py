@@ -72,7 +72,9 @@ def slow_seconds(amount: int | str, last_step_s: float) -> float:
 def inject(kind: str, rank: int, step: int) -> None:
     """Cause fault `kind` now (every kind but `fill` ends in an exception or the rank's death)."""
     if kind == "fill":
-        with open(os.environ["DDPBENCH_FILL"], "ab", buffering=0) as filler:
+        from ddpbench.core import safe_io
+
+        with os.fdopen(safe_io.open_fd(os.environ["DDPBENCH_FILL"], "a"), "ab", buffering=0) as filler:
             with contextlib.suppress(OSError):  # ENOSPC: the disk is full
                 while True:
                     filler.write(b"\0" * 4096)
@@ -100,6 +102,7 @@ def pause_point(who: str | int, moment: str, out: Path) -> None:
     """If DDPBENCH_INJECT is "pause:WHO:MOMENT": mark out/paused_WHO_MOMENT (the test's cue)
     and sleep until a signal ends the process. Else nothing."""
     if os.environ.get("DDPBENCH_INJECT") == f"pause:{who}:{moment}" and not refusal():
-        out.mkdir(parents=True, exist_ok=True)
-        (out / f"paused_{who}_{moment}").touch()
+        from ddpbench.core import safe_io
+
+        safe_io.atomic_write_text(out / f"paused_{who}_{moment}", "")
         time.sleep(10**6)

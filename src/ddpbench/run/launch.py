@@ -219,7 +219,7 @@ def publish(args: argparse.Namespace, out: Path, summary: dict) -> None:
         if not storage.is_storage_error(err):
             raise
         if ranks_path.exists():
-            os.replace(ranks_path, out / "summary.json")
+            safe_io.move(ranks_path, out / "summary.json")
         elif not (out / "summary.json").exists():
             raise
         print(f"[ddpbench] warning: {out}: the launcher's timeline was not added ({err})", file=sys.stderr)
@@ -288,7 +288,7 @@ def skip(args: argparse.Namespace, params: CellParams, reason: str, threads: int
     if args.node_rank != 0:
         args.output.say(f"[ddpbench] {out} (node {args.node_rank}): skipped ({reason})")
         return 0
-    out.mkdir(parents=True, exist_ok=True)
+    safe_io.make_dir(out)
     clear_earlier_attempt(out)
     world = args.nproc_per_node * args.nnodes
     publish(args, out, failure_summary(params, world, args.nnodes, "skipped", reason, threads, args.command))
@@ -300,7 +300,7 @@ def across_slurm_nodes(args: argparse.Namespace, params: CellParams, argv: list[
     from ddpbench.cluster import slurm
 
     out: Path = args.out
-    out.mkdir(parents=True, exist_ok=True)
+    safe_io.make_dir(out)
     (out / "summary.json").unlink(missing_ok=True)
     try:
         rc = slurm.run_across_nodes(
