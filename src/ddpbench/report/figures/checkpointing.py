@@ -12,14 +12,13 @@ equal) was measured are drawn. Drawn where the grid varies activation_checkpoint
 
 from __future__ import annotations
 
-import matplotlib.collections
 import numpy as np
 import pandas as pd
 
 from ddpbench import analysis as A
 from ddpbench.report.figures.layout import (MAX_LEGEND, MAX_PANELS, MAX_SERIES, TITLES, balanced_chunks, by_panel,
                                             panel_label, small_multiples, thin_panels)  # fmt: skip
-from ddpbench.report.figures.marks import add_unscaled, hbars, level_note
+from ddpbench.report.figures.marks import hbar_intervals, hbars, level_note
 from ddpbench.report.figures.style import strategy_label, strategy_order, strategy_style, text
 from ddpbench.report.figures.tables import Data
 
@@ -64,12 +63,7 @@ def _draw(ax, g: pd.DataFrame, m: str) -> None:
     for setting in dict.fromkeys(g[AXIS].astype(str)):  # the settings' key: white bars of no width, hatched
         hatch = HATCHES.get(setting, "..")
         hbars(ax, [0], [0.0], [0.0], facecolor="white", edgecolor="black", hatch=hatch or "", label=_setting_label(setting))
-    lo, hi = g[f"{m}_ci_low"].to_numpy(float), g[f"{m}_ci_high"].to_numpy(float)
-    ok = np.isfinite(lo) & np.isfinite(hi)
-    pos = np.arange(len(g))
-    if ok.any():
-        ends = np.stack([np.column_stack([lo[ok], pos[ok]]), np.column_stack([hi[ok], pos[ok]])], axis=1)
-        add_unscaled(ax, matplotlib.collections.LineCollection(ends, colors="black", linewidths=1.2), ends)
+    hbar_intervals(ax, g[f"{m}_ci_low"], g[f"{m}_ci_high"])
     _rows(ax, g)
 
 

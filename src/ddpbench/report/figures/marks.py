@@ -65,6 +65,16 @@ def hbars(ax, pos, width, left, height=0.7, **style):
     add_unscaled(ax, matplotlib.collections.PolyCollection(boxes, linewidths=0.8 if "hatch" in style else 0, **style), boxes)
 
 
+def hbar_intervals(ax, lo, hi) -> None:
+    """The intervals of horizontal bars 0, 1, ... (lo, hi per bar; NaN: none) as one collection of
+    black whiskers across each bar."""
+    lo, hi = np.asarray(lo, float), np.asarray(hi, float)
+    ok, pos = np.isfinite(lo) & np.isfinite(hi), np.arange(len(lo))
+    if ok.any():
+        ends = np.stack([np.column_stack([lo[ok], pos[ok]]), np.column_stack([hi[ok], pos[ok]])], axis=1)
+        add_unscaled(ax, matplotlib.collections.LineCollection(ends, colors="black", linewidths=1.2), ends)
+
+
 def strategy_series(ax, g: pd.DataFrame, chunk: list, strategies: pd.Series, x: str, m: str) -> None:
     """One line per strategy of `chunk`: `m` against the numeric column `x` (log scale, neighbours
     dodged apart), with its interval where the frame has one."""

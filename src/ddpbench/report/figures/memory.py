@@ -11,14 +11,13 @@ are recorded in). Drawn when the cells carry the held bytes (runs that counted t
 
 from __future__ import annotations
 
-import matplotlib.collections
 import numpy as np
 import pandas as pd
 
 from ddpbench import analysis as A
 from ddpbench.report.figures.layout import (MAX_LEGEND, MAX_PANELS, MAX_SERIES, TITLES, balanced_chunks, by_panel,
                                             panel_label, small_multiples, thin_panels)  # fmt: skip
-from ddpbench.report.figures.marks import add_unscaled, hbars, level_note, strategy_rows
+from ddpbench.report.figures.marks import hbar_intervals, hbars, level_note, strategy_rows
 from ddpbench.report.figures.style import strategy_label, strategy_order, strategy_style
 from ddpbench.report.figures.tables import Data
 from ddpbench.strategies import REFERENCE
@@ -51,12 +50,7 @@ def _draw_peak(ax, g: pd.DataFrame) -> None:
     for i, (s, v) in enumerate(zip(g["_strategy"], val)):
         if np.isfinite(v):
             hbars(ax, [i], [v], [0.0], facecolor=strategy_style(s)["color"], label=strategy_label(s))
-    lo, hi = g["peak_ci_low"].to_numpy(float), g["peak_ci_high"].to_numpy(float)
-    ok = np.isfinite(lo) & np.isfinite(hi)
-    pos = np.arange(len(g))
-    if ok.any():
-        ends = np.stack([np.column_stack([lo[ok], pos[ok]]), np.column_stack([hi[ok], pos[ok]])], axis=1)
-        add_unscaled(ax, matplotlib.collections.LineCollection(ends, colors="black", linewidths=1.2), ends)
+    hbar_intervals(ax, g["peak_ci_low"], g["peak_ci_high"])
     strategy_rows(ax, g)
 
 

@@ -8,14 +8,13 @@ request (kinds.ON_REQUEST).
 
 from __future__ import annotations
 
-import matplotlib.collections
 import numpy as np
 import pandas as pd
 
 from ddpbench import analysis as A
 from ddpbench.report.figures.layout import (MAX_LEGEND, MAX_PANELS, MAX_SERIES, TITLES, balanced_chunks, by_panel,
                                             floor_at_zero, panel_label, small_multiples, thin_panels)  # fmt: skip
-from ddpbench.report.figures.marks import add_unscaled, draw_series, hbars, strategy_rows
+from ddpbench.report.figures.marks import hbar_intervals, draw_series, hbars, strategy_rows
 from ddpbench.report.figures.style import ordered_colors, strategy_label, strategy_order, strategy_style, text
 from ddpbench.report.figures.tables import Data
 
@@ -168,15 +167,10 @@ def fig_strategy_bars(d: Data):
     def draw(ax, payload):
         g, m = payload
         ax.set_xlabel(dict(metrics)[m])
-        pos = np.arange(len(g))
         for i, (s, val) in enumerate(zip(g["_strategy"], g[m].to_numpy(float))):
             if np.isfinite(val):
                 hbars(ax, [i], [val], [0.0], facecolor=strategy_style(s)["color"], label=strategy_label(s))
-        lo, hi = g[f"{m}_ci_low"].to_numpy(float), g[f"{m}_ci_high"].to_numpy(float)
-        ok = np.isfinite(lo) & np.isfinite(hi)
-        if ok.any():
-            ends = np.stack([np.column_stack([lo[ok], pos[ok]]), np.column_stack([hi[ok], pos[ok]])], axis=1)
-            add_unscaled(ax, matplotlib.collections.LineCollection(ends, colors="black", linewidths=1.2), ends)
+        hbar_intervals(ax, g[f"{m}_ci_low"], g[f"{m}_ci_high"])
         strategy_rows(ax, g)
 
     out = []
