@@ -9,9 +9,10 @@ What it rules out:
 - A link followed at any folder: the folder a file goes into is reached from its anchor one
   component at a time (openat with O_NOFOLLOW|O_DIRECTORY), so a symlinked folder below the
   anchor, planted before or after any check, raises UnsafePathError naming it. The anchor is
-  the results folder for a path in a run folder (RESULTS/runs/<cell>/repeat~N/..., see
-  layout.results_of_run), the `root` a caller names, else the folder holding the file: a
-  link in the path the user typed down to there is the user's choice.
+  the highest folder holding the path of: the `root` a caller names, the results folder its
+  command was told (anchor_writes_at: `--results`), the results folder of a path in a run folder
+  (RESULTS/runs/<cell>/repeat~N/..., see layout.results_of_run); else the folder holding the
+  file: a link in the path the user typed down to the anchor is the user's choice.
 - A link or a hard link written through at the file's own name: an output is written to a
   fresh, unpredictably named temporary (O_CREAT|O_EXCL|O_NOFOLLOW) and moved over the name
   (atomic_write: a symlink or hard link planted there is replaced, its target untouched; a
@@ -71,13 +72,36 @@ def _absolute(path: str | os.PathLike) -> pathlib.Path:
     return pathlib.Path(os.path.abspath(path))
 
 
+# The results folders this process was told it writes under (anchor_writes_at), innermost last.
+_DECLARED: list[pathlib.Path] = []
+
+
+@contextlib.contextmanager
+def anchor_writes_at(results: str | os.PathLike | None) -> Iterator[None]:
+    """Within: every write of this process (and of the workers it forks) to a path below `results`
+    anchors at `results`, as with root=results. A command told its results folder (`--results`)
+    says so once: the report alone writes from a dozen functions, some in forked workers, and none
+    of them, nor the next one added, follows a folder of the results folder (aggregate/, report/,
+    logs/, design/, ...) replaced by a link while it runs. None declares nothing."""
+    if results is None:
+        yield
+        return
+    _DECLARED.append(_absolute(results))
+    try:
+        yield
+    finally:
+        _DECLARED.pop()
+
+
 def _anchor(path: pathlib.Path, root: str | os.PathLike | None) -> pathlib.Path:
-    """The folder below which nothing is followed when `path` (absolute) is written: `root` when
-    the path lies in it, else as the module's note says."""
-    if root is not None and (path == _absolute(root) or path.is_relative_to(_absolute(root))):
-        return _absolute(root)
+    """The folder below which nothing is followed when `path` (absolute) is written: the highest
+    of `root`, the declared results folders and a run path's results folder that holds it (the
+    most checked), else the file's own folder."""
+    candidates = [_absolute(r) for r in (root, *_DECLARED) if r is not None]
     results = layout.results_of_run(path)
-    return results if results is not None else path.parent
+    candidates += [results] if results is not None else []
+    holding = [c for c in candidates if path == c or path.is_relative_to(c)]
+    return min(holding, key=lambda c: len(c.parts)) if holding else path.parent
 
 
 def _named(err: OSError, where: str | os.PathLike) -> OSError:
@@ -256,6 +280,22 @@ def move(src: str | os.PathLike, dst: str | os.PathLike, *, root: str | os.PathL
             os.replace(full_src.name, full_dst.name, src_dir_fd=source, dst_dir_fd=target)
         except OSError as err:
             raise _named(err, src) from err
+
+
+def remove(path: str | os.PathLike, *, root: str | os.PathLike | None = None) -> bool:
+    """Remove the file at `path` (only that name: a link there goes, never its target), its folder
+    reached from the anchor as for a write, so a linked folder never makes it remove someone else's
+    file; False when there was nothing to remove."""
+    full = _absolute(path)
+    try:
+        with _parent(full, root, path, create=False) as folder:
+            try:
+                os.unlink(full.name, dir_fd=folder)
+            except OSError as err:
+                raise _named(err, path) from err
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def publish_once(path: str | os.PathLike, data: bytes, *, perms: int = 0o600) -> bool:
