@@ -2,7 +2,8 @@
 # summary paths go through stdin (printf is a shell builtin), so grids of any size fit.
 # A damaged run (unreadable summary, missing step files) is a failed row naming it; the
 # next workflow run measures it again (plan.smk: heal_damaged_runs).
-# --log: output to the log, the result line (or a full disk's explanation) to the terminal.
+# --log: output to the log, the result line (or a full disk's explanation) to the terminal;
+# --results: no folder below the results folder is followed if a link (docs/security.md).
 
 
 rule aggregate:
@@ -17,6 +18,8 @@ rule aggregate:
         "../../envs/ddpbench.yaml"
     container:
         image_for_host()
+    params:
+        results=subpath(output.runs, ancestor=2),
     shell:
         "printf '%s\\n' {input.summaries:q} | python -m ddpbench aggregate --summaries-from -"
-        " --runs {output.runs:q} --steps {output.steps:q} --log {log:q}"
+        " --runs {output.runs:q} --steps {output.steps:q} --log {log:q} --results {params.results:q}"

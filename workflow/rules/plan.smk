@@ -111,19 +111,20 @@ def start_progress():
     from the plan's own estimate of a run (print_plan's) at first."""
     round_ = len(decisions_on_disk(LAYOUT)) + 1 if STUDY.sequential else None
     per_run = PLAN_ESTIMATE[0].per_run_s if PLAN_ESTIMATE else None
-    progress.start(Path(LAYOUT.progress), runs_to_measure(), round_, per_run)
+    progress.start(
+        Path(LAYOUT.progress), runs_to_measure(), round_, per_run, root=RESULTS
+    )
 
 
 def record_invocation():
     """Save the merged config as RESULTS/config.yaml and append the command line, time and
     code fingerprint to RESULTS/invocations.log (onstart: real runs only, never dry runs).
     """
-    Path(RESULTS).mkdir(parents=True, exist_ok=True)
     atomic_write_text(
-        Path(LAYOUT.config), yaml.safe_dump(dict(config), sort_keys=False)
+        Path(LAYOUT.config), yaml.safe_dump(dict(config), sort_keys=False), root=RESULTS
     )
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    with open_log(Path(LAYOUT.invocations), "a") as log:
+    with open_log(Path(LAYOUT.invocations), "a", root=RESULTS) as log:
         log.write(f"{stamp}\t{code_fingerprint()}\t{shlex.join(sys.argv)}\n")
 
 
@@ -198,9 +199,11 @@ PLAN_FILE = LAYOUT.plan_file
 
 
 def save_plan():
-    """onstart: the plan the report repeats after its findings."""
-    Path(PLAN_FILE).parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(Path(PLAN_FILE), "".join(f"{line}\n" for line in PLAN_LINES))
+    """onstart: the plan the report repeats after its findings (its folders made from the
+    results folder down, none followed if a link planted since the start's check)."""
+    atomic_write_text(
+        Path(PLAN_FILE), "".join(f"{line}\n" for line in PLAN_LINES), root=RESULTS
+    )
 
 
 class ErrorRecords(logging.Handler):

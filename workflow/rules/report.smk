@@ -1,7 +1,8 @@
 # Statistics, scaling-law fits, figures and the HTML/LaTeX report from the tidy tables.
 # Every output registered with report() appears in `snakemake --report report.html`;
 # to add one: one line here and its caption in report/captions/. --log: output to the
-# log, the report's path (or a full disk's explanation) to the terminal.
+# log, the report's path (or a full disk's explanation) to the terminal. --results: no
+# folder below the results folder is followed if a link (docs/security.md).
 
 
 rule report:
@@ -73,11 +74,12 @@ rule report:
         design=lambda wildcards, input: (
             f"--design {shlex.quote(input.design[0])}" if input.design else ""
         ),
+        results=subpath(output.html, ancestor=2),
     shell:
         "python -m ddpbench report --runs {input.runs:q} --steps {input.steps:q}"
         " --baseline-strategy {params.baseline_strategy:q} --max-rel-ci {params.max_rel_ci}"
         " --out {params.out_dir:q} --plan {params.plan:q} --log {log:q} {params.compare_to} {params.study}"
-        " {params.design} {params.pdf}"
+        " {params.design} {params.pdf} --results {params.results:q}"
 
 
 # `snakemake archive`: the whole study in one file (runs, tables, report, config, lock)
@@ -97,4 +99,4 @@ rule archive:
     params:
         results=subpath(input.runs, ancestor=2),
     shell:
-        "python -m ddpbench archive --results {params.results:q} --out {output:q} > {log:q} 2>&1"
+        "python -m ddpbench archive --results {params.results:q} --out {output:q} --log {log:q}"

@@ -54,8 +54,11 @@ rule prepare_data:
     params:
         root=data_root(),
         image_size=largest_image_size(),
+        results=subpath(output.record, ancestor=2),
     shell:
         # The harness's one downloading entry point (torchvision's layout under
         # data_root); its one-line record of what is there is this rule's output.
+        # No shell redirection: the verb writes record and log without following a link.
         "python -m ddpbench data --dataset {wildcards.dataset:q} --data-root {params.root:q}"
-        " --image-size {params.image_size} > {output.record:q} 2> {log:q}"
+        " --image-size {params.image_size} --record {output.record:q} --log {log:q}"
+        " --results {params.results:q}"

@@ -28,10 +28,11 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"{Layout.of(args.results).config}: repeats is not until_decided")
     summaries = [line for line in sys.stdin.read().splitlines() if line]
     decision = study.decide(args.round, summaries)
-    decision.write(args.out)
-    progress.add_round(args.round + 2, decision.runs_next)
-    line = design.round_line(decision)
-    safe_io.atomic_write_text(args.log, line + "\n", root=args.results)  # no link below the results folder
+    with safe_io.anchor_writes_at(args.results):  # the decision, the progress count and the log: no link below it
+        decision.write(args.out)
+        progress.add_round(args.round + 2, decision.runs_next)
+        line = design.round_line(decision)
+        safe_io.atomic_write_text(args.log, line + "\n")
     print(line, flush=True)
     return 0
 

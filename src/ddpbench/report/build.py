@@ -300,10 +300,13 @@ def main(argv: list[str] | None = None) -> int:
                          "budget follow the findings")
     ap.add_argument("--plan", type=pathlib.Path,
                     help="the workflow's plan (its `ddpbench plan:` lines, one a line), shown after the findings")
+    ap.add_argument("--results", type=pathlib.Path,
+                    help="the results folder --out and --log lie in (the workflow's): no folder below it is "
+                         "followed if it is a link, whenever it was planted")  # fmt: skip
     args = ap.parse_args(argv)
     if bool(args.runs) == bool(args.archive):
         ap.error("give either --runs or --from ARCHIVE")
-    with storage.output_to(args.log) as output:
+    with safe_io.anchor_writes_at(args.results), storage.output_to(args.log) as output:
         args.output = output
         try:
             if args.archive:

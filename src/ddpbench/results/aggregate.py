@@ -223,7 +223,7 @@ def write_profiles(rows: list[dict[str, Any]], path: pathlib.Path) -> int:
     count. Without any profiled run no table is written and a stale one is removed."""
     found = [(row, f) for row in rows for f in safe_io.run_files(pathlib.Path(row["run_dir"]), "profile.csv")]
     if not found:
-        path.unlink(missing_ok=True)
+        safe_io.remove(path)  # (a linked folder never makes it remove someone else's file)
         return 0
     count = 0
     with safe_io.atomic_write(path, newline="") as handle:
@@ -273,8 +273,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", required=True, help="steps.csv to write")
     parser.add_argument("--profile", help="profile.csv to write when some run was profiled (default: beside --runs)")
     parser.add_argument("--log", type=pathlib.Path, help="write the output here; only the result line goes to stdout")
+    parser.add_argument("--results", type=pathlib.Path,
+                        help="the results folder the tables and the log lie in (the workflow's): no folder below it "
+                             "is followed if it is a link, whenever it was planted")  # fmt: skip
     args = parser.parse_args(argv)
-    with storage.output_to(args.log) as output:
+    with safe_io.anchor_writes_at(args.results), storage.output_to(args.log) as output:
         summaries = list(args.summaries)
         if args.summaries_from:
             summaries += list(_read_list(args.summaries_from))

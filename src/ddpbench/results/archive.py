@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from ddpbench.core import layout, safe_io, sysinfo
+from ddpbench.core import layout, safe_io, storage, sysinfo
 
 RUN_FILES = (layout.SUMMARY, "steps_rank*.csv", "train.log", "error_rank*.txt")
 STUDY_FILES = (layout.CONFIG, layout.INVOCATIONS, layout.RUNS_TABLE, layout.STEPS_TABLE)
@@ -131,11 +131,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ddpbench archive", description=__doc__.splitlines()[0])
     parser.add_argument("--results", type=Path, default=Path("results"), help="the study's results folder")
     parser.add_argument("--out", type=Path, help="archive to write (default: RESULTS.tar.gz beside the folder)")
+    parser.add_argument("--log", type=Path, help="write the output here (a log below RESULTS follows no link there)")
     args = parser.parse_args(argv)
     out = args.out or args.results.resolve().with_name(args.results.resolve().name + ".tar.gz")
-    manifest = write_archive(args.results, out)
-    size = out.stat().st_size / 2**20
-    print(f"[ddpbench] archive: {len(manifest['files'])} files of {args.results} -> {out} ({size:.1f} MiB)")
+    with safe_io.anchor_writes_at(args.results), storage.output_to(args.log) as output:
+        manifest = write_archive(args.results, out)
+        size = out.stat().st_size / 2**20
+        output.say(f"[ddpbench] archive: {len(manifest['files'])} files of {args.results} -> {out} ({size:.1f} MiB)")
     return 0
 
 

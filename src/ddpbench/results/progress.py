@@ -26,16 +26,19 @@ ENV = "DDPBENCH_PROGRESS"
 PRIOR_RUNS = 2
 
 
-def start(path: Path, total: int, round_: int | None = None, per_run_s: float | None = None) -> None:
+def start(path: Path, total: int, round_: int | None = None, per_run_s: float | None = None,
+          root: str | os.PathLike | None = None) -> None:  # fmt: skip
     """A new workflow run: `total` runs to measure (a sequential design's: in its round `round_`),
-    each about `per_run_s` by the plan's estimate (None: none; the spans measured alone)."""
+    each about `per_run_s` by the plan's estimate (None: none; the spans measured alone). `root`:
+    the results folder (no folder below it followed if a link; the launchers and `decide` that
+    update the files later say theirs with safe_io.anchor_writes_at)."""
     from ddpbench.core import safe_io
 
     state = {"started": time.time(), "total": total, **({"round": round_} if round_ else {})}
     if per_run_s is not None and per_run_s > 0:
         state["per_run_s"] = float(per_run_s)
-    safe_io.atomic_write_text(path, json.dumps(state) + "\n")
-    path.with_suffix(".log").unlink(missing_ok=True)
+    safe_io.atomic_write_text(path, json.dumps(state) + "\n", root=root)
+    safe_io.remove(path.with_suffix(".log"), root=root)
     os.environ[ENV] = str(path)
 
 

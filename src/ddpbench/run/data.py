@@ -247,12 +247,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dataset", required=True, choices=sorted(_NORMALIZE))
     parser.add_argument("--data-root", default="data")
     parser.add_argument("--image-size", type=int, default=160)
+    parser.add_argument("--record", type=Path, help="also write the result line here (the workflow's marker)")
+    parser.add_argument("--log", type=Path, help="write the output here; only the result line goes to stdout")
+    parser.add_argument("--results", type=Path,
+                        help="the results folder --record and --log lie in (the workflow's): no folder below it is "
+                             "followed if it is a link, whenever it was planted")  # fmt: skip
     args = parser.parse_args(argv)
-    from ddpbench.core import safe_io
+    from ddpbench.core import safe_io, storage
 
-    safe_io.make_dir(args.data_root)
-    train, test, shape = _torchvision(args.dataset, args.data_root, args.image_size, download=True)
-    print(f"{args.dataset}: {len(train)} train, {len(test)} test samples of shape {shape} in {args.data_root}")
+    with safe_io.anchor_writes_at(args.results), storage.output_to(args.log) as output:
+        safe_io.make_dir(args.data_root)
+        train, test, shape = _torchvision(args.dataset, args.data_root, args.image_size, download=True)
+        line = f"{args.dataset}: {len(train)} train, {len(test)} test samples of shape {shape} in {args.data_root}"
+        if args.record:
+            safe_io.atomic_write_text(args.record, line + "\n")
+        output.say(line)
     return 0
 
 

@@ -267,24 +267,24 @@ def cached_peak(results: Path, device: torch.device, precision: str) -> dict[str
     kept = peaks.most_measured(here, hosts)
     marker = host_path.with_suffix(".busy-probe") if host_path is not None else None
     if kept is not None and (peaks.settled(kept) or not quiet_probe(device.type, marker)):
-        return {**kept, **_kept_at(path, where, kept, here), "cached": True}
+        return {**kept, **_kept_at(path, where, kept, here, results), "cached": True}
     found = {"host": host, "device": name, "precision": precision, **matmul_peak(device, precision)}
     keep = peaks.better_peak(kept, found)
     record = {**keep, "quiet_measurements": peaks.quiet_count(kept) + peaks.quiet_count(found)}
     used = {"cached": keep is kept, **({"remeasured": True} if kept is not None else {})}
     if host_path is not None:
-        _kept_at(host_path, "", record, hosts)  # (a failure there loses only the host's copy)
-    return {**record, **_kept_at(path, where, record, here), **used}
+        _kept_at(host_path, "", record, hosts, shared)  # (a failure there loses only the host's copy)
+    return {**record, **_kept_at(path, where, record, here, results), **used}
 
 
-def _kept_at(path: Path, where: str, record: dict[str, Any], there: dict[str, Any] | None) -> dict[str, Any]:
+def _kept_at(path: Path, where: str, record: dict[str, Any], there: dict[str, Any] | None, root: Path) -> dict[str, Any]:
     """Keep `record` in `path` (signed, atomically) unless it holds it already (`there`): {"file": where},
-    or {"file": None, "not_kept": why} where it cannot be written."""
+    or {"file": None, "not_kept": why} where it cannot be written. `root`: the results folder (or the
+    host's) that `path` lies in: a peaks/ replaced by a link there since the workflow's check is refused."""
     if record == there:
         return {"file": where}
     try:
-        safe_io.real_dir(path.parent)
-        safe_io.atomic_write_text(path, json.dumps(peaks.signed(record), indent=1) + "\n")
+        safe_io.atomic_write_text(path, json.dumps(peaks.signed(record), indent=1) + "\n", root=root)
     except OSError as err:
         return {"file": None, "not_kept": f"{type(err).__name__}: {err}"}
     return {"file": where}
@@ -321,11 +321,12 @@ def cached_count(results: Path, key: dict[str, Any], count) -> dict[str, Any]:
         value = _kept_count(source, key) if source is not None else None
         if value is not None:
             kept = {**record, "flops_per_sample": value}
-            return {"flops_per_sample": value, **_kept_at(path, where, kept, kept if source == path else None), "cached": True}
+            kept_here = _kept_at(path, where, kept, kept if source == path else None, results)
+            return {"flops_per_sample": value, **kept_here, "cached": True}
     record["flops_per_sample"] = float(count())
     if host_path is not None:
-        _kept_at(host_path, "", record, None)
-    return {"flops_per_sample": record["flops_per_sample"], **_kept_at(path, where, record, None), "cached": False}
+        _kept_at(host_path, "", record, None, shared)
+    return {"flops_per_sample": record["flops_per_sample"], **_kept_at(path, where, record, None, results), "cached": False}
 
 
 def _kept_count(path: Path, key: dict[str, Any]) -> float | None:

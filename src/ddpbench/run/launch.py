@@ -43,7 +43,7 @@ from pathlib import Path
 
 from ddpbench.run import diagnose, faults, rendezvous, session
 from ddpbench.results import progress
-from ddpbench.core import safe_io, storage, sysinfo
+from ddpbench.core import layout, safe_io, storage, sysinfo
 from ddpbench.core.params import NO_LINK, CellParams
 from ddpbench.core.run_output import RANKS_SUMMARY, failure_summary, write_failure
 from ddpbench.core.run_record import read_summary
@@ -96,7 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.stop_with_parent:
         signal.signal(signal.SIGTERM, _terminated)
         session.die_with_parent()
-    with storage.output_to(args.log) as output:
+    # The run folder's results folder (layout.results_of_run; None for a run folder of another
+    # shape): its log (RESULTS/logs/train/...) and the progress files follow no link below it.
+    with safe_io.anchor_writes_at(layout.results_of_run(args.out)), storage.output_to(args.log) as output:
         args.output = output
         try:
             return launch(args, params)
