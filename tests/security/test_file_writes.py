@@ -10,7 +10,11 @@ planted symlink or hard link pointed at left untouched.
 - a folder in a run's path replaced by a link after the workflow's check (no folder below the
   results folder is followed);
 - refuse_linked_folders' walk skipped a folder it could not list: as a non-root user, a
-  mode-0311 runs/ holding a linked folder passed the check.
+  mode-0311 runs/ holding a linked folder passed the check;
+- a top-level folder of the results folder (aggregate/, report/, logs/, design/, data/, peaks/)
+  replaced by a link after that check: the writers outside run folders anchored at the file's own
+  folder (aggregate, report, archive, decide, the progress files, the launcher's log, prepare_data's
+  record and log, a kept FLOP count); told the results folder, each refuses.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import io
 import json
 import os
 import pwd
+import re
 import shutil
 import subprocess
 import sys
@@ -306,3 +311,209 @@ def test_a_listable_results_folder_with_a_linked_folder_is_still_refused(tmp_pat
     with pytest.raises(safe_io.UnsafePathError, match="runs/a~1"):
         safe_io.refuse_linked_folders(tmp_path / "results")
     safe_io.refuse_linked_folders(tmp_path / "nothing yet")  # a results folder not made yet: nothing to check
+
+
+# -- a top-level folder of the results folder linked after the workflow's check ------------------
+# The workflow checks the results folder once, at its start (refuse_linked_folders); each writer
+# below runs later, with aggregate/, report/, logs/, design/, data/ or peaks/ replaced by a link
+# meanwhile. Told the results folder (--results, or the run folder's), each refuses, naming the
+# link, and the victim folder keeps what it held (before: written, truncated or removed there).
+
+
+def linked(results: Path, folder: str, files: dict[str, str] | None = None) -> Path:
+    """`results/folder` replaced by a link to a victim folder holding `files` (name: text); the victim."""
+    victim = results.parent / f"victim-{folder}"
+    victim.mkdir()
+    for name, text in (files or {}).items():
+        (victim / name).write_text(text)
+    results.mkdir(parents=True, exist_ok=True)
+    if (results / folder).exists():
+        (results / folder).rename(results / f"{folder}.before")
+    (results / folder).symlink_to(victim, target_is_directory=True)
+    return victim
+
+
+def snapshot(folder: Path) -> dict[str, bytes | None]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() if p.is_file() else None for p in sorted(folder.rglob("*"))}
+
+
+def refused(results: Path, folder: str) -> str:
+    """The UnsafePathError's text naming the linked folder (pytest.raises' match)."""
+    return f"{re.escape(str(results / folder))} is a symlink"
+
+
+PROGRESS = {"progress.json": json.dumps({"started": 0.0, "total": 3}) + "\n", "progress.log": "1.0\tan earlier run\n"}
+
+
+@pytest.mark.parametrize("folder", ["aggregate", "logs"])
+def test_aggregate_follows_no_folder_of_the_results_folder_linked_after_the_check(tmp_path, folder):
+    from ddpbench.results import aggregate
+
+    results = tmp_path / "results"
+    (results / "logs").mkdir(parents=True)
+    victim = linked(results, folder, {"runs.csv": PRECIOUS, "steps.csv": PRECIOUS, "profile.csv": PRECIOUS,
+                                      "aggregate.log": PRECIOUS})  # fmt: skip
+    before = snapshot(victim)
+    tables = ["--runs", results / "aggregate" / "runs.csv", "--steps", results / "aggregate" / "steps.csv"]
+    log = ["--log", results / "logs" / "aggregate.log"] if folder == "logs" else []  # (in-process: no redirect)
+    with pytest.raises(safe_io.UnsafePathError, match=refused(results, folder)):
+        aggregate.main([str(a) for a in [*tables, *log, "--results", results]])
+    assert snapshot(victim) == before
+
+
+def test_the_report_follows_no_report_folder_linked_while_it_runs(tmp_path, monkeypatch, capsys):
+    """report/ replaced by a link once the report made it (make_dir checked it) and began: no table,
+    figure or page is written into the victim."""
+    from report_synth import make_runs
+
+    from ddpbench.report import build
+
+    results = tmp_path / "results"
+    runs = results / "aggregate" / "runs.csv"
+    runs.parent.mkdir(parents=True)
+    make_runs(world_sizes=(1, 2), strategies=("single", "ddp"), repeats=1, failures=False).to_csv(runs, index=False)
+    victim = {}
+    start_tables = build.start_tables
+
+    def plant_then_start(*args):
+        victim["folder"] = linked(results, "report", {"cells.csv": PRECIOUS, "report.html": PRECIOUS})
+        victim["before"] = snapshot(victim["folder"])
+        return start_tables(*args)
+
+    monkeypatch.setattr(build, "start_tables", plant_then_start)
+    monkeypatch.setenv("DDPBENCH_REPORT_WORKERS", "1")
+    argv = ["--runs", runs, "--out", results / "report", "--no-pdf", "--results", results]
+    assert build.main([str(a) for a in argv]) == 1
+    assert re.search(refused(results, "report"), capsys.readouterr().err)
+    assert snapshot(victim["folder"]) == victim["before"]
+
+
+@pytest.mark.parametrize("verb", ["report", "archive"])
+def test_the_report_and_the_archive_follow_no_linked_logs_folder(tmp_path, verb):
+    from ddpbench.report import build
+    from ddpbench.results import archive
+
+    results = tmp_path / "results"
+    (results / "runs").mkdir(parents=True)
+    victim = linked(results, "logs", {f"{verb}.log": PRECIOUS})
+    log = ["--log", str(results / "logs" / f"{verb}.log"), "--results", str(results)]
+    with pytest.raises(safe_io.UnsafePathError, match=refused(results, "logs")):
+        if verb == "report":
+            build.main(["--runs", str(results / "aggregate" / "runs.csv"), "--out", str(results / "report"), *log])
+        else:
+            archive.main(["--out", str(tmp_path / "results.tar.gz"), *log])
+    assert (victim / f"{verb}.log").read_text() == PRECIOUS and snapshot(victim) == {f"{verb}.log": PRECIOUS.encode()}
+    assert not (tmp_path / "results.tar.gz").exists() and not (results / "report").exists()
+
+
+@pytest.mark.parametrize("folder", ["design", "logs"])
+def test_decide_follows_no_design_or_logs_folder_linked_after_the_check(tmp_path, monkeypatch, folder):
+    """The decision (design/round~0.json), the progress count it adds the next round to and its
+    log: design/ or logs/ linked, none is written there."""
+    results = tmp_path / "results"
+    (results / "logs").mkdir(parents=True)
+    victim = linked(results, folder, {"round~0.json": PRECIOUS, **PROGRESS})
+    before = snapshot(victim)
+    monkeypatch.setenv("DDPBENCH_PROGRESS", str(results / "logs" / "progress.json"))
+    with pytest.raises(safe_io.UnsafePathError, match=refused(results, folder)):
+        decide(results, results / "logs" / "decide_round" / "round~0.log", monkeypatch)
+    assert snapshot(victim) == before
+
+
+def test_the_workflows_progress_file_follows_no_linked_logs_folder(tmp_path, monkeypatch):
+    """onstart's progress.start (the workflow passes its results folder): progress.json is not
+    written into the victim, nor its progress.log removed."""
+    from ddpbench.results import progress
+
+    monkeypatch.delenv(progress.ENV, raising=False)
+    results = tmp_path / "results"
+    victim = linked(results, "logs", PROGRESS)
+    before = snapshot(victim)
+    with pytest.raises(safe_io.UnsafePathError, match=refused(results, "logs")):
+        progress.start(results / "logs" / "progress.json", 5, root=results)
+    assert snapshot(victim) == before
+
+
+OVERSUBSCRIBED = [
+    "--nproc-per-node", "3", "--model", "mlp", "--dataset-size", "64", "--batch-size", "16", "--test-size", "0",
+    "--max-steps", "3", "--strategy", "allreduce", "--threads-per-rank", str(len(os.sched_getaffinity(0)) // 3 + 1),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("what", ["log", "progress"])
+def test_the_launcher_follows_no_linked_logs_folder(tmp_path, monkeypatch, capfd, what):
+    """A cell's launcher (skipped before any rank starts: oversubscribed) told its run folder
+    RESULTS/runs/<cell>/repeat~0: its --log below logs/ is refused; its progress line, with
+    progress.json below logs/, is left out instead of appended to the victim's progress.log."""
+    from ddpbench.run import launch
+
+    results = tmp_path / "results"
+    run = results / "runs" / "strategy~allreduce" / "repeat~0"
+    victim = linked(results, "logs", PROGRESS)
+    before = snapshot(victim)
+    monkeypatch.setenv("DDPBENCH_PROGRESS", str(results / "logs" / "progress.json"))
+    argv = ["--out", str(run), *OVERSUBSCRIBED]
+    if what == "log":
+        with pytest.raises(safe_io.UnsafePathError, match=refused(results, "logs")):
+            launch.main([*argv, "--log", str(results / "logs" / "train" / "strategy~allreduce" / "repeat~0.log")])
+        assert not run.exists()
+    else:
+        assert launch.main(argv) == 0
+        assert json.loads((run / "summary.json").read_text())["status"] == "skipped"
+        assert "runs," not in capfd.readouterr().out  # no progress text: nothing was recorded
+    assert snapshot(victim) == before
+
+
+def test_a_kept_flop_count_is_not_written_into_a_peaks_folder_linked_while_it_is_kept(tmp_path, monkeypatch):
+    """peaks/ replaced by a link as the count is signed (after the folder was made and checked)."""
+    from ddpbench.core import peaks
+    from ddpbench.run import flops
+
+    monkeypatch.setenv("DDPBENCH_HOST_PEAKS", "off")
+    results = tmp_path / "results"
+    (results / "peaks").mkdir(parents=True)
+    signed, victim = peaks.signed, tmp_path / "victim-peaks"
+
+    def plant_then_sign(record):  # once: the host's copy is off
+        linked(results, "peaks")
+        return signed(record)
+
+    monkeypatch.setattr(peaks, "signed", plant_then_sign)
+    kept = flops.cached_count(results, {"model": "mlp"}, lambda: 123.0)
+    assert kept["flops_per_sample"] == 123.0 and kept["file"] is None
+    assert re.search(refused(results, "peaks"), kept["not_kept"]), kept
+    assert snapshot(victim) == {}
+
+
+@pytest.mark.parametrize("folder", ["data", "logs"])
+def test_prepare_data_writes_no_record_or_log_into_a_linked_folder(tmp_path, monkeypatch, folder):
+    """The prepare_data rule's record (RESULTS/data/<dataset>.txt) and log, written by the verb
+    (a shell's `>` followed every link)."""
+    from ddpbench.run import data
+
+    monkeypatch.setattr(data, "_torchvision", lambda *a, **k: (range(3), range(2), (1, 28, 28)))
+    results = tmp_path / "results"
+    (results / "logs").mkdir(parents=True)
+    victim = linked(results, folder, {"mnist.txt": PRECIOUS, "mnist.log": PRECIOUS})
+    before = snapshot(victim)
+    argv = ["--dataset", "mnist", "--data-root", str(tmp_path / "datasets"), "--record", str(results / "data" / "mnist.txt"),
+            "--results", str(results)]  # fmt: skip
+    log = ["--log", str(results / "logs" / "mnist.log")] if folder == "logs" else []  # (in-process: no redirect)
+    with pytest.raises(safe_io.UnsafePathError, match=refused(results, folder)):
+        data.main(argv + log)
+    assert snapshot(victim) == before
+
+
+def test_remove_takes_only_the_name_and_follows_no_linked_folder(tmp_path):
+    """safe_io.remove (the stale profile.csv, the last workflow run's progress.log): a link at the
+    name goes, its target stays; a linked folder is refused."""
+    victim = victim_at(tmp_path)
+    results = tmp_path / "results"
+    plant("symlink", victim, results / "aggregate" / "profile.csv")
+    assert safe_io.remove(results / "aggregate" / "profile.csv", root=results) is True
+    assert victim.read_text() == PRECIOUS and not os.path.lexists(results / "aggregate" / "profile.csv")
+    assert safe_io.remove(results / "aggregate" / "profile.csv", root=results) is False
+    other = linked(results, "aggregate", {"profile.csv": PRECIOUS})
+    with pytest.raises(safe_io.UnsafePathError, match=refused(results, "aggregate")):
+        safe_io.remove(results / "aggregate" / "profile.csv", root=results)
+    assert (other / "profile.csv").read_text() == PRECIOUS

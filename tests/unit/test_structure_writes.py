@@ -22,11 +22,12 @@ tempfile's functions stay allowed: they create exclusively, with unpredictable n
 from __future__ import annotations
 
 import ast
+import re
 import textwrap
 
 import pytest
 
-from ddpbench import PACKAGE_DIR
+from ddpbench import PACKAGE_DIR, REPO_ROOT
 
 pytestmark = pytest.mark.unit
 
@@ -211,3 +212,64 @@ def test_the_rule_catches_each_planted_write_and_passes_reads():
 def test_an_exception_is_one_function_of_one_file():
     source = "def _reset_peak():\n    open('/proc/self/clear_refs', 'w')\ndef other():\n    open('x', 'w')\n"
     assert bare_writes(source, "run/autobatch.py") == ["run/autobatch.py:4 open for writing"]
+
+
+# -- the workflow's writes under its results folder ----------------------------------------------
+# A folder of the results folder replaced by a link after the workflow's start-of-run check must
+# not be followed by any later write (docs/security.md, "The safe file layer").
+
+RULES = sorted((REPO_ROOT / "workflow" / "rules").glob("*.smk"))
+# The verbs whose rules write under the results folder outside run folders: each is told it
+# (--results; the launcher derives it from its run folder, layout.results_of_run).
+TOLD_RESULTS = ("aggregate", "report", "decide", "data", "archive")
+
+
+def _rules(text: str) -> dict[str, str]:
+    """Each rule's or checkpoint's text, by name."""
+    parts = re.split(r"^(?:rule|checkpoint) (\w+):\n", text, flags=re.M)
+    return dict(zip(parts[1::2], parts[2::2]))
+
+
+def _shell(rule: str) -> str:
+    """The text of a rule's shell: block (up to the next keyword at its indentation, or the end)."""
+    found = re.search(r"^    shell:\n(.*?)(?=^    \w+:|^\S|\Z)", rule, flags=re.M | re.S)
+    return found.group(1) if found else ""
+
+
+def _calls(text: str, names: tuple[str, ...]) -> list[str]:
+    """Each call of one of `names` in `text`, its arguments included (balanced parentheses)."""
+    calls = []
+    for match in re.finditer(r"\b(" + "|".join(map(re.escape, names)) + r")\(", text):
+        depth, end = 1, match.end()
+        while depth and end < len(text):
+            depth += {"(": 1, ")": -1}.get(text[end], 0)
+            end += 1
+        calls.append(text[match.start() : end])
+    return calls
+
+
+def test_no_rule_writes_through_a_shell_redirection():
+    """A shell's `>` opens its file following every link (O_TRUNC, no O_NOFOLLOW): a job's output
+    and log are written by its verb (--log, --record), through the safe layer."""
+    found = [f"{path.name}: {name}" for path in RULES for name, rule in _rules(path.read_text()).items()
+             if ">" in _shell(rule)]  # fmt: skip
+    assert not found, found
+
+
+def test_each_verb_writing_under_the_results_folder_is_told_it():
+    shells = {name: _shell(rule) for path in RULES for name, rule in _rules(path.read_text()).items()}
+    calls = {verb: [n for n, s in shells.items() if f"python -m ddpbench {verb} " in s] for verb in TOLD_RESULTS}
+    assert all(calls.values()), calls  # each verb has its rule (the check below looks at something)
+    untold = [n for names in calls.values() for n in names if "--results {params.results:q}" not in shells[n]]
+    assert not untold, f"rules whose verb writes under the results folder without --results: {untold}"
+
+
+def test_the_workflows_own_writes_are_anchored_at_the_results_folder():
+    """onstart's writes (the config, invocations.log, the plan file, the progress file) pass
+    root=RESULTS, and no .smk file writes past the layer."""
+    writers = ("atomic_write_text", "atomic_write", "open_log", "open_fd", "make_dir", "move", "progress.start")
+    calls = [(path.name, call) for path in RULES for call in _calls(path.read_text(), writers)]
+    assert len(calls) >= 4, calls
+    assert [c for c in calls if "root=RESULTS" not in c[1]] == []
+    bare = [(path.name, w) for path in RULES for w in (".mkdir(", ".write_text(", "open(") if w in path.read_text()]
+    assert bare == [], bare
