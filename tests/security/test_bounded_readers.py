@@ -274,3 +274,123 @@ def test_an_honest_archive_still_unpacks_and_checks_its_files(tmp_path):
     changed = manifest_archive(tmp_path / "changed.tar.gz", {"a": sha256(b"b\n")})
     with pytest.raises(SystemExit, match="a does not match its manifest checksum"):
         archive.extract(changed, into(tmp_path / "again"))
+
+
+# -- 3. round files: bounded in depth, size and count ---------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = "results/tiny"
+
+
+def design_workdir(tmp_path: Path) -> Path:
+    """The tiny preset as a sequential design of 2 cells (single, seeds 0 and 1) looking at 3, 5
+    and 8 runs per cell, its results at results/tiny."""
+    import yaml
+
+    config = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text())
+    config["grid"].update(world_size=[1], strategy=["single"], seed=[0, 1])
+    config.update(exclude=[], repeats="until_decided",
+                  until_decided={"precision": 0, "speedup": False, "compare": ["seed"], "max_per_cell": 8})  # fmt: skip
+    tmp_path.mkdir(exist_ok=True)
+    (tmp_path / "config.yaml").write_text((ROOT / "config.yaml").read_text())
+    (tmp_path / "grid.yaml").write_text(yaml.safe_dump(config))
+    return tmp_path
+
+
+def dry_run(work: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    return subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), "--directory",
+                           str(work), "--configfile", str(work / "grid.yaml"), "-n", "--quiet", "rules"],
+                          cwd=work, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+
+
+def test_a_round_file_of_nested_brackets_is_named_not_a_crash(tmp_path):
+    """Issue 69: a 200 kB round~0.json of nested `[` stopped `snakemake -n` with a RecursionError
+    (plan.design caught OSError and ValueError only). The plan names it once and plans the first
+    round; the checkpoint, which would plan the next round on it, stops the workflow naming it."""
+    work = design_workdir(tmp_path / "work")
+    (work / RESULTS / "design").mkdir(parents=True)
+    (work / RESULTS / "design" / "round~0.json").write_text("[" * 200_000)
+    proc = dry_run(work)
+    out = proc.stdout + proc.stderr
+    assert "RecursionError" not in out and "most recent call last" not in out, out[-3000:]
+    assert out.count("round~0.json: nested deeper than the 16 levels it may have; the 0 round(s) before it are used") == 1
+    assert "round~0.json: nested deeper than the 16 levels it may have. A round file this design did not write: " \
+           "remove it and the round files after it (results/tiny/design)" in out, out[-3000:]  # fmt: skip
+
+
+def design_runs(work: Path, cells: int = 2, runs: int = 8) -> list[str]:
+    """Failed runs (summary.json only) for each cell's first `runs` repeats: what a design that
+    reached its cap leaves; returns the cells' paths."""
+    base = "device~cpu/world_size~1/strategy~single/batch_size~16/dataset_size~64/model~mlp/dataset~synthetic/num_workers~0"
+    paths = [base] + [f"{base}/seed~{s}" for s in range(1, cells)]
+    for cell in paths:
+        for r in range(runs):
+            run = work / RESULTS / "runs" / cell / f"repeat~{r}"
+            run.mkdir(parents=True)
+            (run / "summary.json").write_text(json.dumps({"status": "failed", "reason": "planted"}))
+    return paths
+
+
+def plant_rounds(results: Path, n: int, cells: list[str], target: int = 8) -> None:
+    """`n` decisions none of which is the last, each asking every cell for `target` runs."""
+    (results / "design").mkdir(parents=True, exist_ok=True)
+    for r in range(n):
+        record = {"round": r, "done": False, "counts": {}, "targets": {c: target for c in cells}, "stopped": {},
+                  "verdicts": [], "spent": {"runs": 0, "seconds": 0}, "budget": {}, "settings": {}}  # fmt: skip
+        (results / "design" / f"round~{r}.json").write_text(json.dumps(record))
+
+
+def test_planted_never_finished_rounds_stop_the_dry_run_at_the_first_that_is_no_round_of_the_design(tmp_path):
+    """Issue 69: N planted round files that never finish made the dry run read them all, each
+    round's plan reading every round before it (9 s, 15 s, 38 s, 110 s for 0, 80, 160, 320). A
+    round is read as one of this design's: after round 0 moved both cells to their cap, round 1
+    asks for no run more, so the dry run stops there, naming the file and what to do."""
+    work = design_workdir(tmp_path / "work")
+    cells = design_runs(work)
+    plant_rounds(work / RESULTS, 80, cells)
+    os.utime(work / RESULTS / "runs", (0, 0))  # the runs older than the decisions, as measured before them
+    proc = dry_run(work)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "most recent call last" not in out, out[-3000:]
+    assert "round~1.json: is not the design's last, yet asks for no run beyond those its cells have. A round file " \
+           "this design did not write: remove it and the round files after it" in out, out[-3000:]  # fmt: skip
+
+
+def test_rounds_are_read_within_the_schedule_and_never_past_the_last(tmp_path, monkeypatch):
+    """The rounds read are bounded by the design, not by the folder: never past its last (`done`),
+    each moving a cell on along the schedule (so at most 1 + cells x steps of them), and a file
+    that is no regular file (a FIFO would block the reader) or too large is named, not read."""
+    from ddpbench.core.layout import Layout
+    from ddpbench.plan import design
+
+    settings, layout, cells = design.Settings(cap=8), Layout.of(tmp_path), ["a", "b"]
+    assert settings.schedule == (3, 5, 8) and settings.most_rounds(2) == 5
+    plant_rounds(tmp_path, 320, cells)
+    warned = []
+    got = design.decisions_on_disk(layout, settings, cells, warn=warned.append)
+    assert [d.round for d in got] == [0] and "round~1.json: is not the design's last" in warned[0]
+    last = json.loads(Path(layout.round_file(0)).read_text()) | {"done": True, "targets": {}}
+    Path(layout.round_file(0)).write_text(json.dumps(last))
+    assert [d.round for d in design.decisions_on_disk(layout, settings, cells, warn=warned.append)] == [0]
+    assert len(warned) == 1  # the 319 files after the last are not read
+    # one cell a step at a time, as a lagging design may: 4 rounds move them; the fifth cannot
+    for r, targets in enumerate([{"a": 5}, {"b": 5}, {"a": 8}, {"b": 8}, {"a": 8, "b": 8}]):
+        plant_rounds(tmp_path, 0, cells)
+        record = json.loads(Path(layout.round_file(r + 1)).read_text()) | {"round": r, "targets": targets}
+        Path(layout.round_file(r)).write_text(json.dumps(record))
+    assert len(design.decisions_on_disk(layout, settings, cells, warn=warned.append)) == 4
+    assert "round~4.json: is not the design's last" in warned[-1]
+    # without the design's settings (an archive this checkout cannot plan), a fixed number at most
+    monkeypatch.setattr(design, "MOST_ROUNDS", 3)
+    with pytest.raises(design.RoundError, match=r"round~3.json: past the 3 rounds read without the design's settings"):
+        list(design.rounds_on_disk(layout))
+    os.unlink(layout.round_file(0))
+    os.mkfifo(layout.round_file(0))
+    assert design.decisions_on_disk(layout, settings, cells, warn=warned.append) == []
+    assert warned[-1].endswith("round~0.json: not a regular file; the 0 round(s) before it are used")
+    os.unlink(layout.round_file(0))
+    with open(layout.round_file(0), "wb") as f:
+        f.truncate(design.MAX_DECISION_BYTES + 1)
+    assert design.decisions_on_disk(layout, settings, cells, warn=warned.append) == []
+    assert "round~0.json: larger than the 67,108,864 bytes it may have" in warned[-1]

@@ -5,7 +5,7 @@
 # a decision without targets is the last, and the tables and report take its runs
 # (ddpbench.plan.design). A checkpoint: Snakemake plans each next round once its
 # decision exists; `snakemake -n` shows the first round, the plan line the most it could run.
-from ddpbench.plan.design import Decision
+from ddpbench.plan.design import RoundError
 
 
 wildcard_constraints:
@@ -39,8 +39,17 @@ checkpoint decide_round:
 
 
 def decision_of_round(r):
-    """Round r's decision (a checkpoint: Snakemake plans what follows once it exists)."""
-    return Decision.read(checkpoints.decide_round.get(round=r).output.decision)
+    """Round r's decision (a checkpoint: Snakemake plans what follows once it exists), read as
+    one of this design's rounds (STUDY.decision: bounded, within the rounds its schedule allows,
+    each moving a cell on); one that is not stops the workflow, naming it."""
+    checkpoints.decide_round.get(round=r)
+    try:
+        return STUDY.decision(r)
+    except RoundError as err:
+        raise WorkflowError(
+            f"ddpbench: {err}. A round file this design did not write: remove it and the "
+            f"round files after it ({LAYOUT.design_dir}) to decide again from the runs kept"
+        ) from None
 
 
 def design_counts(last_round):

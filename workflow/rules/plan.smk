@@ -26,7 +26,7 @@ from ddpbench.core.safe_io import (
     refuse_linked_folders,
 )
 from ddpbench.core.sysinfo import code_fingerprint
-from ddpbench.plan.design import decisions_on_disk, status_line
+from ddpbench.plan.design import status_line
 from ddpbench.plan.estimate import run_estimate
 from ddpbench.plan.grid import ConfigError
 from ddpbench.plan.jobs import preflight_cells
@@ -48,7 +48,7 @@ def check_stale_runs():
     already in the results folder were made by other code, settings or environment."""
     plan = {"results": RESULTS, "runs": STUDY.planned_runs()}
     if os.environ.get(PLAN_ENV):
-        rounds = status_line(LAYOUT) if STUDY.sequential else ""
+        rounds = status_line(STUDY.decisions()) if STUDY.sequential else ""
         write_plan(os.environ[PLAN_ENV], plan["results"], plan["runs"], rounds)
         return
     stale = stale_runs(plan)
@@ -109,7 +109,7 @@ def explain_failure():
 def start_progress():
     """onstart: each launcher's result line then tells how far the grid is (ddpbench.results.progress),
     from the plan's own estimate of a run (print_plan's) at first."""
-    round_ = len(decisions_on_disk(LAYOUT)) + 1 if STUDY.sequential else None
+    round_ = len(STUDY.decisions()) + 1 if STUDY.sequential else None
     per_run = PLAN_ESTIMATE[0].per_run_s if PLAN_ESTIMATE else None
     progress.start(
         Path(LAYOUT.progress), runs_to_measure(), round_, per_run, root=RESULTS

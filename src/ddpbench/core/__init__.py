@@ -8,7 +8,7 @@ measure a step inside a rank (clock, phases, communication meter; torch only on 
 first used); `sysinfo` and `container` the provenance
 of every result row (machine, load, packages, lock, code fingerprint, image); `safe_io` and
 `storage` the file writes that never follow a planted link and never leave half a file or a
-full disk unexplained; `registry` reads the registries' declarations (one module per strategy,
+full disk unexplained; `bounded` the reads of a file from someone else within a size and depth; `registry` reads the registries' declarations (one module per strategy,
 model family, study or kind of finding) from their source. It imports nothing of ddpbench but the strategy registry
 (`ddpbench.strategies`, for the strategy names) and never torch at import time, so the
 workflow, the analysis and the report can all read it.

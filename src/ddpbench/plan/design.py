@@ -11,7 +11,11 @@ missing repeats up to those counts, so a design killed mid-round resumes where i
 every run measured is reused. A
 decision without targets is the last: its still-open questions are `undecided`, each with the
 runs estimated to close it. `Decision` is the only reader and writer of these files (the plan's
-Study, its status, the report and the archive read them through it).
+Study, its status, the report and the archive read them through it). A round file may come from
+someone else (a shared or received results folder), so it is read within bounds (a regular file
+of at most MAX_DECISION_BYTES, nested at most MAX_DECISION_DEPTH deep), and the rounds read are
+only those of this design: round 0 on, each moving a cell on, up to its last (`done`) and never
+more than its schedule allows (`Settings.most_rounds`); see `rounds_on_disk`.
 
 The time budget counts the runs' own wall time (launcher start to exit, summary.json), so a
 resumed design goes on with what it had left; the scheduler's and the report's time come on top.
@@ -23,17 +27,26 @@ import dataclasses
 import itertools
 import json
 import math
+import os
 import re
+import sys
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from ddpbench.analysis import sequential
 from ddpbench.analysis.sequential import Question
-from ddpbench.core import run_record
+from ddpbench.core import bounded, run_record
 from ddpbench.core.layout import Layout
 from ddpbench.core.safe_io import atomic_write_text
 
 UNITS = {"s": 1, "m": 60, "h": 3600}
+# A decision holds a grid's counts and its questions' verdicts: kilobytes to a few MB, nested 4
+# deep (verdicts, a verdict, its cells).
+MAX_DECISION_BYTES = 64 * 2**20
+MAX_DECISION_DEPTH = 16
+# Rounds read where no design's settings say how many it can have (a report rebuilt from an
+# archive whose config this checkout cannot plan).
+MOST_ROUNDS = 1000
 
 
 def parse_duration(text: Any) -> float:
@@ -84,6 +97,11 @@ class Settings:
         """Repeat counts a cell moves through: `first`, the standard looks between, `cap`."""
         inner = [n for n in sequential.SCHEDULE if self.first < n < self.cap]
         return tuple(dict.fromkeys([self.first, *inner, self.cap]))
+
+    def most_rounds(self, cells: int) -> int:
+        """The most decisions a design of `cells` cells can make: every round but the last moves at
+        least one cell one step along the schedule (usually all of them together)."""
+        return 1 + cells * (len(self.schedule) - 1)
 
 
 def grid_questions(cells: Mapping[str, Mapping[str, Any]], baseline: Mapping[str, Any],
@@ -206,8 +224,8 @@ class Decision:
 
     @classmethod
     def read(cls, path: str | Path) -> Decision:
-        """The decision in `path`; OSError or ValueError naming the problem."""
-        return cls.from_json(json.loads(Path(path).read_text()))
+        """The decision in `path`; OSError or ValueError naming the problem (bounded: module doc)."""
+        return cls.from_json(bounded.read_json(path, MAX_DECISION_BYTES, MAX_DECISION_DEPTH))
 
     def write(self, path: str | Path) -> None:
         atomic_write_text(Path(path), json.dumps(self.to_json(), indent=1) + "\n")
@@ -311,14 +329,72 @@ def counts_after(counts: Mapping[str, int], decision: Decision, settings: Settin
     return out
 
 
-def decisions_on_disk(layout: Layout) -> list[Decision]:
-    """The decisions already written, round 0 on, up to the first missing or unreadable one."""
-    found = []
-    for r in itertools.count():
+class RoundError(ValueError):
+    """A round file that cannot be read, or is no round of this design; the message names it."""
+
+    def __init__(self, path: str | Path, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+
+
+def rounds_on_disk(layout: Layout, settings: Settings | None = None, cells: Sequence[str] = (),
+                   upto: int | None = None) -> Iterator[Decision]:  # fmt: skip
+    """The decisions written so far, round 0 on, up to the first missing one, the design's last
+    (`done`: a round file after it is not read) or round `upto` (not included). A round past the
+    most the design's schedule allows, or one that cannot be read, raises RoundError; with the
+    design's `settings` and `cells`, so does one that is not the next round of this design
+    (check_round)."""
+    most = settings.most_rounds(len(cells)) if settings else MOST_ROUNDS
+    counts = first_counts(cells, settings) if settings else {}
+    for r in itertools.count() if upto is None else range(upto):
+        path = layout.round_file(r)
+        if not os.path.lexists(path):
+            return
+        if r >= most:
+            raise RoundError(path, f"past the {most} rounds " + (
+                f"this design can have (1 + {len(cells)} cell(s) x {len(settings.schedule) - 1} steps of its "
+                "schedule): not read" if settings else "read without the design's settings: not read"))  # fmt: skip
         try:
-            found.append(Decision.read(layout.round_file(r)))
-        except (OSError, ValueError):
-            return found
+            decision = Decision.read(path)
+        except (OSError, ValueError) as err:
+            raise RoundError(path, str(err).removeprefix(f"{path}: ")) from None
+        if settings:
+            counts = check_round(path, decision, r, counts, settings)
+        yield decision
+        if decision.done:
+            return
+
+
+def check_round(path: str, decision: Decision, round_: int, counts: Mapping[str, int], settings: Settings) -> dict:
+    """The counts after `decision`, the design's round `round_` whose runs had `counts`: RoundError
+    where it says another round, or (not the last) asks for no run beyond what its cells have: a
+    round of a design always moves a cell on along its schedule."""
+    if decision.round != round_:
+        raise RoundError(path, f"says it is round {decision.round!r}, not {round_}")
+    after = counts_after(counts, decision, settings)
+    if not decision.done and after == counts:
+        raise RoundError(path, "is not the design's last, yet asks for no run beyond those its cells have")
+    return after
+
+
+def decisions_on_disk(layout: Layout, settings: Settings | None = None, cells: Sequence[str] = (),
+                      upto: int | None = None, warn: Callable[[str], None] | None = None) -> list[Decision]:  # fmt: skip
+    """The decisions rounds_on_disk reads, up to one it refuses, which `warn` (default: stderr) names."""
+    found: list[Decision] = []
+    try:
+        found.extend(rounds_on_disk(layout, settings, cells, upto))
+    except RoundError as err:
+        (warn or _stderr)(f"ddpbench: warning: {err}; the {len(found)} round(s) before it are used")
+    return found
+
+
+_SAID: set[str] = set()
+
+
+def _stderr(line: str) -> None:
+    """A warning on stderr, once a process (the workflow's plan reads the rounds several times)."""
+    if line not in _SAID:
+        _SAID.add(line)
+        print(line, file=sys.stderr)
 
 
 def counts_of_rounds(cells: Sequence[str], decisions: Sequence[Decision], settings: Settings) -> dict:
@@ -331,7 +407,7 @@ def counts_of_rounds(cells: Sequence[str], decisions: Sequence[Decision], settin
 
 def counts_on_disk(layout: Layout, cells: Sequence[str], settings: Settings) -> dict:
     """The repeat counts the decisions on disk have asked for so far (the first round's without any)."""
-    return counts_of_rounds(cells, decisions_on_disk(layout), settings)
+    return counts_of_rounds(cells, decisions_on_disk(layout, settings, cells), settings)
 
 
 def round_line(decision: Decision) -> str:
@@ -411,9 +487,8 @@ def budget_text(seconds: float) -> str:
     return f"{math.ceil(seconds / 60 - 1e-9)}m"
 
 
-def status_line(layout: Layout) -> str:
-    """Where the rounds stand, for the plan's status."""
-    decisions = decisions_on_disk(layout)
+def status_line(decisions: Sequence[Decision]) -> str:
+    """Where the rounds stand (the decisions on disk), for the plan's status."""
     if not decisions:
         return "until decided: round 1 (every cell's first runs) not yet decided"
     return round_line(decisions[-1]).removeprefix("ddpbench: ").replace("round", "until decided: round", 1)

@@ -185,7 +185,7 @@ class Study:
         decisions already on disk ask for (the first round's before any)."""
         if not self.settings:
             return {cell: self.most_repeats for cell in self.cells.index}
-        return design.counts_on_disk(self.layout, list(self.cells.index), self.settings)
+        return self.counts_of_round(self.decisions())
 
     def summaries(self, counts: Mapping[str, int] | None = None) -> list[str]:
         """summary.json of every run planned so far (`counts`: cell -> runs; run_counts())."""
@@ -196,6 +196,19 @@ class Study:
         return planned_runs(self.cell_by_path, self.fixed, self.run_counts(), self.layout.results)
 
     # -- a sequential design's rounds
+    def decisions(self, upto: int | None = None) -> list[design.Decision]:
+        """The decisions on disk, round 0 to `upto` - 1 at most, checked as this design's
+        (design.rounds_on_disk); one refused is named on stderr and ends them."""
+        return design.decisions_on_disk(self.layout, self.settings, list(self.cells.index), upto)
+
+    def decision(self, round_: int) -> design.Decision:
+        """Round `round_`'s decision, as the workflow's checkpoint plans on it: a RoundError (a
+        ValueError naming the file) where it or a round before it is refused, never passed over."""
+        for decision in design.rounds_on_disk(self.layout, self.settings, list(self.cells.index), round_ + 1):
+            if decision.round == round_:
+                return decision
+        raise design.RoundError(self.layout.round_file(round_), "no decision of this design: an earlier round was its last")
+
     def counts_of_round(self, decisions: list[design.Decision]) -> dict[str, int]:
         """Repeat counts of the round after `decisions` (round 0's, then each moving them on)."""
         return design.counts_of_rounds(list(self.cells.index), decisions, self.settings)
@@ -205,7 +218,7 @@ class Study:
         runs: dict[str, list[str]] = {cell: [] for cell in self.cells.index}
         for path in summaries:
             runs[self.layout.cell_of_summary(path)].append(path)
-        earlier = design.decisions_on_disk(self.layout)[:round_]
+        earlier = self.decisions(upto=round_)
         return design.decide(round_, self.questions, runs, self.settings, earlier)
 
     def plan_line(self, per_run_s: float | None = None) -> str:
@@ -215,7 +228,7 @@ class Study:
         """Refuse a sequential design whose time budget cannot pay its first round at `per_run_s` a
         run (the plan's estimate), a ConfigError naming until_decided.budget; once the first round
         is decided, every later round is cut to the budget left (analysis.sequential.plan_round)."""
-        if not self.sequential or design.decisions_on_disk(self.layout):
+        if not self.sequential or self.decisions(upto=1):
             return
         paths = [Path(s) for s in self.summaries()]
         measured = [p for p in paths if p.exists()]

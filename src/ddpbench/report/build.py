@@ -359,7 +359,8 @@ def rebuild_from_archive(args: argparse.Namespace) -> int:
         tables = out / pathlib.Path(layout.RUNS_TABLE).parent  # out/aggregate: runs.csv and steps.csv
         aggregate.aggregate(summaries, out / layout.RUNS_TABLE, out / layout.STEPS_TABLE)
         study, config = recorded_study(results)
-        rounds = design.decisions_on_disk(layout.Layout.of(results))  # a sequential design's: its last decision
+        # A sequential design's: its last decision, read as the study's rounds where it has one.
+        rounds = study.decisions() if study and study.sequential else design.decisions_on_disk(layout.Layout.of(results))
         if rounds and not getattr(args, "design", None):
             args.design = tables / "design.json"
             rounds[-1].write(args.design)
