@@ -12,6 +12,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -394,3 +395,66 @@ def test_rounds_are_read_within_the_schedule_and_never_past_the_last(tmp_path, m
         f.truncate(design.MAX_DECISION_BYTES + 1)
     assert design.decisions_on_disk(layout, settings, cells, warn=warned.append) == []
     assert "round~0.json: larger than the 67,108,864 bytes it may have" in warned[-1]
+
+
+# -- 4. a received config: the schema and the local limits, before anything is expanded -----------
+
+
+def received_study(tmp_path: Path, config: dict | str) -> Path:
+    """An archive of a results folder with no runs and `config` as its recorded config.yaml."""
+    import yaml
+
+    results = tmp_path / "study" / "results"
+    (results / "runs").mkdir(parents=True)
+    (results / "config.yaml").write_text(config if isinstance(config, str) else yaml.safe_dump(config))
+    archive.write_archive(results, tmp_path / "study.tar.gz")
+    return tmp_path / "study.tar.gz"
+
+
+def recorded(**over) -> dict:
+    """A config as the workflow records it (config.yaml's, merged and validated), with `over`."""
+    import yaml
+
+    from ddpbench.plan.config_schema import SCHEMA_PATH
+    from ddpbench.plan.study import validate_config
+
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    validate_config(config, SCHEMA_PATH)
+    return {**config, **over}
+
+
+def test_a_received_config_expands_no_grid_past_this_machines_max_runs(tmp_path):
+    """Issue 69: a received archive's config.yaml was planned without the schema and obeyed its own
+    max_runs: a 6 kB archive made 1,000,000 cells (317 s, 629 MiB). Its grid may expand to the
+    schema's max_runs (20,000) here, checked before anything is expanded; --max-runs allows more."""
+    axes = {"seed": list(range(100)), "batch_size": list(range(1, 101)), "dataset_size": list(range(64, 164))}
+    grid = {**recorded()["grid"], "world_size": [1], "strategy": ["single"], **axes}
+    config = recorded(grid=grid, exclude=[], repeats=1, max_runs=10_000_000)
+    source = received_study(tmp_path, config)
+    assert (tmp_path / "study" / "results" / "config.yaml").stat().st_size < 8 * 2**10
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    proc = subprocess.run([sys.executable, "-m", "ddpbench", "report", "--from", str(source), "--out",
+                           str(tmp_path / "out"), "--no-pdf"], capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+    assert proc.returncode != 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "its config.yaml: invalid config at 'max_runs': the grid's axes multiply to 1,000,000 cells" in proc.stderr
+    assert "more than max_runs (20,000)" in proc.stderr and "ddpbench report --from ARCHIVE --max-runs N" in proc.stderr
+    assert not (tmp_path / "out" / "aggregate" / "runs.csv").exists()
+
+
+def test_a_received_config_passes_the_schema_or_is_not_planned(tmp_path, capsys):
+    """A config the schema refuses (a key of no schema, a wrong type) is not planned: the report is
+    rebuilt from the runs, the refusal named; one that cannot be read within bounds (1 MiB, 100,000
+    values counting aliases where used, 32 levels) stops the rebuild naming it."""
+    from ddpbench.report import build
+
+    source = received_study(tmp_path / "a", recorded(colour="blue"))
+    build.main(["--from", str(source), "--out", str(tmp_path / "out"), "--no-pdf"])
+    assert "does not plan here (invalid config at '(top level)': Additional properties are not allowed" \
+           in capsys.readouterr().err  # fmt: skip
+    laughs = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+    for name, text, problem in [("laughs", laughs, "more than the 100,000 values it may hold (aliases counted where used)"),
+                                ("deep", "a: " + "[" * 5000, "nested deeper than the 32 levels it may have")]:  # fmt: skip
+        source = received_study(tmp_path / name, text)
+        with pytest.raises(SystemExit, match=rf"config.yaml': {re.escape(problem)}"):
+            build.main(["--from", str(source), "--out", str(tmp_path / "out"), "--no-pdf"])

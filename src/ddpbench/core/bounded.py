@@ -82,8 +82,8 @@ def read_yaml(path: str | os.PathLike, max_bytes: int, max_values: int, max_dept
         raise ValueError(f"{path}: nested deeper than the {max_depth} levels it may have") from None
     except yaml.YAMLError as err:
         raise ValueError(f"{path}: not YAML ({str(err).splitlines()[0]})") from None
+    if values(value, max_values) > max_values:  # first: the depth's walk then meets at most as many
+        raise ValueError(f"{path}: more than the {max_values:,} values it may hold (aliases counted where used)")
     if depth(value, max_depth) > max_depth:
         raise ValueError(f"{path}: nested deeper than the {max_depth} levels it may have")
-    if values(value, max_values) > max_values:
-        raise ValueError(f"{path}: more than the {max_values:,} values it may hold (aliases counted where used)")
     return value

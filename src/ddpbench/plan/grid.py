@@ -173,9 +173,13 @@ def check_baseline(baseline: Mapping[str, Any], axes: Mapping[str, list]) -> Non
         check_axis_values(f"baseline.{key}", key, [value])
 
 
-def check_grid_size(axes: Mapping[str, list], repeats: int, max_runs: int) -> None:
+RAISE_MAX_RUNS = "raise max_runs (e.g. --config max_runs=N) for a deliberately large study"
+
+
+def check_grid_size(axes: Mapping[str, list], repeats: int, max_runs: int, raise_it: str = RAISE_MAX_RUNS) -> None:
     """Refuse a grid whose product of axes x repeats exceeds max_runs, before expanding it
-    (a typo such as 1,000 values on four axes would otherwise exhaust memory)."""
+    (a typo such as 1,000 values on four axes would otherwise exhaust memory); `raise_it` says
+    how to allow more."""
     cells = math.prod(len(values) for values in axes.values())
     runs = cells * repeats
     if runs > max_runs:
@@ -185,7 +189,7 @@ def check_grid_size(axes: Mapping[str, list], repeats: int, max_runs: int) -> No
             f"the grid's axes multiply to {cells:,} cells ({sizes or '1'}; before exclusions)"
             f" x {repeats:,} repeats = "
             f"{runs:,} runs, more than max_runs ({max_runs:,}); narrow the grid or exclude "
-            "cells, or raise max_runs (e.g. --config max_runs=N) for a deliberately large study",
+            f"cells, or {raise_it}",
         )
 
 

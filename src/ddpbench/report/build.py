@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 
 from markupsafe import Markup
 import pandas as pd
-import yaml
 
 from ddpbench import analysis as A
 from ddpbench.results import aggregate
@@ -39,7 +38,9 @@ from ddpbench.core import safe_io, storage
 from ddpbench.core import layout, study_config
 from ddpbench.plan import design
 from ddpbench.plan.design import Decision
-from ddpbench.plan.study import Study
+from ddpbench.plan.config_schema import DEFAULT_MAX_RUNS
+from ddpbench.plan.grid import ConfigError
+from ddpbench.plan.study import Study, recorded_config
 from ddpbench.report.compare_page import comparison_section
 from ddpbench.report.context import DEFINITIONS, environment, grid, methodology, provenance_warnings
 from ddpbench.report.findings import findings
@@ -273,6 +274,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="a study archive (ddpbench archive): its runs are aggregated again and the "
                          "report rebuilt into --out (tables in --out/aggregate); baseline and stability threshold "
                          "from its config unless given")
+    ap.add_argument("--max-runs", type=int, default=DEFAULT_MAX_RUNS, metavar="N",
+                    help="with --from: the most runs the archive's grid may expand to, whatever its own config says "
+                         "(default %(default)s, the schema's max_runs; the config passes the schema first)")
     ap.add_argument("--steps", help="aggregated steps.csv (loss and step-time figures)")
     ap.add_argument("--comm", help="collective sweep CSV (latency/bandwidth for the cost model)")
     ap.add_argument("--profile", help="aggregated profile.csv (default: profile.csv beside --runs, when there)")
@@ -346,6 +350,8 @@ def rebuild_from_archive(args: argparse.Namespace) -> int:
     source = pathlib.Path(args.archive).resolve()
     with terminated_as_exit(), tempfile.TemporaryDirectory(prefix="ddpbench-archive-") as tmp, contextlib.chdir(tmp):
         results = archive.extract(source, pathlib.Path(tmp)).relative_to(tmp)
+        # Its config first: checked (schema, max_runs) before anything is aggregated or expanded.
+        study, config = recorded_study(results, getattr(args, "max_runs", DEFAULT_MAX_RUNS), source)
         listed = results / layout.RUNS_TABLE
         if listed.is_file():
             listed_dirs = [str(d) for d in pd.read_csv(listed)["run_dir"]]
@@ -358,7 +364,6 @@ def rebuild_from_archive(args: argparse.Namespace) -> int:
             summaries = sorted(str(p) for p in results.glob(f"{layout.RUNS}/**/{layout.SUMMARY}"))
         tables = out / pathlib.Path(layout.RUNS_TABLE).parent  # out/aggregate: runs.csv and steps.csv
         aggregate.aggregate(summaries, out / layout.RUNS_TABLE, out / layout.STEPS_TABLE)
-        study, config = recorded_study(results)
         # A sequential design's: its last decision, read as the study's rounds where it has one.
         rounds = study.decisions() if study and study.sequential else design.decisions_on_disk(layout.Layout.of(results))
         if rounds and not getattr(args, "design", None):
@@ -375,17 +380,30 @@ def rebuild_from_archive(args: argparse.Namespace) -> int:
     return build_from_args(args)
 
 
-def recorded_study(results: pathlib.Path) -> tuple[Study | None, dict]:
-    """The study an unpacked archive recorded, and its raw config: the Study is None where the
-    archive has no config this checkout can plan (an older one, a model of another checkout);
-    its config ({} without one) still gives the threshold and the sections."""
-    path = results / layout.CONFIG
-    config = yaml.safe_load(path.read_text()) if path.is_file() else {}
-    config = config if isinstance(config, dict) else {}
+def recorded_study(results: pathlib.Path, max_runs: int = DEFAULT_MAX_RUNS,
+                   source: pathlib.Path | None = None) -> tuple[Study | None, dict]:  # fmt: skip
+    """The study an unpacked archive recorded, and its raw config. Its config.yaml is someone
+    else's: it is read within bounds and passes the schema, and its grid expands to at most
+    `max_runs` runs (Study.recorded), else SystemExit naming the key and how to allow more. The
+    Study is None where the config does not pass (an older archive, a model of another
+    checkout), said on stderr; its config ({} without one) still gives the threshold and sections."""
+    if not (results / layout.CONFIG).is_file():
+        return None, {}
     try:
-        return Study.recorded(results), config
-    except (OSError, ValueError, KeyError, TypeError):
-        return None, config
+        config = recorded_config(results)
+    except ConfigError as err:
+        raise SystemExit(f"error: {source or results}: {err}") from None
+    try:
+        return Study.recorded(results, max_runs=max_runs), config
+    except ConfigError as err:
+        if err.key == "max_runs":
+            raise SystemExit(f"error: {source or results}: its config.yaml: {err}") from None
+        print(f"[ddpbench] warning: {source or results}: its config.yaml does not plan here ({err}); the report "
+              "takes its threshold and study sections from it as written", file=sys.stderr)  # fmt: skip
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        print(f"[ddpbench] warning: {source or results}: its config.yaml does not plan here ({type(err).__name__}: "
+              f"{err})", file=sys.stderr)  # fmt: skip
+    return None, config
 
 
 def archived_run(results: pathlib.Path, run_dir: str) -> pathlib.Path | None:
