@@ -11,7 +11,9 @@ listed; what differs in the two sides' recorded environments comes with it
 (`analysis.provenance`). Bad input (a missing or corrupt table, no runs, no common cells,
 different columns) raises InputError naming the path and the problem. The gate
 (`--fail-on-slowdown 5%`, `METRIC=5%`) fails a matched cell slower by more than the threshold with
-the whole interval beyond it. docs/compare.md explains the statistics and the gate.
+the whole interval beyond it, passes one whose interval's slow end lies within the threshold, and
+cannot judge the rest (no interval, unstable, or an interval reaching past the threshold: column
+`gate_cannot_judge` says why). docs/compare.md explains the statistics and the gate.
 
 `compare_frames(base_runs, new_runs)` or `compare_paths(BASE, NEW)` return a `Comparison` with
 `.table` (comparison.csv) and `.provenance` (the environment diff), without writing anything;
@@ -42,6 +44,7 @@ from ddpbench.analysis.compare_cells import (
     estimate_job_noise,
     finish_intervals,
     gate_failed,
+    gate_unjudged,
 )
 from ddpbench.analysis.health import MAX_REL_CI, busy_runs, oversubscribed_runs, timed_runs
 from ddpbench.analysis.provenance import provenance_diff
@@ -53,7 +56,8 @@ GATED_BY_DEFAULT = ("samples_per_s", "step_time_median_s", "epoch_time_s")
 
 TABLE_COLUMNS = [
     "metric", "metric_label", "n_base", "n_new", "base", "new", "ratio", "ratio_ci_low", "ratio_ci_high",
-    "ratio_ci_level", "slowdown", "verdict", "gate_threshold", "gate_failed", "unstable", "unstable_cause",
+    "ratio_ci_level", "slowdown", "verdict", "gate_threshold", "gate_failed", "gate_cannot_judge", "unstable",
+    "unstable_cause",
 ]  # fmt: skip
 
 
@@ -153,6 +157,11 @@ class Comparison:
         return self.job_noise_beyond_cap is not None
 
     @property
+    def unjudged(self) -> pd.DataFrame:
+        """Gated rows that did not fail the gate and that it cannot pass either (gate_cannot_judge: why)."""
+        return self.table[self.table["gate_cannot_judge"] != ""]
+
+    @property
     def matched(self) -> pd.DataFrame:
         return self.table[self.table["metric"] != ""]
 
@@ -218,9 +227,10 @@ def compare_frames(base: pd.DataFrame, new: pd.DataFrame, gates: dict[str, float
             threshold = gates.get(row["metric"])
             row["gate_threshold"] = threshold if threshold is not None else np.nan
             row["gate_failed"] = threshold is not None and gate_failed(row, threshold)
+            row["gate_cannot_judge"] = gate_unjudged(row, threshold, job_noise) if threshold is not None else ""
     table = pd.DataFrame(rows, columns=[*cols, "present", *TABLE_COLUMNS])
     table["metric"] = table["metric"].fillna("")
-    for col, empty in (("gate_failed", False), ("unstable", False), ("unstable_cause", "")):
+    for col, empty in (("gate_failed", False), ("gate_cannot_judge", ""), ("unstable", False), ("unstable_cause", "")):
         table[col] = table[col].astype(object).where(table[col].notna(), empty)
     table[["gate_failed", "unstable"]] = table[["gate_failed", "unstable"]].astype(bool)
     return Comparison(base_name, new_name, cols, label_axes, table, provenance_diff(base, new, ignore), gates,

@@ -10,6 +10,7 @@ interval alone decides, and the gate rule. `analysis.compare` builds the compari
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -319,8 +320,13 @@ def finish_intervals(rows: list[dict], level: float = LEVEL, job_noise: float = 
         r.update(ratio=iv.estimate, ratio_ci_low=iv.low, ratio_ci_high=iv.high, ratio_ci_level=iv.level,
                  slowdown=slowdown_factor(iv.estimate, metric.higher_is_better),
                  verdict=change_verdict(iv, metric.higher_is_better))  # fmt: skip
-        for k in ("_d", "_se", "_dof", "_terms"):
+        for k in ("_d", "_se", "_dof"):  # _terms stays for the gate's reasons (no column of the table)
             del r[k]
+
+
+def gate_bound(metric: Metric, threshold: float) -> float:
+    """The ratio NEW/BASE at the threshold: 1 + threshold for a time, 1 / (1 + threshold) for a rate."""
+    return 1 / (1 + threshold) if metric.higher_is_better else 1 + threshold
 
 
 def gate_failed(row: dict, threshold: float) -> bool:
@@ -331,7 +337,51 @@ def gate_failed(row: dict, threshold: float) -> bool:
     lo, hi = row.get("ratio_ci_low", np.nan), row.get("ratio_ci_high", np.nan)
     if row.get("verdict") != SLOWER or pd.isna(lo) or pd.isna(hi):
         return False
-    return bool(hi < 1 / (1 + threshold)) if metric.higher_is_better else bool(lo > 1 + threshold)
+    bound = gate_bound(metric, threshold)
+    return bool(hi < bound) if metric.higher_is_better else bool(lo > bound)
+
+
+def gate_unjudged(row: dict, threshold: float, job_noise: float, level: float = LEVEL) -> str:
+    """Why the gate cannot judge a gated row that did not fail it ('' where it can): a pass needs
+    the interval's slow end within the threshold, so a row without an interval, an unstable one
+    (its repeats spread beyond --max-rel-ci: the interval of a few of them is not to be trusted)
+    and one whose interval reaches past the threshold (however wide the between-job noise made
+    it) are neither a pass nor a fail. The reason says what would decide it."""
+    if gate_failed(row, threshold):
+        return ""
+    lo, hi, ratio = (row.get(k, np.nan) for k in ("ratio_ci_low", "ratio_ci_high", "ratio"))
+    if pd.isna(lo) or pd.isna(hi) or pd.isna(ratio):
+        return f"no interval ({row.get('verdict') or 'not compared'})"
+    metric = BY_NAME[row["metric"]]
+    bound = gate_bound(metric, threshold)
+    reaches = lo < bound if metric.higher_is_better else hi > bound
+    why = [f"unstable ({row['unstable_cause']})"] if row.get("unstable") else []
+    if reaches:
+        slow, fast = sorted(slowdown_factor(x, metric.higher_is_better) for x in (lo, hi))[::-1]
+        why.append(f"a slowdown of {100 * fast:+.1f} % to {100 * slow:+.1f} %, past the {100 * threshold:g} % threshold; "
+                   + _what_would_decide(row, bound, job_noise, level))  # fmt: skip
+    return "; ".join(why)
+
+
+def _what_would_decide(row: dict, bound: float, job_noise: float, level: float) -> str:
+    """How narrow the interval must be for the gate to judge the row, and what would make it so:
+    more repeats (the repeats' part of it shrinks as 1/sqrt(n)), unless the between-job noise
+    alone is wider (then only measuring both sides in one job, or a larger threshold)."""
+    q = float(special.ndtri(0.5 + level / 2))
+    need = abs(np.log(bound) - np.log(row["ratio"]))  # the half-width (log) that would keep the interval on one side
+    now = (np.log(row["ratio_ci_high"]) - np.log(row["ratio_ci_low"])) / 2
+    outcome = "pass" if (row["ratio"] > bound) == BY_NAME[row["metric"]].higher_is_better else "fail"
+    text = f"to {outcome}, at most {_pct(need)} around the estimate (now {_pct(now)})"
+    terms = row.get("_terms", 2)
+    floor = q * np.sqrt(terms) * job_noise
+    if floor >= need:
+        return text + f", less than the between-job noise alone ({_pct(floor)} at --job-noise {job_noise:g})"
+    more = (now**2 - floor**2) / (need**2 - floor**2)  # the repeats' part shrinks as 1/n
+    return text + f": about {math.ceil(10 * more) / 10:.1f}x the repeats per side"
+
+
+def _pct(log_halfwidth: float) -> str:
+    return f"±{100 * np.expm1(log_halfwidth):.3g} %"
 
 
 # -- the rows of a comparison -------------------------------------------------------------------

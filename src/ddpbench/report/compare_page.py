@@ -8,11 +8,14 @@ them), the cells on one side only and the gate. It writes comparison.csv and a s
 comparison.html (with a forest plot of the ratios) into --out (atomically; nothing is written
 when an input is bad).
 
-The gate `--fail-on-slowdown 5%` (repeatable; `METRIC=5%` for one metric) exits 1 when a matched
-cell is slower by more than the threshold with the whole interval beyond it. Bad input (a
-missing or corrupt table, no runs, no common cells, different columns) exits 2 with a message
-naming the path and the problem. With `--job-noise estimate`, a between-job noise estimated
-above JOB_NOISE_CAP (10 %) is flagged and the gate exits 3: it cannot judge.
+Exit status (EXIT_*): 0 compared, and the gate (if asked) passed: every gated cell's interval keeps
+its slow end within the threshold. 1 the gate (`--fail-on-slowdown 5%`, repeatable; `METRIC=5%`
+for one metric) failed: a matched cell is slower by more than the threshold with the whole
+interval beyond it. 2 bad input (a missing or corrupt table, no runs, no common cells, different
+columns), with a message naming the path and the problem. 3 the gate cannot judge: a gated cell
+that did not fail has no interval, is unstable or has an interval reaching past the threshold
+(whatever the noise setting widened it to), or `--job-noise estimate` found more than
+JOB_NOISE_CAP (10 %); the terminal and the page name each cell and what would decide it.
 docs/compare.md explains the statistics and the gate.
 
 `comparison_section` is the report's `--compare-to`: these runs against a stored result set.
@@ -50,7 +53,14 @@ from ddpbench.report.text import num
 
 EXIT_GATE = 1
 EXIT_INPUT = 2
-EXIT_CANNOT_JUDGE = 3  # the gate was asked, but the estimated between-job noise is beyond JOB_NOISE_CAP
+# The gate was asked, and a gated cell neither failed nor passed it (analysis.compare_cells.gate_unjudged),
+# or the estimated between-job noise is beyond JOB_NOISE_CAP.
+EXIT_CANNOT_JUDGE = 3
+EXIT_HELP = ("Exit 0: compared, and the gate (if asked) passed: every gated cell's 95 % interval keeps its slow end "
+             "within the threshold; 1: the gate failed (a cell slower than the threshold with its whole interval "
+             "beyond it); 2: bad input; 3: the gate cannot judge (a gated cell without an interval, unstable, or "
+             "with an interval reaching past the threshold, or --job-noise estimate above 10 %): each such cell "
+             "is named with what would decide it.")  # fmt: skip
 
 
 # -- text ---------------------------------------------------------------------------------------
@@ -115,21 +125,50 @@ def summary_text(cmp: Comparison, out: pathlib.Path | None = None, max_rows: int
         for _, r in one.iterrows():
             lines.append(f"  {plain(cell_label(r, cmp.label_axes), 80)}: {plain(r['verdict'], 80)} ({plain(r['metric_label'], 80)})")
     if cmp.gates:
-        lines.append("")
-        gated = ", ".join(f"{k} {100 * v:g}%" for k, v in cmp.gates.items())
-        failed = cmp.failed_gate
-        if failed.empty:
-            lines.append(f"Gate passed: no cell slower beyond its threshold with the whole interval ({gated}).")
-        else:
-            lines.append(f"GATE FAILED: {len(failed)} cell/metric(s) slower than allowed ({gated}), interval wholly beyond:")
-            for _, r in failed.iterrows():
-                lines.append(f"  {plain(cell_label(r, cmp.label_axes), 80)} -- {r['metric']}: {100 * r['slowdown']:+.1f}% "
-                             f"slower (ratio {row_ratio_text(r)})")  # fmt: skip
-            if cmp.warnings:
-                lines.append("  (see the WARNING above: runs were measured on a busy machine, so the change may not be the only cause)")
+        lines += ["", *gate_lines(cmp)]
     if out is not None:
         lines += ["", f"Written: {out / 'comparison.csv'}, {out / 'comparison.html'}"]
     return "\n".join(lines)
+
+
+GATE_ADVICE = ("more repeats narrow the repeats' part of an interval; the between-job noise (--job-noise) puts a floor "
+               "under it that only measuring both sides in one job (and --job-noise 0) or a larger threshold gets "
+               "past; an unstable cell needs measuring again on a quiet machine.")  # fmt: skip
+
+
+def gate_lines(cmp: Comparison, max_rows: int = 12) -> list[str]:
+    """The gate's result for the terminal: failed, cannot judge (each cell, why and what would decide
+    it), or passed; a failed cell outranks the ones it cannot judge (exit 1, not 3)."""
+    gated = ", ".join(f"{k} {100 * v:g}%" for k, v in cmp.gates.items())
+    failed, unjudged, lines = cmp.failed_gate, cmp.unjudged, []
+    if cmp.cannot_judge:
+        lines.append(f"GATE CANNOT JUDGE: {noise_beyond_text(cmp)}")
+    if len(failed):
+        lines.append(f"GATE FAILED: {len(failed)} cell/metric(s) slower than allowed ({gated}), interval wholly beyond:")
+        for _, r in failed.iterrows():
+            lines.append(f"  {plain(cell_label(r, cmp.label_axes), 80)} -- {r['metric']}: {100 * r['slowdown']:+.1f}% "
+                         f"slower (ratio {row_ratio_text(r)})")  # fmt: skip
+        if cmp.warnings:
+            lines.append("  (see the WARNING above: runs were measured on a busy machine, so the change may not be the only cause)")
+    if len(unjudged):
+        head = "The gate also cannot judge" if len(failed) else "GATE CANNOT JUDGE"
+        lines.append(f"{head} {len(unjudged)} cell/metric(s) ({gated}): a pass needs each gated interval's slow end "
+                     "within its threshold:")  # fmt: skip
+        for _, r in unjudged.head(max_rows).iterrows():
+            lines.append(f"  {plain(cell_label(r, cmp.label_axes), 80)} -- {r['metric']}: ratio {row_ratio_text(r)}: "
+                         f"{plain(r['gate_cannot_judge'], 600)}")  # fmt: skip
+        if len(unjudged) > max_rows:
+            lines.append(f"  ... {len(unjudged) - max_rows} more in comparison.csv (column gate_cannot_judge)")
+        lines.append(f"  What decides them: {GATE_ADVICE}")
+    if not (len(failed) or len(unjudged) or cmp.cannot_judge):
+        lines.append(f"Gate passed: every gated cell's interval keeps its slow end within the threshold ({gated}).")
+    return lines
+
+
+def noise_beyond_text(cmp: Comparison) -> str:
+    return (f"the between-job noise estimated from the data is {100 * cmp.job_noise_beyond_cap:.3g} % per side, beyond "
+            f"the {100 * JOB_NOISE_CAP:.3g} % a gate can work with; measure both sides again (several repeats in each "
+            "of two jobs), or give --job-noise as a number")  # fmt: skip
 
 
 # -- the page -----------------------------------------------------------------------------------
@@ -212,7 +251,8 @@ def render_html(cmp: Comparison, title: str = "ddpbench comparison") -> str:
         rows.append([cell_label(r, cmp.label_axes), r["metric_label"], str(int(r["n_base"])) if pd.notna(r["n_base"]) else "–",
                      str(int(r["n_new"])) if pd.notna(r["n_new"]) else "–", fmt(r["base"]), fmt(r["new"]), row_ratio_text(r),
                      "–" if pd.isna(r["slowdown"]) else f"{100 * r['slowdown']:+.1f}%", r["verdict"],
-                     ("GATE FAILED" if r["gate_failed"] else "") + (f" UNSTABLE: {r['unstable_cause']}" if r["unstable"] else "")])  # fmt: skip
+                     ("GATE FAILED" if r["gate_failed"] else "GATE CANNOT JUDGE" if r["gate_cannot_judge"] else "")
+                     + (f" UNSTABLE: {r['unstable_cause']}" if r["unstable"] else "")])  # fmt: skip
         classes.append("slower" if r["verdict"] == SLOWER else "faster" if r["verdict"] == FASTER else "")
     one = [[cell_label(r, cmp.label_axes), r["verdict"], r["metric_label"]] for _, r in cmp.unmatched.iterrows()]
     svg = forest_svg(cmp)
@@ -231,6 +271,10 @@ def render_html(cmp: Comparison, title: str = "ddpbench comparison") -> str:
         gates=[(k, f"{100 * v:g}%") for k, v in cmp.gates.items()],
         failed=[(cell_label(r, cmp.label_axes), r["metric_label"], f"{100 * r['slowdown']:+.1f}%", row_ratio_text(r))
                 for _, r in cmp.failed_gate.iterrows()],  # fmt: skip
+        unjudged=[(cell_label(r, cmp.label_axes), r["metric_label"], row_ratio_text(r), r["gate_cannot_judge"])
+                  for _, r in cmp.unjudged.iterrows()],  # fmt: skip
+        noise_beyond=noise_beyond_text(cmp) if cmp.cannot_judge else "",
+        gate_advice=GATE_ADVICE,
         forest=Markup(svg) if svg else None,
         forest_max=FOREST_MAX_CELLS,
         n_cells=len(m.drop_duplicates(cmp.axes)) if len(m) else 0,
@@ -319,10 +363,9 @@ def main(argv: list[str] | None = None) -> int:
         # argparse %-formats help strings, but a description only where it names %(prog): one % here
         description="Compare two result sets (folders with aggregate/runs.csv, or runs.csv files): what differs in "
                     "their environments, and per matched cell whether NEW is faster, slower or not detectably "
-                    "different from BASE (95 % Welch interval of the ratio NEW/BASE). Exit 0; 1 when the "
-                    "--fail-on-slowdown gate fails; 2 on bad input; 3 when the gate cannot judge (--job-noise "
-                    "estimate above 10 %).",
-        epilog="Metrics: " + ", ".join(f"{m.name} ({m.label})" for m in COMPARE_METRICS) + ". Details: docs/compare.md.",
+                    "different from BASE (95 % Welch interval of the ratio NEW/BASE).",
+        epilog=EXIT_HELP + " Metrics: " + ", ".join(f"{m.name} ({m.label})" for m in COMPARE_METRICS)
+               + ". Details: docs/compare.md.",
     )  # fmt: skip
     ap.add_argument("base", metavar="BASE", help="the reference result set (folder or runs.csv)")
     ap.add_argument("new", metavar="NEW", help="the result set to judge against it")
@@ -330,7 +373,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="folder for comparison.csv and comparison.html (default: %(default)s)")
     ap.add_argument("--fail-on-slowdown", action="append", default=[], metavar="[METRIC=]PCT",
                     help="exit 1 when a matched cell is slower than BASE by more than PCT with the whole 95 %% "
-                         "interval beyond it; bare PCT gates " + ", ".join(GATED_BY_DEFAULT)
+                         "interval beyond it, 3 when a gated cell's interval reaches past PCT without lying beyond "
+                         "it (or it has none, or is unstable); bare PCT gates " + ", ".join(GATED_BY_DEFAULT)
                          + "; repeatable (e.g. 5%%, samples_per_s=3%%)")  # fmt: skip
     ap.add_argument("--max-rel-ci", type=float, default=A.MAX_REL_CI,
                     help="stability threshold for the UNSTABLE flag (default %(default)s)")
@@ -375,13 +419,22 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_INPUT
         out = args.out
     print(summary_text(cmp, out))
-    if gates and cmp.cannot_judge:  # never a pass (nor a fail) on intervals the data made this wide
-        print(f"ddpbench compare: the gate cannot judge: the between-job noise estimated from the data is "
-              f"{100 * cmp.job_noise_beyond_cap:.3g} % per side, beyond the {100 * JOB_NOISE_CAP:.3g} % a gate can "
-              "work with; measure both sides again (several repeats in each of two jobs), or give --job-noise "
-              "as a number", file=sys.stderr)  # fmt: skip
+    return gate_exit(cmp) if gates else 0
+
+
+def gate_exit(cmp: Comparison) -> int:
+    """The gate's exit status, said on stderr unless it passed: never a pass (nor a fail) on intervals
+    the estimated noise made this wide; a failed cell before the cells it cannot judge."""
+    if cmp.cannot_judge:
+        print(f"ddpbench compare: the gate cannot judge: {noise_beyond_text(cmp)}", file=sys.stderr)
         return EXIT_CANNOT_JUDGE
-    return EXIT_GATE if len(cmp.failed_gate) else 0
+    if len(cmp.failed_gate):
+        return EXIT_GATE
+    if len(cmp.unjudged):
+        print(f"ddpbench compare: the gate cannot judge {len(cmp.unjudged)} cell/metric(s): neither slower beyond "
+              "the threshold nor within it, as listed above with what would decide each", file=sys.stderr)  # fmt: skip
+        return EXIT_CANNOT_JUDGE
+    return 0
 
 
 if __name__ == "__main__":
