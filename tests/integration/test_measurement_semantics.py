@@ -49,8 +49,11 @@ def runs(tmp_path_factory):
 def test_phases_partition_the_step_under_rank_imbalance(imbalanced):
     s = imbalanced["allreduce-mlp"]
     assert sum(s[f"frac_{p}"] for p in PARTS) == pytest.approx(1.0, abs=1e-6)
-    # The slow rank paces the step; the 30 ms the fast rank waits are imbalance, not comm.
-    assert s["frac_forward"] > 0.5 and s["frac_exposed_comm"] < 0.4
+    # The slow rank paces the step: its forward holds the injected 30 ms; the 30 ms the fast rank
+    # waits are imbalance, not comm. (Not a share of the step: on a loaded machine the other phases
+    # stretch, and forward's share fell to 0.49 in CI.)
+    assert s["phase_forward_s"] / s["timed_steps"] >= 0.030
+    assert s["frac_forward"] > s["frac_exposed_comm"] and s["frac_exposed_comm"] < 0.4
     assert s["phase_imbalance_s"] / s["timed_steps"] > 0.02 and s["rank_skew"] > 0.5
 
 

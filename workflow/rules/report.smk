@@ -78,8 +78,8 @@ rule report:
     shell:
         "python -m ddpbench report --runs {input.runs:q} --steps {input.steps:q}"
         " --baseline-strategy {params.baseline_strategy:q} --max-rel-ci {params.max_rel_ci}"
-        " --out {params.out_dir:q} --plan {params.plan:q} --log {log:q} {params.compare_to} {params.study}"
-        " {params.design} {params.pdf} --results {params.results:q}"
+        " --out {params.out_dir:q} --plan {params.plan:q} --log {log:q} --results {params.results:q}"
+        " {params.study} {params.design} {params.pdf} {params.compare_to}"
 
 
 # `snakemake archive`: the whole study in one file (runs, tables, report, config, lock)
