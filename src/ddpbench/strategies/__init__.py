@@ -73,8 +73,13 @@ class StrategyTraits:
     shards_per_rank: bool  # base data_shard: each rank reads its own slice of the global batch
     imports_dynamo: bool  # its wrap imports torch._dynamo (base.Strategy.imports_dynamo)
     sharding: str  # base.Strategy.sharding: replicated, zero1, zero2, zero3 or stages
-    overlaps_buckets: bool  # base.Strategy.overlaps_buckets: DDP's buckets overlap backward
+    schedule: str  # base.Strategy.schedule: when its communication runs against the computation (SCHEDULES)
+    comm_volume: str  # base.Strategy.comm_volume: how its bytes per step grow with p (COMM_VOLUME)
 
+    @property
+    def overlaps_buckets(self) -> bool:
+        """DDP and its subclasses: bucket_mb buckets overlapping backward (the plan warns where one bucket holds all)."""
+        return self.schedule == "overlap"
     def unsupported(self, world: int) -> bool:
         """base.Strategy.unsupported: the harness records such a cell as skipped (world_size_refusal's rule)."""
         return world_size_refusal("", world, self.min_world, self.max_world) is not None
@@ -146,12 +151,14 @@ def strategy_traits(name: str) -> StrategyTraits:
     data_shard_from = next(c for c in chain if "data_shard" in classes[c][2])
     traits = StrategyTraits(
         attr("min_world"), attr("max_world"), attr("point_to_point"), data_shard_from == "Strategy",
-        attr("imports_dynamo"), attr("sharding"), attr("overlaps_buckets"),
+        attr("imports_dynamo"), attr("sharding"), attr("schedule"), attr("comm_volume"),
     )  # fmt: skip
     if traits.sharding not in SHARDINGS:
         raise ValueError(f"{path}: sharding {traits.sharding!r} is not one of {SHARDINGS}")
-    if attr("comm_volume") not in COMM_VOLUME:
-        raise ValueError(f"{path}: comm_volume {attr('comm_volume')!r} is not one of {tuple(COMM_VOLUME)}")
+    if traits.schedule not in SCHEDULES:
+        raise ValueError(f"{path}: schedule {traits.schedule!r} is not one of {SCHEDULES}")
+    if traits.comm_volume not in COMM_VOLUME:
+        raise ValueError(f"{path}: comm_volume {traits.comm_volume!r} is not one of {tuple(COMM_VOLUME)}")
     return traits
 
 
@@ -176,6 +183,10 @@ def comm_volume_factor(law: str, p):
     if law not in COMM_VOLUME:
         raise ValueError(f"unknown communication volume law {law!r}; known: {', '.join(COMM_VOLUME)}")
     return COMM_VOLUME[law](p)
+
+
+# When a strategy's communication runs against its computation (base.Strategy.schedule).
+SCHEDULES = ("blocking", "overlap", "root", "prefetch", "periodic", "stages", "none")
 
 
 # How a strategy keeps the model between steps (base.Strategy.sharding), least sharded first.

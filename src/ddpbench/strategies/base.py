@@ -98,9 +98,13 @@ class Strategy:
     #: How each rank keeps the model between steps (SHARDINGS): replicated, ZeRO-1/2/3 or pipeline
     #: stages. The plan's held bytes, the memory analysis and the sharding study read it.
     sharding: str = "replicated"
-    #: Overlaps its bucket_mb buckets' communication with backward (DDP and its subclasses): a bucket
-    #: as large as the gradient leaves it nothing to overlap (the plan warns).
-    overlaps_buckets: bool = False
+    #: When its communication runs against the computation (ddpbench.strategies.SCHEDULES), what the
+    #: step model (ddpbench.stepmodel) builds a step's critical path from: "blocking" after backward,
+    #: "overlap" (bucket_mb buckets handed to communication as backward produces them, on one stream:
+    #: a bucket as large as the gradient leaves nothing to overlap, the plan warns), "root" (through
+    #: rank 0), "prefetch" (FSDP's all-gathers ahead of the unit that needs them; on gloo they block),
+    #: "periodic" (every sync_period steps), "stages" (a pipeline), "none".
+    schedule: str = "blocking"
     #: Sends with send/recv (gloo moves only collectives' CUDA tensors, not these).
     point_to_point: bool = False
     #: Each rank holds only its shard of the gradients after sync (a check over them, such

@@ -59,7 +59,7 @@ class CountingGroup:
 class DDP(Strategy):
     name = "ddp"
     imports_dynamo = True
-    overlaps_buckets = True
+    schedule = "overlap"
 
     def comm_hook(self, group: Any, ctx: Context) -> tuple[Any, Hook] | None:
         """(state, hook) to register, communicating over `group` (None: the default

@@ -51,6 +51,7 @@ def ring_bytes(t: torch.Tensor, world: int) -> int:
 class FSDP(Strategy):
     name = "fsdp"
     comm_volume = "sharded_zero3"
+    schedule = "prefetch"
     sharding = "zero3"  # parameters, gradients and optimizer state
     imports_dynamo = True
     sharded_gradients = True

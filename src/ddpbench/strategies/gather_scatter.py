@@ -16,6 +16,7 @@ ROOT = 0
 class GatherScatter(BucketedSum):
     name = "gather_scatter"
     comm_volume = "gather_scatter"
+    schedule = "root"
     point_to_point = True
 
     def reduce_sum_(self, flat, ctx):

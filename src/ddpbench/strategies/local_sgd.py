@@ -20,6 +20,7 @@ SETTINGS = ("bucket_mb", "sync_period")  # the strategy-specific cell parameters
 class LocalSGD(Strategy):
     name = "local_sgd"
     exact = False
+    schedule = "periodic"
 
     def after_step(self, model, optimizer, ctx):
         st = ctx.state

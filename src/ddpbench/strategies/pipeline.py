@@ -115,6 +115,7 @@ class Pipelined(nn.Module):
 class Pipeline(Strategy):
     name = "pipeline"
     comm_volume = "point_to_point"
+    schedule = "stages"
     sharding = "stages"  # each rank holds its stage's layers
     point_to_point = True  # torch.distributed.pipelining sends activations with isend/irecv
     imports_dynamo = True

@@ -8,6 +8,7 @@ SETTINGS = ()  # the strategy-specific cell parameters it reads
 class Single(Strategy):
     name = "single"
     comm_volume = "none"
+    schedule = "none"
     min_world = 1
     max_world = 1
 

@@ -1,0 +1,127 @@
+"""The measured parts: each measured cell's step split into compute, communication, exposed
+communication and backward (per step, from the pacing rank's phase fractions, which partition the
+step), with bootstrap draws of their means over the cell's repeats, and the axes that say which
+cells share a part (the same compute, the same message, the same link)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ddpbench.analysis.health import timed_runs
+from ddpbench.analysis.links import ACHIEVED, NOMINAL, link_rate_bps
+from ddpbench.analysis.tables import LAUNCH_AXES, axes, numeric_column
+from ddpbench.core.params import NO_LINK
+from ddpbench.core.run_record import Extra
+from ddpbench.strategies import STRATEGY_SETTINGS, strategy_traits
+
+N_BOOT = 200  # resamples of every cell's repeats
+SEED = 0
+# Axes that do not change what one rank computes for one sample: the compute key is a cell's axes
+# without them (the per-rank batch enters the compute law itself).
+COMPUTE_FREE = (*LAUNCH_AXES, "strategy", "link", "scaling", "batch_size", "dataset_size", "test_size", "epochs",
+                "max_steps", "timeout_s", "profile_steps", "data_root", *STRATEGY_SETTINGS)  # fmt: skip
+# Settings that change the bytes a strategy sends per call (bucket_mb and sync_period are scaled instead).
+MESSAGE_SETTINGS = ("powersgd_rank",)
+PARTS = ("step", "compute", "comm", "exposed", "backward")
+
+
+@dataclass
+class Measured:
+    """Measured cells: `cells` one row each (its axes, `strategy`, `world_size`, `per_rank_batch`,
+    `compute_key`, `message_key`, `link_class`, `link_bps`, `calls`, `bytes`, `n_runs`, `samples_per_step`,
+    `tokens_per_sample`), `draws[part]` an array [1 + n_boot, cells] of the part's mean per step: row 0
+    the cells' means, the others resamples of their repeats."""
+
+    cells: pd.DataFrame
+    draws: dict[str, np.ndarray]
+    axes: list[str]
+
+    def subset(self, keep: np.ndarray) -> "Measured":
+        keep = np.asarray(keep, bool)
+        return Measured(self.cells[keep].reset_index(drop=True), {k: v[:, keep] for k, v in self.draws.items()}, self.axes)
+
+
+def compute_axes(cols: list[str]) -> list[str]:
+    return [a for a in cols if a not in COMPUTE_FREE]
+
+
+def keys(frame: pd.DataFrame, cols: list[str]) -> pd.Series:
+    """One text key per row over `cols` (the cells that share a part share it)."""
+    if not cols:
+        return pd.Series("", index=frame.index)
+    return frame[cols].astype(str).agg("|".join, axis=1)
+
+
+def link_class(frame: pd.DataFrame) -> pd.Series:
+    """What a cell communicates over: device, backend, one node or several, and the link."""
+    link = frame["link"].astype(str) if "link" in frame else pd.Series(NO_LINK, index=frame.index)
+    nodes = numeric_column(frame, "nodes").fillna(1).astype(int) if "nodes" in frame else 1
+    parts = [frame[c].astype(str) if c in frame else pd.Series("", index=frame.index) for c in ("device", "backend")]
+    return parts[0] + "/" + parts[1] + "/" + pd.Series(nodes, index=frame.index).astype(str) + " node(s)/" + link
+
+
+def annotate(frame: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
+    """The keys the model joins cells by, for measured and target cells alike."""
+    out = frame.copy()
+    out["compute_key"] = keys(out, compute_axes(cols))
+    out["message_key"] = out["compute_key"] + "|" + out["strategy"].astype(str) + "|" + keys(
+        out, [c for c in MESSAGE_SETTINGS if c in out])
+    out["link_class"] = link_class(out)
+    if "link_bps" not in out:
+        out["link_bps"] = [link_rate_bps(v) for v in out["link"]] if "link" in out else np.nan
+    out["schedule"] = [strategy_traits(s).schedule for s in out["strategy"]]
+    out["law"] = [strategy_traits(s).comm_volume for s in out["strategy"]]
+    return out
+
+
+def per_step(runs: pd.DataFrame) -> pd.DataFrame:
+    """Each run's parts per step: the phase fractions times the mean step time (the fractions partition
+    the step whatever the phases' own unit was in the runs table's version)."""
+    step = numeric_column(runs, "step_time_mean_s")
+
+    def part(name: str) -> pd.Series:
+        frac = numeric_column(runs, f"frac_{name}")
+        return frac * step if frac.notna().any() else numeric_column(runs, f"phase_{name}_s")
+
+    exposed = part("exposed_comm").fillna(0.0)
+    return pd.DataFrame({"step": step, "compute": step - exposed, "comm": part("comm").fillna(0.0),
+                         "exposed": exposed, "backward": part("backward")}, index=runs.index)  # fmt: skip
+
+
+def measure(runs: pd.DataFrame, n_boot: int = N_BOOT, seed: int = SEED) -> Measured:
+    """The measured cells of a runs table (ok runs with a step time), with `n_boot` resamples."""
+    ok = runs[runs["status"].astype(str) == "ok"] if "status" in runs else runs
+    ok = timed_runs(ok)
+    ok = ok[numeric_column(ok, "step_time_mean_s") > 0]
+    cols = axes(ok)
+    if ok.empty:
+        return Measured(pd.DataFrame(columns=[*cols, "compute_key"]), {p: np.zeros((1 + n_boot, 0)) for p in PARTS}, cols)
+    parts = per_step(ok)
+    ok = ok.assign(_link_bps=numeric_column(ok, ACHIEVED).fillna(numeric_column(ok, NOMINAL)) if ACHIEVED in ok else np.nan)
+    rng = np.random.default_rng(seed)
+    rows, draws = [], {p: [] for p in PARTS}
+    for key, g in ok.groupby([ok[c].astype(str) for c in cols], sort=True, dropna=False):
+        first = g.iloc[0]
+        n = len(g)
+        vals = parts.loc[g.index]
+        pick = rng.integers(0, n, size=(n_boot, n))
+        for p in PARTS:
+            v = vals[p].to_numpy(float)
+            draws[p].append(np.concatenate([[np.nanmean(v)], np.nanmean(v[pick], axis=1)]))
+        samples = numeric_column(g, "samples_per_s") * numeric_column(g, "step_time_mean_s")
+        tokens = (numeric_column(g, "tokens_per_s") / numeric_column(g, "samples_per_s")).dropna()
+        rows.append({**{c: first[c] for c in cols}, "per_rank_batch": float(numeric_column(g, "per_rank_batch").median()),
+                     "calls": float(numeric_column(g, "comm_calls_per_step").median()),
+                     "bytes": float(numeric_column(g, "comm_bytes_per_step").median()),
+                     "link_bps": float(np.nanmedian(g["_link_bps"])) if g["_link_bps"].notna().any() else np.nan,
+                     "samples_per_step": float(samples.median()),
+                     "tokens_per_sample": float(tokens.median()) if len(tokens) else np.nan,
+                     "n_runs": n})  # fmt: skip
+    cells = annotate(pd.DataFrame(rows), cols)
+    if Extra.comm_volume in ok:  # the law the runs recorded, where they did (older strategies' law may differ)
+        recorded = ok.groupby([ok[c].astype(str) for c in cols], sort=True, dropna=False)[Extra.comm_volume].first()
+        cells["law"] = [r if isinstance(r, str) and r else law for r, law in zip(recorded.to_numpy(), cells["law"])]
+    return Measured(cells, {p: np.array(v).T for p, v in draws.items()}, cols)

@@ -1,0 +1,142 @@
+"""The step model (ddpbench.stepmodel) on synthetic timelines with known answers: runs whose compute,
+communication and exposure follow stated laws (and small run-to-run noise) are fitted, and cells the
+fit never saw are predicted within a few percent; the schedules' closed form against an event
+simulation; refusals that name what to run."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ddpbench import stepmodel as M
+from ddpbench.stepmodel.schedule import overlap_share
+from ddpbench.strategies import comm_volume_factor, strategy_traits
+
+pytestmark = pytest.mark.unit
+
+K, THETA, GAMMA, BACKWARD = 2e-4, 0.8, 0.06, 0.6  # compute = K b^θ r_s (1 + γ (p−1)); backward's share
+R = {"single": 1.0, "allreduce": 1.0, "bucketed_allreduce": 1.0, "gather_scatter": 1.02, "ddp": 1.08}
+ALPHA, BW = 40e-6, 1.5e9  # seconds per call and hop; bytes/s over loopback
+GRAD = 8e6  # bytes of gradient
+CALLS = {"allreduce": 8, "gather_scatter": 2}
+
+
+def true_parts(strategy, p, b, bucket_mb=25.0, bw=BW):
+    """(compute, comm, exposed, calls, bytes) per step under the synthetic laws."""
+    compute = K * b**THETA * R[strategy] * (1 + GAMMA * (p - 1))
+    if p == 1:
+        return compute, 0.0, 0.0, 0, 0.0
+    law = strategy_traits(strategy).comm_volume
+    calls = CALLS.get(strategy) or max(1, round(GRAD / 2**20 / bucket_mb))
+    sent = comm_volume_factor(law, p) * GRAD
+    comm = ALPHA * calls * (p - 1) + sent / bw
+    x = overlap_share(calls, BACKWARD * compute, comm) if strategy == "ddp" else 1.0
+    return compute, comm, float(x * comm), calls, sent
+
+
+def synthetic_runs(cells, repeats=3, sigma=0.01, seed=1, **extra):
+    """Runs of (strategy, p, b[, bucket_mb[, link, bps]]) cells with lognormal noise on each part."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for cell in cells:
+        strategy, p, b, bucket, link, bps = (*cell, *(25.0, "none", np.nan)[len(cell) - 3 :])
+        bw = BW if not np.isfinite(bps) else 0.9 * bps / 8
+        for r in range(repeats):
+            compute, comm, exposed, calls, sent = true_parts(strategy, p, b, bucket, bw)
+            noise = np.exp(rng.normal(0, sigma, 2))
+            compute, comm, exposed = compute * noise[0], comm * noise[1], exposed * noise[1]
+            step = compute + exposed
+            rows.append(dict(status="ok", strategy=strategy, world_size=p, nodes=2 if link != "none" else 1, device="cpu",
+                             backend="gloo", model="mlp", batch_size=b * p, per_rank_batch=b, bucket_mb=bucket, link=link,
+                             extra_link_achieved_bps=bps, repeat=r, step_time_mean_s=step, frac_exposed_comm=exposed / step,
+                             frac_comm=comm / step, frac_backward=BACKWARD * compute / step, comm_calls_per_step=calls,
+                             comm_bytes_per_step=sent, samples_per_s=b * p / step, epoch_time_s=step * 10, **extra))  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+STRATEGIES = ("allreduce", "ddp", "gather_scatter")
+SCALING = [("single", 1, b) for b in (128, 64, 32, 16)] + [(s, p, 128 // p) for s in STRATEGIES for p in (2, 4)]
+
+
+def test_the_largest_world_size_is_predicted_from_the_smaller_ones_within_a_few_percent():
+    model = M.fit(synthetic_runs(SCALING))
+    targets = pd.DataFrame([dict(strategy=s, world_size=8, per_rank_batch=16, batch_size=128, model="mlp", device="cpu",
+                                 backend="gloo", nodes=1, link="none", bucket_mb=25.0) for s in STRATEGIES])  # fmt: skip
+    got = model.predict(targets)
+    for _, row in got.iterrows():
+        compute, comm, exposed, *_ = true_parts(row["strategy"], 8, 16)
+        truth = compute + exposed
+        assert row["step_time_s"] == pytest.approx(truth, rel=0.03), row["strategy"]
+        assert row["step_time_s_low"] <= truth <= row["step_time_s_high"], row["strategy"]
+        assert row["comm_s"] == pytest.approx(comm, rel=0.05)
+        assert row["samples_per_s"] == pytest.approx(128 / row["step_time_s"])
+        assert "world size 8 > 4" in row["beyond_validated"]
+
+
+def test_a_bucket_size_never_measured_changes_ddps_calls_and_exposure_as_the_schedule_says():
+    runs = synthetic_runs(SCALING + [("ddp", 2, 64, 1.0), ("ddp", 4, 32, 1.0)])
+    model = M.fit(runs)
+    target = pd.DataFrame([dict(strategy="ddp", world_size=4, per_rank_batch=32, batch_size=128, model="mlp", device="cpu",
+                                backend="gloo", nodes=1, link="none", bucket_mb=2.0)])  # fmt: skip
+    got = model.predict(target).iloc[0]
+    compute, comm, exposed, calls, _ = true_parts("ddp", 4, 32, 2.0)
+    assert calls == 4
+    assert got["exposed_comm_s"] == pytest.approx(exposed, rel=0.1)
+    assert got["step_time_s"] == pytest.approx(compute + exposed, rel=0.03)
+
+
+def test_a_slower_link_is_predicted_from_the_measured_links_efficiency():
+    links = [("1gbit", 1e9), ("500mbit", 5e8), ("200mbit", 2e8)]
+    cells = [("single", 1, 32)] + [(s, 2, 32, 25.0, name, bps) for s in ("allreduce", "gather_scatter") for name, bps in links]
+    model = M.fit(synthetic_runs(cells))
+    target = pd.DataFrame([dict(strategy="allreduce", world_size=2, per_rank_batch=32, batch_size=64, model="mlp",
+                                device="cpu", backend="gloo", nodes=2, link="100mbit", bucket_mb=25.0)])  # fmt: skip
+    got = model.predict(target).iloc[0]
+    compute, comm, exposed, *_ = true_parts("allreduce", 2, 32, bw=0.9 * 1e8 / 8)
+    assert got["step_time_s"] == pytest.approx(compute + exposed, rel=0.03)
+    assert "100mbit" in got["note"]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_overlap_law_is_what_an_event_simulation_of_buckets_on_one_stream_gives(seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(50):
+        n, window, comm = int(rng.integers(1, 12)), rng.uniform(0.001, 0.1), rng.uniform(0.001, 0.1)
+        free = 0.0
+        for i in range(1, n + 1):  # bucket i ready at window i / n; the stream takes one at a time
+            free = max(free, window * i / n) + comm / n
+        assert overlap_share(n, window, comm) * comm == pytest.approx(free - window, rel=1e-9, abs=1e-12)
+
+
+def test_what_was_never_measured_is_refused_naming_what_to_run():
+    model = M.fit(synthetic_runs(SCALING))
+    base = dict(world_size=2, per_rank_batch=64, batch_size=128, model="mlp", device="cpu", backend="gloo", nodes=1,
+                link="none", bucket_mb=25.0)  # fmt: skip
+    with pytest.raises(M.MissingPart, match="run single at per-rank batch 64"):
+        model.predict(pd.DataFrame([dict(base, strategy="allreduce", model="resnet18")]))
+    with pytest.raises(M.MissingPart, match="bucketed_allreduce never communicated.*world size >= 2"):
+        model.predict(pd.DataFrame([dict(base, strategy="bucketed_allreduce")]))
+    with pytest.raises(M.MissingPart, match="cpu/gloo/2 node\\(s\\)/unshaped"):
+        model.predict(pd.DataFrame([dict(base, strategy="allreduce", nodes=2, link="unshaped")]))
+    with pytest.raises(M.MissingPart, match="pipeline"):
+        model.predict(pd.DataFrame([dict(base, strategy="pipeline")]))
+    rows = model.predict(pd.DataFrame([dict(base, strategy="bucketed_allreduce")]), strict=False)
+    assert np.isnan(rows["step_time_s"].iloc[0]) and "never communicated" in rows["note"].iloc[0]
+
+
+def test_held_out_cells_are_predicted_and_their_intervals_are_judged_without_themselves():
+    v = M.validate(synthetic_runs(SCALING + [(s, 8, 16) for s in STRATEGIES]))
+    each = v.summary.set_index("held_out").loc["each cell"]
+    assert each["predicted"] == each["cells"] == 9
+    assert each["median_abs_error"] < 0.03 and each["coverage"] >= 0.9
+    largest = v.table[v.table["held_out"].str.startswith("largest world size (p = 8)")]
+    assert len(largest) == 3 and (largest["rel_error"].abs() < 0.05).all()
+    assert 0 < v.model.widen < 0.05 and v.model.validated["world_size"] == 8
+
+
+def test_noise_in_the_repeats_widens_the_interval():
+    quiet = M.fit(synthetic_runs(SCALING, sigma=0.002))
+    noisy = M.fit(synthetic_runs(SCALING, sigma=0.05))
+    target = pd.DataFrame([dict(strategy="allreduce", world_size=8, per_rank_batch=16, batch_size=128, model="mlp",
+                                device="cpu", backend="gloo", nodes=1, link="none", bucket_mb=25.0)])  # fmt: skip
+    width = [(lambda r: r["step_time_s_high"] / r["step_time_s_low"])(m.predict(target).iloc[0]) for m in (quiet, noisy)]
+    assert np.log(width[1]) > 5 * np.log(width[0]) > 0
