@@ -1,7 +1,8 @@
 """`ddpbench predict RESULTS --config GRID.yaml`: a results folder whose runs follow the step model's
 synthetic laws (tests/stepmodel_synth.py) with every column a runs.csv has, a grid naming cells never
-run (world size 8, a bucket size never measured), predictions.csv checked against the laws' truth;
-and the refusals, each before anything is written (exit status 2, one message saying what to do)."""
+run (world size 8, a bucket size never measured, a link slower than any measured), predictions.csv
+checked against the laws' truth; and the refusals, each before anything is written (exit status 2,
+one message saying what to do)."""
 
 from __future__ import annotations
 
@@ -95,6 +96,30 @@ def test_a_runs_csv_without_its_study_is_read_over_the_checkouts_config(results,
     assert got.loc[2, "step_time_s"] == pytest.approx(compute + exposed, rel=0.03)
     assert pd.isna(got.loc[2, "beyond_validated"]) and "world size 8 > 4" in got.loc[8, "beyond_validated"]
     assert not (table.parent / "predictions.csv").exists() and str(out) in capsys.readouterr().out
+
+
+def test_a_slower_link_named_by_its_rate_is_predicted_from_the_measured_links(tmp_path, capsys):
+    """Cells over three shaped links (two nodes); GRID.yaml names a slower one by its rate."""
+    folder = tmp_path / "results"
+    config = measured_config(folder)
+    (folder / "aggregate").mkdir(parents=True)
+    (folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    study = Study.from_config(config, checks=False)
+    params = study.params(study.cells.index[0])
+    links = [("1gbit", 1e9), ("500mbit", 5e8), ("200mbit", 2e8)]
+    runs = synthetic_runs([("single", 1, 32)] + [(s, 2, 32, 25.0, n, bps) for s in ("allreduce", "gather_scatter")
+                                                  for n, bps in links])  # fmt: skip
+    rows = [{**params, **run, "backend": "auto", "batch_size": 32 * run["world_size"]} for run in runs.to_dict(orient="records")]
+    pd.DataFrame(rows).to_csv(folder / "aggregate" / "runs.csv", index=False)
+    grid = write_grid(tmp_path / "grid.yaml", {"grid": {"world_size": [2], "nodes": [2], "strategy": ["allreduce"],
+                                                        "batch_size": [64], "link": ["100mbit"]}})  # fmt: skip
+    assert cli.main(["predict", str(folder), "--config", str(grid)]) == 0
+    row = pd.read_csv(folder / "predictions.csv").iloc[0]
+    compute, _, exposed, *_ = true_parts("allreduce", 2, 32, bw=0.9 * 1e8 / 8)  # the links reach 90 % of their rate
+    assert row["step_time_s"] == pytest.approx(compute + exposed, rel=0.03)
+    assert "100mbit from the measured links' efficiency" in row["note"]
+    assert "link 100 Mbit/s < the slowest held out, 200" in row["beyond_validated"]
+    assert "slowest link: median" in capsys.readouterr().out
 
 
 def _failed(results, tmp_path):
