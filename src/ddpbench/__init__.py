@@ -18,6 +18,8 @@ folders marked "no torch" never load it). Data flows down this list:
                   the model catalog, the preflight warnings, stale-run status. No torch.
 - ``results/``    run folders into tables (aggregate), archives, the progress line. No torch.
 - ``analysis/``   statistics, intervals, fits and comparisons over the tables. No torch.
+- ``stepmodel/``  the step model: a step's compute, communication and exposure fitted from the
+                  measured parts, predicting cells never run, checked on held-out ones. No torch.
 - ``report/``     figures, findings, study answers and the HTML/LaTeX pages. No torch.
 
 ``cli.py`` is the ``ddpbench`` command, one verb per stage (its SUBCOMMANDS), and ``__main__.py``

@@ -17,6 +17,7 @@ import sys
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "models": ("plan.catalog", "each model's parameters, gradient bytes, FLOPs per sample and strategies; each dataset"),
     "compare": ("report.compare_page", "did a change make training faster or slower? two result sets, cell by cell"),
+    "predict": ("plan.predict", "the step model's step time, throughput and intervals for cells never run"),
     "report": ("report.build", "statistics, fits, figures, HTML and PDF report from runs.csv"),
     "aggregate": ("results.aggregate", "merge run folders into runs.csv and steps.csv"),
     "status": ("plan.status", "which runs are stale (other code, settings or lock); --rerun redoes them"),

@@ -6,6 +6,7 @@ write or read under `results:`, named in one place.
     RESULTS/design/round~R.json                a sequential design's decision after round R
     RESULTS/aggregate/runs.csv, steps.csv      the tidy tables
     RESULTS/report/report.html, *.csv, figures the report
+    RESULTS/predictions.csv                    `ddpbench predict`: cells never run, from the step model
     RESULTS/logs/...                           the jobs' logs, progress.json, plan.txt
     RESULTS/data/<dataset>.txt                 a real dataset's prepared marker
     RESULTS.tar.gz                             `snakemake archive`
@@ -29,6 +30,7 @@ ROUND_GLOB = f"{DESIGN}/round~*.json"
 RUNS_TABLE = "aggregate/runs.csv"
 STEPS_TABLE = "aggregate/steps.csv"
 REPORT = "report"
+PREDICTIONS = "predictions.csv"
 LOGS = "logs"
 
 
@@ -112,6 +114,10 @@ class Layout:
 
     def report_file(self, name: str) -> str:
         return self.path(REPORT, name)
+
+    @property
+    def predictions(self) -> str:
+        return self.path(PREDICTIONS)
 
     @property
     def archive(self) -> str:

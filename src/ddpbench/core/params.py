@@ -332,6 +332,15 @@ def backend_for(backend: str, device: str) -> str:
     return backend
 
 
+def batch_sizes(batch_size: int, scaling: str, world: int) -> tuple[int, int]:
+    """(global batch, per-rank batch): strong keeps the global batch, weak the per-rank one.
+    Under strong scaling with a global batch not divisible by the world size, the
+    per-rank batch is the largest shard."""
+    if scaling == "weak":
+        return batch_size * world, batch_size
+    return batch_size, -(-batch_size // world)
+
+
 def check_backend(backend: Any, device: Any) -> None:
     """NCCL moves CUDA tensors only."""
     if backend == "nccl" and device != "cuda":

@@ -11,7 +11,8 @@ bytes and FLOPs per sample (catalog.json, committed; rebuilding it imports the m
 warnings) after `estimate`'s wall time, learned from this host's earlier runs; `status` tells
 which stored runs are stale and clears a dead Snakemake's lock; `grid` expands the config's
 axes into cells, `cells` checks the expanded cells (and the synthetic stand-ins), `jobs` gives
-each run its parameters, launcher flags and resources. It imports core, strategies' registry,
-results, cluster (whether a network lab can be made) and analysis (the design's statistics),
-never run/ at import time.
+each run its parameters, launcher flags and resources; `predict` (`ddpbench predict`) expands a grid
+the same way and asks the step model what its cells would measure without running them. It imports
+core, strategies' registry, results, cluster (whether a network lab can be made), analysis (the
+design's statistics) and stepmodel (the predictions), never run/ at import time.
 """

@@ -27,6 +27,9 @@ from typing import Any, Iterator, Sequence
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
+# The harness's batches, torch-free in core.params (the plan and the step model's predictions derive them too)
+from ddpbench.core.params import batch_sizes  # noqa: F401
+
 SYNTHETIC_SHAPES = {"cifar10": ((3, 32, 32), 10), "mnist": ((1, 28, 28), 10), "imagenette": ((3, 0, 0), 10)}
 _NORMALIZE = {
     "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
@@ -204,15 +207,6 @@ class ShardedBatchSampler:
     def __iter__(self) -> Iterator[list[int]]:
         for batch in self.global_batches():
             yield torch.tensor_split(batch, self.world)[self.rank].tolist()
-
-
-def batch_sizes(batch_size: int, scaling: str, world: int) -> tuple[int, int]:
-    """(global batch, per-rank batch): strong keeps the global batch, weak the per-rank one.
-    Under strong scaling with a global batch not divisible by the world size, the
-    per-rank batch is the largest shard."""
-    if scaling == "weak":
-        return batch_size * world, batch_size
-    return batch_size, -(-batch_size // world)
 
 
 def train_loader(data: Data, sampler: ShardedBatchSampler, num_workers: int, pin_memory: bool) -> DataLoader:
