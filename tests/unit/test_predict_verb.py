@@ -119,7 +119,7 @@ def test_a_slower_link_named_by_its_rate_is_predicted_from_the_measured_links(tm
     assert row["step_time_s"] == pytest.approx(compute + exposed, rel=0.03)
     assert "100mbit from the measured links' efficiency" in row["note"]
     assert "link 100 Mbit/s < the slowest held out, 200" in row["beyond_validated"]
-    assert "slowest link: median" in capsys.readouterr().out
+    assert "each link: median" in capsys.readouterr().out
 
 
 def _failed(results, tmp_path):
@@ -134,7 +134,18 @@ def _copy(results, tmp_path):
     return shutil.copytree(results, tmp_path / "results")
 
 
+def _unchecked(results, tmp_path):
+    """One strategy at one world size beside single: holding its only cell out leaves nothing to predict it from."""
+    folder = shutil.copytree(results, tmp_path / "results")
+    runs = pd.read_csv(folder / "aggregate" / "runs.csv")
+    keep = (runs["strategy"] == "single") | ((runs["strategy"] == "allreduce") & (runs["world_size"] == 2))
+    runs[keep].to_csv(folder / "aggregate" / "runs.csv", index=False)
+    return folder
+
+
 REFUSALS = {
+    "a model never checked on held-out cells": (_unchecked, {"grid": {"world_size": [4], "strategy": ["allreduce"]}},
+                                                "never checked is not a prediction.*second world size"),
     "an unmeasured model": (_copy, {"grid": {"world_size": [2], "strategy": ["ddp"], "model": ["resnet18"]}},
                             "cannot predict strategy=ddp.*model=resnet18.*run single at per-rank batch 64"),
     "an unknown key": (_copy, {"grid": {"world_size": [8], "colour": ["red"]}}, "grid.*'colour' was unexpected"),

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import io
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,12 +41,11 @@ from ddpbench import REPO_ROOT, stepmodel
 from ddpbench.analysis.compare import InputError, read_side
 from ddpbench.analysis.intervals import LEVEL
 from ddpbench.core import bounded, layout, safe_io
-from ddpbench.core.params import CellParams, backend_for, batch_sizes
+from ddpbench.core.params import batch_sizes
 from ddpbench.plan.cells import check_cell_combinations
 from ddpbench.plan.config_schema import SCHEMA_PATH
 from ddpbench.plan.grid import ConfigError
 from ddpbench.plan.study import MAX_CONFIG_BYTES, MAX_CONFIG_DEPTH, MAX_CONFIG_VALUES, Study, validate_config
-from ddpbench.strategies import STRATEGY_SETTINGS, names as strategy_names, strategy_settings
 
 EXIT_REFUSED = 2
 SHOWN = 40  # rows of the terminal's table; predictions.csv has them all
@@ -143,37 +141,7 @@ def target_cells(study: Study) -> pd.DataFrame:
         global_batch, per_rank = batch_sizes(int(params["batch_size"]), params["scaling"], world)
         rows.append({**params, "world_size": world, "nodes": study.nodes(path), "per_rank_batch": per_rank,
                      "global_batch": global_batch})  # fmt: skip
-    return as_run(pd.DataFrame(rows))
-
-
-def as_run(frame: pd.DataFrame) -> pd.DataFrame:
-    """Values as the harness ran them, on both sides of the model: the backend resolved (runs.csv
-    records the setting, `auto`: gloo on cpu, nccl on cuda, as the collective sweep names it), and a
-    strategy setting its strategy does not read at its default, as the plan held it
-    (analysis.tables.settings_as_read moves it for the report's matching)."""
-    out = frame.copy()
-    if "backend" in out and "device" in out:
-        out["backend"] = [backend_for(b, d) if isinstance(b, str) else b for b, d in zip(out["backend"], out["device"])]
-    known, defaults = set(strategy_names()), CellParams().as_dict()
-    strategy = out["strategy"].astype(str) if "strategy" in out else pd.Series("", index=out.index)
-    for setting in (s for s in STRATEGY_SETTINGS if s in out):
-        unread = strategy.map(lambda name: name in known and setting not in strategy_settings(name)).to_numpy(bool)
-        if unread.any():
-            out.loc[unread, setting] = defaults[setting]
-    return out
-
-
-def as_recorded(targets: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
-    """The targets' values as runs.csv holds them once read (an empty text is NaN, a column of whole
-    numbers with a gap is float): the model joins cells by their values' text."""
-    read = pd.read_csv(io.StringIO(targets.to_csv(index=False)))
-    for col in read.columns.intersection(runs.columns):
-        have, want = read[col], runs[col]
-        if want.dtype.kind == "f" and have.dtype.kind in "iu":
-            read[col] = have.astype(float)
-        elif want.dtype.kind in "iu" and have.dtype.kind == "f" and np.array_equal(have, have.round()):
-            read[col] = have.astype(int)
-    return read
+    return pd.DataFrame(rows)
 
 
 # -- the model --------------------------------------------------------------------------------------
@@ -186,12 +154,16 @@ def predict(results: str, grid_path: Path, comm: str | None) -> tuple[Prediction
     folder = results_folder(Path(results), csv)
     sweep = read_sweep(comm)
     study = grid_study(grid_path, folder)
-    runs = as_run(runs)
-    targets = as_recorded(target_cells(study), runs)
+    targets = target_cells(study)
     measured = stepmodel.measure(runs)
     # A part never measured is refused by the model fitted once, before the held-out checks refit it per cell
     stepmodel.fit(measured, sweep).predict(targets, strict=True)
     validation = stepmodel.validate(measured, sweep)
+    if not (validation.summary["predicted"] > 0).any():
+        why = f" ({'; '.join(validation.notes)})" if validation.notes else ""
+        raise Refused("the step model could not be checked on a single measured cell held out of its fit" + why
+                      + ": a law never checked is not a prediction; measure cells it can hold out (a second world "
+                      "size >= 2, or a second strategy that communicates), then predict")  # fmt: skip
     predicted = validation.model.predict(targets, strict=True)
     cells = study.cells.reset_index(drop=True)
     extra = [c for c in ("world_size", "nodes", "per_rank_batch", "global_batch") if c not in cells]

@@ -43,6 +43,8 @@ class StepModel:
             raise MissingPart(f"no measured cell computed this model and setting on {device}: run single at "
                               f"per-rank batch {target['per_rank_batch']:g} with these settings")  # fmt: skip
         p = int(target["world_size"])
+        if target["schedule"] == "stages":
+            raise MissingPart("the pipeline's schedule (micro-batches through stages) is not modelled")
         compute = compute_law.predict(law, target["compute_key"], target["strategy"], float(target["per_rank_batch"]), p)
         if p == 1 or target["schedule"] == "none":
             zero = np.zeros_like(compute)

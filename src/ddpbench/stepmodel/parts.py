@@ -13,7 +13,7 @@ import pandas as pd
 from ddpbench.analysis.health import timed_runs
 from ddpbench.analysis.links import ACHIEVED, NOMINAL, link_rate_bps
 from ddpbench.analysis.tables import LAUNCH_AXES, axes, numeric_column
-from ddpbench.core.params import NO_LINK
+from ddpbench.core.params import NO_LINK, backend_for
 from ddpbench.core.run_record import Extra
 from ddpbench.strategies import STRATEGY_SETTINGS, strategy_traits
 
@@ -48,11 +48,25 @@ def compute_axes(cols: list[str]) -> list[str]:
     return [a for a in cols if a not in COMPUTE_FREE]
 
 
+def text(value) -> str:
+    """A value as a key holds it, the same whether it came from runs.csv or a config: a number in one
+    form (25, 25.0 and "25.0" alike), nothing (None, NaN, "") as ""."""
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return ""
+    if isinstance(value, (bool, np.bool_)):
+        return str(bool(value))
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    return f"{number:.12g}" if np.isfinite(number) else str(value)
+
+
 def keys(frame: pd.DataFrame, cols: list[str]) -> pd.Series:
     """One text key per row over `cols` (the cells that share a part share it)."""
     if not cols:
         return pd.Series("", index=frame.index)
-    return frame[cols].astype(str).agg("|".join, axis=1)
+    return frame[cols].map(text).agg("|".join, axis=1)
 
 
 def link_class(frame: pd.DataFrame) -> pd.Series:
@@ -66,6 +80,8 @@ def link_class(frame: pd.DataFrame) -> pd.Series:
 def annotate(frame: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
     """The keys the model joins cells by, for measured and target cells alike."""
     out = frame.copy()
+    if "backend" in out and "device" in out:  # runs.csv records the setting (auto); the sweep names the backend
+        out["backend"] = [backend_for(str(b), str(d)) for b, d in zip(out["backend"], out["device"])]
     out["compute_key"] = keys(out, compute_axes(cols))
     out["message_key"] = out["compute_key"] + "|" + out["strategy"].astype(str) + "|" + keys(
         out, [c for c in MESSAGE_SETTINGS if c in out])
