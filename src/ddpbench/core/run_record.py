@@ -16,8 +16,9 @@ it gathers (the strategy's own fields, flops, autobatch, transforms) and cluster
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Iterable
 
 #: summary.json's blocks whose fields become prefixed runs.csv columns.
 EXTRA_BLOCK: Final = "extra"
@@ -132,6 +133,9 @@ class Extra:
     bubble_fraction: Final = "extra_bubble_fraction"
     bubble_fraction_max: Final = "extra_bubble_fraction_max"
     bubble_fraction_ideal: Final = "extra_bubble_fraction_ideal"
+    # ddp's buckets and the ones of its variants (ddp_fp16, powersgd, zero): as `numbers_text`.
+    bucket_ready: Final = "extra_bucket_ready"  # each bucket's hand-over as a fraction of backward
+    bucket_bytes: Final = "extra_bucket_bytes"  # each bucket's gradient bytes, in hand-over order
     # powersgd's compression.
     powersgd_start_iter_effective: Final = "extra_powersgd_start_iter_effective"
     powersgd_compression_rate: Final = "extra_powersgd_compression_rate"
@@ -202,6 +206,21 @@ def columns(namespace: type) -> dict[str, str]:
     return {k: v for k, v in vars(namespace).items() if isinstance(v, str) and not k.startswith("_")}
 
 
+def numbers_text(values: Iterable[float | int], digits: int = 6) -> str:
+    """A list of numbers as one text field of summary.json's extra and a runs.csv cell (lists are not
+    flattened into runs.csv): space-separated, integers as written, floats to `digits` significant
+    digits (as extra.param_sample). `text_numbers` reads it back."""
+    return " ".join(str(v) if isinstance(v, int) else f"{float(v):.{digits}g}" for v in values)
+
+
+def text_numbers(value: Any) -> list[float]:
+    """The numbers of a `numbers_text` field as read from summary.json or runs.csv (where one number
+    may arrive as a float, and nothing as None, NaN or ""): [] for nothing."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return []
+    return [float(v) for v in str(value).split()]
+
+
 def read_summary(path: str | Path) -> dict[str, Any]:
     """A run's summary.json (or the ranks' summary.ranks.json) as a dict. Raises OSError when it
     cannot be read and ValueError when it is not a JSON object (json.JSONDecodeError included)."""
@@ -213,5 +232,6 @@ def read_summary(path: str | Path) -> dict[str, Any]:
 
 __all__ = [
     "EXTRA_BLOCK", "ENV_BLOCK", "EXTRA_PREFIX", "ENV_PREFIX", "ENV_VARS", "ENV_VAR_PREFIX", "Extra", "Env",
-    "extra_column", "env_column", "env_var_column", "is_env_column", "env_label", "columns", "read_summary",
+    "extra_column", "env_column", "env_var_column", "is_env_column", "env_label", "columns", "numbers_text",
+    "text_numbers", "read_summary",
 ]  # fmt: skip

@@ -128,6 +128,14 @@ class StepTimer:
         if self.on_lap is not None:
             self.on_lap()
 
+    def stamp_of(self, phase: str) -> Any:
+        """The stamp that closed the latest lap of `phase` in this step (None when not enabled or
+        no such lap yet): e.g. the end of forward, where backward starts (strategies.ddp)."""
+        for name, stamp, _ in reversed(self._marks):
+            if name == phase:
+                return stamp
+        return None
+
     def close(self) -> StepMarks:
         marks, self._marks = self._marks, []
         return StepMarks(marks)

@@ -190,6 +190,7 @@ def train_loop(
         if fault and fault[0] != "slow" and fault[1] == step:
             faults.inject(fault[0], ctx.rank, step)
         timed = instrument and step >= first_timed
+        ctx.timed = timed
         if timed and not timing:
             timing = True
             _start_timing(ctx, result)

@@ -54,6 +54,9 @@ class Context:
     #: The step's phase while forward_backward runs: "backward" during the backward pass, else
     #: "forward" (a collective issued from a hook is charged to it).
     phase: str = "forward"
+    #: Whether the current step is timed (the loop sets it): a strategy's per-step records that
+    #: summarise the timed steps (DDP's bucket readiness) keep only those.
+    timed: bool = False
 
     def autocast(self) -> ContextManager:
         """The cell's precision for forward and loss: autocast to bf16/fp16, else nothing."""
