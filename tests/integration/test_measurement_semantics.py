@@ -1,7 +1,7 @@
 """Each number means what its definition says, on real 2-rank gloo runs: phases partition
 the step under rank imbalance, skew sees it, PowerSGD is timed in its compressed steady
-state with its blocking communication exposed, and bucket_mb means the same for the hand
-bucketing as for DDP."""
+state with its blocking communication exposed, bucket_mb means the same for the hand
+bucketing as for DDP, and DDP records when each bucket's gradients were ready."""
 
 import json
 import os
@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 from harness_common import CELL_FLAGS, torchrun
+
+from ddpbench.core.run_record import text_numbers
 
 CELLS = Path(__file__).resolve().parent / "_cells.py"
 PARTS = ("data", "forward", "backward", "exposed_comm", "optimizer", "other")
@@ -43,6 +45,7 @@ def runs(tmp_path_factory):
         "ddp:mlp:bucket_mb=0.1",
         "ddp:mlp:bucket_mb=1",
         "bucketed_allreduce:mlp:bucket_mb=1",
+        "ddp:simple_cnn:bucket_mb=0.01",
     )
 
 
@@ -74,6 +77,24 @@ def test_powersgd_blocking_hook_is_exposed_on_gloo(runs):
 def test_bucket_mb_means_the_same_for_hand_bucketing_and_ddp(runs):
     assert runs["bucketed_allreduce-mlp-bucket_mb=1"]["comm_calls_per_step"] == runs["ddp-mlp-bucket_mb=1"]["comm_calls_per_step"]
     assert runs["bucketed_allreduce-mlp-bucket_mb=1"]["comm_bytes_per_step"] == runs["ddp-mlp-bucket_mb=1"]["comm_bytes_per_step"]
+
+
+def test_ddp_records_when_each_buckets_gradients_are_ready(runs):
+    """One fraction of backward per bucket, in hand-over order (backward produces the last layer's
+    gradients first: the first conv's bucket comes last), and each bucket's bytes; its hooks too."""
+    s = runs["ddp-simple_cnn-bucket_mb=0.01"]
+    ready, sizes = (text_numbers(s["extra"][k]) for k in ("bucket_ready", "bucket_bytes"))
+    assert len(ready) == len(sizes) == s["comm_calls_per_step"] >= 3  # one all-reduce per bucket
+    assert all(a <= b for a, b in zip(ready, ready[1:])) and ready[0] < ready[-1]
+    assert 0.0 <= ready[0] and ready[-1] <= 1.05
+    assert sum(sizes) == 4 * s["extra"]["model_parameters"]
+    # Ready last: the first conv's weight and bias (320 parameters; DDP may pack the second conv's
+    # bias with them), the smallest bucket.
+    assert 4 * 320 <= sizes[-1] <= 4 * (320 + 64)
+    plain, hooked = runs["ddp-mlp-bucket_mb=0.1"]["extra"], runs["powersgd-mlp-powersgd_start_iter=5-bucket_mb=0.1"]["extra"]
+    assert hooked["bucket_bytes"] == plain["bucket_bytes"] and len(text_numbers(hooked["bucket_ready"])) == 2
+    assert all(0.0 <= f <= 1.05 for f in text_numbers(hooked["bucket_ready"]))
+    assert "bucket_ready" not in runs["bucketed_allreduce-mlp-bucket_mb=1"]["extra"]
 
 
 @pytest.fixture(scope="module")

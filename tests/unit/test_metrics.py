@@ -209,6 +209,19 @@ def test_step_timer_lap_split_charges_parts_and_the_rest(wall):
     assert timer.total == 2.5
 
 
+def test_stamp_of_is_the_latest_lap_of_a_phase_in_this_step(wall):
+    """Where DDP reads backward's start (the end of forward) and end from the loop's own laps."""
+    clock = FakeClock()
+    timer = timers.StepTimer(clock)
+    laps(timer, clock, 0.0, [(0.5, "data"), (1.0, "forward"), (2.0, "backward"), (2.5, "forward"), (4.0, "backward")])
+    assert (timer.stamp_of("forward"), timer.stamp_of("backward"), timer.stamp_of("optimizer")) == (2.5, 4.0, None)
+    timer.close()
+    assert timer.stamp_of("forward") is None  # a closed step's stamps are gone
+    off = timers.StepTimer(clock, enabled=False)
+    laps(off, clock, 0.0, [(1.0, "forward")])
+    assert off.stamp_of("forward") is None
+
+
 def test_disabled_step_timer_takes_no_stamps_and_never_waits(wall):
     clock = FakeClock()
     timer = timers.StepTimer(clock, enabled=False)
@@ -303,6 +316,49 @@ def test_comm_meter_take_hands_over_the_step_and_its_accounts_charge_the_taken_m
     step.resolve(None)
     assert (step.calls, step.bytes, step.hidden) == (2, 100, {"optimizer": [0.5, 0.5]})
     assert (live.calls, live.bytes, live.hidden) == (1, 7, {})
+
+
+# -- DDP's bucket readiness ------------------------------------------------------------------------
+
+
+def test_ready_fractions_are_hand_overs_on_backwards_computation():
+    """Bucket i at (hand-over − start − held in earlier hooks) / (end − start − exposed): the time
+    backward waited inside a hook and the exposed communication are not its computation."""
+    from ddpbench.strategies.ddp import exposed_comm, ready_fractions
+
+    times = [(1.0, 1.1, 1.5), (2.0, 2.05, 2.6)]  # (handed over, hook returned, completed)
+    exposed = exposed_comm(times)
+    assert exposed == pytest.approx(0.1 + 0.6)
+    assert ready_fractions(times, 0.0, 2.8, exposed) == pytest.approx([1.0 / 2.1, 1.9 / 2.1])
+    assert ready_fractions(times, 0.0, 0.5, exposed) == []  # no computation left: nothing to divide by
+
+
+def test_ddp_records_bucket_readiness_of_timed_steps_only_as_the_median_per_bucket():
+    from ddpbench.core.run_record import text_numbers
+    from ddpbench.strategies.ddp import DDP
+
+    ddp, clock = DDP(), timers.Clock("cpu")
+    ctx = SimpleNamespace(state={}, meter=timers.CommMeter(), timed=False)
+    steps = [(False, 0.4), (True, 1.0), (True, 1.2), (True, 0.8)]  # (timed, the first bucket's hand-over)
+    for timed, first in steps:
+        ctx.timed = timed
+        ctx.state["ddp_spans"] = [[2.0, 2.05, 2.6, 800], [first, first + 0.1, first + 0.5, 400]]  # completion order
+        ctx.state["ddp_backward"] = (0.0, 2.8)  # the end of forward, the end of backward
+        ddp.sync_gradients(None, ctx)
+        ctx.meter.take().resolve(clock)
+    assert len(ctx.state["ddp_ready"]) == 3  # the untimed step is not summarised
+    extra = ddp.extra(None, ctx)
+    assert text_numbers(extra["bucket_ready"]) == pytest.approx([1.0 / 2.1, 1.9 / 2.1], rel=1e-3)  # the median step's
+    assert extra["bucket_bytes"] == "400 800"  # in hand-over order
+    assert ddp.extra(None, SimpleNamespace(state={})) == {}  # uninstrumented: nothing recorded
+
+
+def test_bucket_fields_keep_the_most_common_bucket_count():
+    from ddpbench.strategies.ddp import bucket_fields
+
+    steps = [([0.1, 0.5], [1, 2]), ([0.3, 0.7], [1, 2]), ([0.2, 0.6], [1, 2]), ([0.9], [3])]
+    assert bucket_fields(steps) == {"bucket_ready": "0.2 0.6", "bucket_bytes": "1 2"}
+    assert bucket_fields([]) == {}
 
 
 def test_closed_steps_resolve_later_with_one_wait_each(fake_cuda):

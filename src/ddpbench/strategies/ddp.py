@@ -21,17 +21,28 @@ compressed tensor, PowerSGD's P and Q matrices), in the ring convention of
 forward: that broadcast is timed as exposed communication inside forward and counted. Uninstrumented runs use DDP's built-in hook (the overhead benchmark
 compares the two). Variants (ddp_fp16, powersgd, zero) override `comm_hook` or
 `make_optimizer` and inherit the measurement.
+
+When each bucket's gradients are ready (what the step model's overlap law simulates,
+ddpbench.stepmodel.schedule): per timed step, each bucket's hand-over as a fraction of
+backward's computation, in hand-over order (`ready_fractions`), from the same stamps and
+the loop's own laps around backward (the end of forward, the end of backward), resolved
+in the same deferred account: no extra synchronisation, one more number per bucket.
+extra.bucket_ready is rank 0's median per bucket over the timed steps, extra.bucket_bytes
+each bucket's gradient bytes (its buffer), both as `run_record.numbers_text`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import statistics
+from collections import Counter
 from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from ddpbench.core.run_record import numbers_text
 from ddpbench.core.timers import interval_union
 from ddpbench.strategies.base import Context, Strategy, allreduce_bytes, nbytes, timed_blocking
 
@@ -99,6 +110,15 @@ class DDP(Strategy):
     def bare(self, model):
         return model.module
 
+    def forward_backward(self, model, x, y, scale, timer, ctx):
+        out = super().forward_backward(model, x, y, scale, timer, ctx)
+        if ctx.instrument:  # backward's laps (with grad_accum: the last micro-batch's, the one that syncs)
+            ctx.state["ddp_backward"] = (timer.stamp_of("forward"), timer.stamp_of("backward"))
+        return out
+
+    def extra(self, model, ctx):
+        return bucket_fields(ctx.state.get("ddp_ready") or [])
+
     def accumulating(self, model, ctx, last):
         return contextlib.nullcontext() if last else model.no_sync()
 
@@ -113,7 +133,8 @@ class DDP(Strategy):
                 fut = dist.all_reduce(buf, group=state, async_op=True).get_future()
             else:
                 fut = inner(state, bucket)
-            span = [start, clock.stamp(), None]  # handed over, returned to backward, done
+            # handed over, returned to backward, done; the bucket's gradient bytes
+            span = [start, clock.stamp(), None, bucket.buffer().numel() * bucket.buffer().element_size()]
 
             def done(f):
                 span[2] = clock.stamp()
@@ -131,14 +152,23 @@ class DDP(Strategy):
         if spans:
             taken = list(spans)
             spans.clear()
+            window = ctx.state.get("ddp_backward") if ctx.timed else None
+            ready = ctx.state.setdefault("ddp_ready", [])
 
             def account(clock, meter):  # once the device has reached the step's end
                 ref = taken[0][0]
-                times = sorted(tuple(clock.elapsed(ref, t) for t in span) for span in taken)
+                rows = sorted((tuple(clock.elapsed(ref, t) for t in span[:3]), span[3]) for span in taken)
+                times = [t for t, _ in rows]
                 comm = interval_union((a, b) for a, _, b in times)
                 # Exposed is part of the communication: stamps a microsecond apart on
                 # different streams must not make it more.
-                meter.overlapped(comm, min(comm, exposed_comm(times)))
+                exposed = min(comm, exposed_comm(times))
+                meter.overlapped(comm, exposed)
+                if window is not None and None not in window:
+                    start, end = (clock.elapsed(ref, w) for w in window)
+                    fractions = ready_fractions(times, start, end, exposed)
+                    if fractions:
+                        ready.append((fractions, [n for _, n in rows]))
 
             ctx.meter.defer(account)
 
@@ -149,6 +179,36 @@ def exposed_comm(times: list[tuple[float, float, float]]) -> float:
     plus last hand-over to last completion."""
     held = sum(max(0.0, r - a) for a, r, _ in times[:-1])
     return held + max(0.0, max(b for _, _, b in times) - times[-1][0])
+
+
+def ready_fractions(times: list[tuple[float, float, float]], start: float, end: float, exposed: float) -> list[float]:
+    """Each bucket's hand-over as a fraction of backward's computation, from per-bucket (handed
+    over, hook returned, completed) times sorted by hand-over and backward's start and end on the
+    same clock: the time backward was held inside earlier hooks and the exposed communication are
+    not computation (the loop moves them out of backward), so bucket i is at
+        (hand-over_i − start − held in hooks before it) / (end − start − exposed),
+    the last one just under 1 (backward returns a moment after the last completion). [] when the
+    computation's window is empty."""
+    window = end - start - exposed
+    if window <= 0:
+        return []
+    out, held = [], 0.0
+    for a, r, _ in times:
+        out.append((a - start - held) / window)
+        held += max(0.0, r - a)
+    return out
+
+
+def bucket_fields(steps: list[tuple[list[float], list[int]]]) -> dict[str, str]:
+    """summary.json's bucket_ready (the median fraction per bucket over the timed steps) and
+    bucket_bytes, as text, from each timed step's (fractions, bytes); the steps with the most common
+    bucket count only (DDP rebuilds its buckets once, after the first step). {} without steps."""
+    if not steps:
+        return {}
+    count = Counter(len(f) for f, _ in steps).most_common(1)[0][0]
+    kept = [(f, n) for f, n in steps if len(f) == count]
+    medians = [statistics.median(f[i] for f, _ in kept) for i in range(count)]
+    return {"bucket_ready": numbers_text(medians, 4), "bucket_bytes": numbers_text([int(v) for v in kept[-1][1]])}
 
 
 STRATEGY = DDP()

@@ -55,7 +55,7 @@ class PowerSGD(DDP):
 
     def extra(self, model, ctx):
         state = ctx.state.get("powersgd")
-        out = {"powersgd_start_iter_effective": self.start_iter(ctx)}
+        out = {**super().extra(model, ctx), "powersgd_start_iter_effective": self.start_iter(ctx)}
         if state is not None and state.total_numel_after_compression:
             out["powersgd_compression_rate"] = state.compression_stats()[0]
         return out
