@@ -1,14 +1,15 @@
 """The step model (ddpbench.stepmodel) on synthetic timelines with known answers: runs whose compute,
 communication and exposure follow stated laws (and small run-to-run noise) are fitted, and cells the
 fit never saw are predicted within a few percent; the schedules' closed form against an event
-simulation; refusals that name what to run."""
+simulation, and the simulation over DDP's recorded bucket readiness; refusals that name what to run."""
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from ddpbench import stepmodel as M
-from ddpbench.stepmodel.schedule import overlap_share
+from ddpbench.core.run_record import Extra
+from ddpbench.stepmodel.schedule import overlap_share, resampled, simulated_share
 from stepmodel_synth import synthetic_runs, true_parts
 
 pytestmark = pytest.mark.unit
@@ -69,6 +70,76 @@ def test_the_overlap_law_is_what_an_event_simulation_of_buckets_on_one_stream_gi
         for i in range(1, n + 1):  # bucket i ready at window i / n; the stream takes one at a time
             free = max(free, window * i / n) + comm / n
         assert overlap_share(n, window, comm) * comm == pytest.approx(free - window, rel=1e-9, abs=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_simulation_over_buckets_ready_evenly_is_the_closed_form(seed):
+    rng = np.random.default_rng(seed)
+    for n in range(1, 12):
+        window, comm = rng.uniform(0.001, 0.1, 20), rng.uniform(0.001, 0.1, 20)  # a draw each
+        even = simulated_share(np.arange(1, n + 1) / n, np.full(n, 1 / n), window, comm)
+        assert even == pytest.approx(overlap_share(n, window, comm), rel=1e-9, abs=1e-12)
+
+
+def test_buckets_ready_late_leave_more_exposed_than_even_ones():
+    window, comm, n = 0.05, np.array([0.005, 0.02, 0.08]), 4
+    even = simulated_share(np.arange(1, n + 1) / n, np.full(n, 1 / n), window, comm)
+    at_the_end = simulated_share(np.ones(n), np.full(n, 1 / n), window, comm)
+    late = simulated_share([0.7, 0.8, 0.9, 1.0], np.full(n, 1 / n), window, comm)
+    assert (at_the_end > even).all() and at_the_end == pytest.approx(1.0)  # nothing left to hide behind
+    # A stream that keeps up leaves the last bucket exposed either way; one that falls behind, more.
+    assert (late >= even).all() and late[-1] > even[-1] and (late < at_the_end).all()
+    # A large last bucket is exposed longer than a small one ready at the same times.
+    assert (simulated_share([0.5, 1.0], [0.2, 0.8], window, comm) > simulated_share([0.5, 1.0], [0.8, 0.2], window, comm)).all()
+
+
+def test_another_bucket_count_follows_the_measured_readiness_curve():
+    ready, shares = resampled([0.5, 1.0], [1, 3], 2)
+    assert ready.tolist() == [0.5, 1.0] and shares.tolist() == [0.25, 0.75]  # the measured buckets
+    # Cumulative bytes ready: 0 at 0, 1/4 at 0.5, all at 1.0; two equal buckets: the first is complete at
+    # half the bytes, 1/3 of the way from 0.5 to 1.0.
+    ready, shares = resampled([0.5, 1.0], [1, 3], 3)
+    assert ready == pytest.approx([0.5 + 0.5 * (1 / 3 - 1 / 4) / (3 / 4), 0.5 + 0.5 * (2 / 3 - 1 / 4) / (3 / 4), 1.0])
+    assert shares == pytest.approx([1 / 3] * 3)
+    assert resampled([0.5, 1.0], None, 1)[0].tolist() == [1.0]  # one bucket: ready with the last gradient
+
+
+def test_measure_reads_the_recorded_readiness_from_runs_csv(tmp_path):
+    """runs.csv's text form (space-separated, run_record.numbers_text): the median per bucket over a
+    cell's repeats, over the runs with the most common bucket count; a single bucket pandas reads as a
+    number; cells without a record have none."""
+    runs = synthetic_runs([("single", 1, 64), ("ddp", 2, 32, 1.0), ("allreduce", 2, 32)], repeats=4)
+    ddp = runs.index[runs["strategy"] == "ddp"]
+    runs.loc[ddp, Extra.bucket_ready] = ["0.2 0.6 0.95", "0.3 0.7 0.97", "0.25 0.65 0.96", "0.5 0.9"]
+    runs.loc[ddp, Extra.bucket_bytes] = ["400 800 1200"] * 3 + ["400 2000"]
+    runs.to_csv(tmp_path / "runs.csv", index=False)
+    cells = M.measure(pd.read_csv(tmp_path / "runs.csv")).cells.set_index("strategy")
+    assert cells.loc["ddp", "bucket_ready"] == pytest.approx((0.25, 0.65, 0.96))
+    assert cells.loc["ddp", "bucket_bytes"] == (400.0, 800.0, 1200.0)
+    assert cells.loc["allreduce", "bucket_ready"] is None and cells.loc["single", "bucket_bytes"] is None
+    one = synthetic_runs([("ddp", 2, 32)], repeats=2)
+    one[Extra.bucket_ready] = "0.98"
+    one.to_csv(tmp_path / "one.csv", index=False)
+    assert pd.read_csv(tmp_path / "one.csv")[Extra.bucket_ready].dtype == float
+    assert M.measure(pd.read_csv(tmp_path / "one.csv")).cells["bucket_ready"].iloc[0] == (0.98,)
+
+
+LATE = tuple(np.linspace(0.7, 1.0, 8))  # gradients arriving late in backward (a large first layer, say)
+
+
+def test_recorded_readiness_carries_ddps_exposure_to_other_world_sizes_and_bucket_sizes():
+    cells = SCALING + [("ddp", 2, 64, 1.0), ("ddp", 4, 32, 1.0)]
+    recorded = M.fit(synthetic_runs(cells, ready=LATE))
+    unrecorded = M.fit(synthetic_runs(cells, ready=LATE).drop(columns=[Extra.bucket_ready]))
+    for p, b, bucket in ((8, 16, 1.0), (8, 16, 2.0), (4, 32, 0.5)):
+        target = pd.DataFrame([dict(strategy="ddp", world_size=p, per_rank_batch=b, batch_size=128, model="mlp",
+                                    device="cpu", backend="gloo", nodes=1, link="none", bucket_mb=bucket)])  # fmt: skip
+        compute, comm, exposed, calls, _ = true_parts("ddp", p, b, bucket, ready=LATE)
+        got = recorded.predict(target).iloc[0]
+        assert got["exposed_comm_s"] == pytest.approx(exposed, rel=0.05), (p, bucket)
+        assert got["step_time_s"] == pytest.approx(compute + exposed, rel=0.03), (p, bucket)
+        even = unrecorded.predict(target).iloc[0]
+        assert abs(np.log(got["exposed_comm_s"] / exposed)) < abs(np.log(even["exposed_comm_s"] / exposed)), (p, bucket)
 
 
 def test_what_was_never_measured_is_refused_naming_what_to_run():

@@ -16,7 +16,8 @@ strategy's efficiency against that law, v_s its volume law (base.Strategy.comm_v
 message size measured as bytes / v_s(p). The schedule (base.Strategy.schedule) says how much of the
 communication the step waits for: all of it when blocking, through the root or periodic; for
 buckets handed over as backward produces them, what the last bucket and a communication stream
-slower than backward leave, corrected by what the strategy's own cells measured.
+slower than backward leave (simulated over the buckets' recorded ready times where DDP's cells recorded
+them, extra.bucket_ready, else buckets ready evenly), corrected by what the strategy's own cells measured.
 
 Intervals: every part is refitted on bootstrap resamples of each measured cell's repeats (the
 parts' uncertainty), and widened by the model's own error on held-out cells (holdout.py): a

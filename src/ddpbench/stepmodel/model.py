@@ -51,7 +51,8 @@ class StepModel:
             return compute, zero, zero, []
         comm, calls, notes = comm_law.predict(self.links, target)
         backward = compute * schedule.backward_share(self.measured.cells, self.measured.draws, target)
-        x = schedule.modelled_share(target["schedule"], device, calls, compute, backward, comm)
+        buckets = schedule.readiness(self.measured.cells, target, calls) if target["schedule"] == "overlap" else None
+        x = schedule.modelled_share(target["schedule"], device, calls, compute, backward, comm, buckets)
         x = np.clip(x + self.delta.get(target["strategy"], 0.0), 0.0, 1.0)
         return compute, comm, x * comm, notes
 

@@ -5,6 +5,7 @@ cells share a part (the same compute, the same message, the same link)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,7 +15,7 @@ from ddpbench.analysis.health import timed_runs
 from ddpbench.analysis.links import ACHIEVED, NOMINAL, link_rate_bps
 from ddpbench.analysis.tables import LAUNCH_AXES, axes, numeric_column
 from ddpbench.core.params import NO_LINK, backend_for
-from ddpbench.core.run_record import Extra
+from ddpbench.core.run_record import Extra, text_numbers
 from ddpbench.strategies import STRATEGY_SETTINGS, strategy_traits
 
 N_BOOT = 200  # resamples of every cell's repeats
@@ -32,7 +33,7 @@ PARTS = ("step", "compute", "comm", "exposed", "backward")
 class Measured:
     """Measured cells: `cells` one row each (its axes, `strategy`, `world_size`, `per_rank_batch`,
     `compute_key`, `message_key`, `link_class`, `link_bps`, `calls`, `bytes`, `n_runs`, `samples_per_step`,
-    `tokens_per_sample`), `draws[part]` an array [1 + n_boot, cells] of the part's mean per step: row 0
+    `tokens_per_sample`, `bucket_ready` and `bucket_bytes`: `bucket_readiness`), `draws[part]` an array [1 + n_boot, cells] of the part's mean per step: row 0
     the cells' means, the others resamples of their repeats."""
 
     cells: pd.DataFrame
@@ -107,6 +108,25 @@ def per_step(runs: pd.DataFrame) -> pd.DataFrame:
                          "exposed": exposed, "backward": part("backward")}, index=runs.index)  # fmt: skip
 
 
+def bucket_readiness(runs: pd.DataFrame) -> tuple[tuple[float, ...] | None, tuple[float, ...] | None]:
+    """A cell's recorded buckets over its repeats, from runs.csv's text (run_record.numbers_text): the
+    median fraction of backward at which each bucket was ready and the median bytes per bucket, over the
+    runs with the most common bucket count; (None, None) where no run recorded them (older runs, strategies
+    without buckets). Not resampled: the parts' intervals do not carry its run-to-run spread."""
+    if Extra.bucket_ready not in runs:
+        return None, None
+    ready = [text_numbers(v) for v in runs[Extra.bucket_ready]]
+    sizes = [text_numbers(v) for v in runs[Extra.bucket_bytes]] if Extra.bucket_bytes in runs else [[]] * len(ready)
+    counts = Counter(len(r) for r in ready if r)
+    if not counts:
+        return None, None
+    m = counts.most_common(1)[0][0]
+    kept = [r for r in ready if len(r) == m]
+    bytes_kept = [b for r, b in zip(ready, sizes) if len(r) == m and len(b) == m]
+    return (tuple(float(v) for v in np.median(kept, axis=0)),
+            tuple(float(v) for v in np.median(bytes_kept, axis=0)) if bytes_kept else None)  # fmt: skip
+
+
 def measure(runs: pd.DataFrame, n_boot: int = N_BOOT, seed: int = SEED) -> Measured:
     """The measured cells of a runs table (ok runs with a step time), with `n_boot` resamples."""
     ok = runs[runs["status"].astype(str) == "ok"] if "status" in runs else runs
@@ -129,13 +149,14 @@ def measure(runs: pd.DataFrame, n_boot: int = N_BOOT, seed: int = SEED) -> Measu
             draws[p].append(np.concatenate([[np.nanmean(v)], np.nanmean(v[pick], axis=1)]))
         samples = numeric_column(g, "samples_per_s") * numeric_column(g, "step_time_mean_s")
         tokens = (numeric_column(g, "tokens_per_s") / numeric_column(g, "samples_per_s")).dropna()
+        ready, sizes = bucket_readiness(g)
         rows.append({**{c: first[c] for c in cols}, "per_rank_batch": float(numeric_column(g, "per_rank_batch").median()),
                      "calls": float(numeric_column(g, "comm_calls_per_step").median()),
                      "bytes": float(numeric_column(g, "comm_bytes_per_step").median()),
                      "link_bps": float(np.nanmedian(g["_link_bps"])) if g["_link_bps"].notna().any() else np.nan,
                      "samples_per_step": float(samples.median()),
                      "tokens_per_sample": float(tokens.median()) if len(tokens) else np.nan,
-                     "n_runs": n})  # fmt: skip
+                     "bucket_ready": ready, "bucket_bytes": sizes, "n_runs": n})  # fmt: skip
     cells = annotate(pd.DataFrame(rows), cols)
     if Extra.comm_volume in ok:  # the law the runs recorded, where they did (older strategies' law may differ)
         recorded = ok.groupby([ok[c].astype(str) for c in cols], sort=True, dropna=False)[Extra.comm_volume].first()
