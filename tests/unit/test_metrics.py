@@ -333,20 +333,33 @@ def test_ready_fractions_are_hand_overs_on_backwards_computation():
     assert ready_fractions(times, 0.0, 0.5, exposed) == []  # no computation left: nothing to divide by
 
 
-def test_ddp_records_bucket_readiness_of_timed_steps_only_as_the_median_per_bucket():
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_ddp_records_bucket_readiness_of_timed_steps_only_as_the_median_per_bucket(device, request):
+    """From the hook's and the loop's stamps (CUDA: events, read in the deferred account, never
+    synchronised), only the timed steps."""
     from ddpbench.core.run_record import text_numbers
     from ddpbench.strategies.ddp import DDP
 
-    ddp, clock = DDP(), timers.Clock("cpu")
+    syncs = request.getfixturevalue("fake_cuda") if device == "cuda" else []
+    ddp, clock = DDP(), timers.Clock(device)
+
+    def at(t):  # a stamp at time t (s) on the device's clock
+        if device == "cpu":
+            return t
+        FakeEvent.device_t = t
+        return clock.stamp()
+
     ctx = SimpleNamespace(state={}, meter=timers.CommMeter(), timed=False)
     steps = [(False, 0.4), (True, 1.0), (True, 1.2), (True, 0.8)]  # (timed, the first bucket's hand-over)
     for timed, first in steps:
         ctx.timed = timed
-        ctx.state["ddp_spans"] = [[2.0, 2.05, 2.6, 800], [first, first + 0.1, first + 0.5, 400]]  # completion order
-        ctx.state["ddp_backward"] = (0.0, 2.8)  # the end of forward, the end of backward
+        ctx.state["ddp_spans"] = [[at(2.0), at(2.05), at(2.6), 800],  # completion order
+                                  [at(first), at(first + 0.1), at(first + 0.5), 400]]  # fmt: skip
+        ctx.state["ddp_backward"] = (at(0.0), at(2.8))  # the end of forward, the end of backward
         ddp.sync_gradients(None, ctx)
         ctx.meter.take().resolve(clock)
     assert len(ctx.state["ddp_ready"]) == 3  # the untimed step is not summarised
+    assert syncs == [] and (device == "cpu" or FakeEvent.waited == [])
     extra = ddp.extra(None, ctx)
     assert text_numbers(extra["bucket_ready"]) == pytest.approx([1.0 / 2.1, 1.9 / 2.1], rel=1e-3)  # the median step's
     assert extra["bucket_bytes"] == "400 800"  # in hand-over order

@@ -156,7 +156,7 @@ class DDP(Strategy):
             ready = ctx.state.setdefault("ddp_ready", [])
 
             def account(clock, meter):  # once the device has reached the step's end
-                ref = taken[0][0]
+                ref = taken[0][0] if window is None or None in window else window[0]  # backward's start
                 rows = sorted((tuple(clock.elapsed(ref, t) for t in span[:3]), span[3]) for span in taken)
                 times = [t for t, _ in rows]
                 comm = interval_union((a, b) for a, _, b in times)
@@ -165,8 +165,7 @@ class DDP(Strategy):
                 exposed = min(comm, exposed_comm(times))
                 meter.overlapped(comm, exposed)
                 if window is not None and None not in window:
-                    start, end = (clock.elapsed(ref, w) for w in window)
-                    fractions = ready_fractions(times, start, end, exposed)
+                    fractions = ready_fractions(times, 0.0, clock.elapsed(ref, window[1]), exposed)
                     if fractions:
                         ready.append((fractions, [n for _, n in rows]))
 
