@@ -98,3 +98,12 @@ def test_noise_in_the_repeats_widens_the_interval():
     width = [(lambda r: r["step_time_s_high"] / r["step_time_s_low"])(m.predict(target).iloc[0]) for m in (quiet, noisy)]
     assert np.log(width[1]) > 5 * np.log(width[0]) > 0
 
+
+def test_a_cap_on_the_one_at_a_time_hold_outs_spreads_them_over_the_cells_and_says_so():
+    runs = synthetic_runs(SCALING + [(s, 8, 16) for s in STRATEGIES])
+    v = M.validate(runs, max_each=3)
+    each = v.table[v.table["held_out"] == "each cell"]
+    assert len(each) == 3 and each["cell"].str.extract(r"strategy=(\w+)")[0].nunique() == 3  # one of each strategy
+    assert v.summary.set_index("held_out").loc["each cell", "cells"] == 3
+    assert any(n.startswith("each cell: 3 of the 9 cells that communicate") for n in v.notes)
+    assert len(v.table[v.table["held_out"].str.startswith("largest world size")]) == 3  # the blocks as before
