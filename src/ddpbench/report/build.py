@@ -3,12 +3,13 @@
     ddpbench report --runs runs.csv [--steps steps.csv] [--comm comm.csv] [--max-rel-ci 0.05] --out DIR
 
 writes DIR/cells.csv, speedup.csv, fits.csv, comparisons.csv, links.csv (header only without two-node
-cells over a link), figures/, report.html (self-contained: SVGs inline, no network), report.tex and,
-where latexmk is installed, report.pdf. Prints the
-path of report.html last. Works without Snakemake; the workflow's report rule calls it.
+cells over a link), predictions.csv (the step model on held-out cells: `predictions`), figures/,
+report.html (self-contained: SVGs inline, no network), report.tex and, where latexmk is installed,
+report.pdf. Prints the path of report.html last. Works without Snakemake; the workflow's report rule calls it.
 
 This module assembles the page (the tables: `tables`, the context sections: `context`, the
-comparison section: `compare_page`, escaping and the PDF: `render`) and is the command line.
+comparison section: `compare_page`, the step model on held-out cells: `predictions`, escaping and
+the PDF: `render`) and is the command line.
 The out folder and the tables are untrusted (issue 22: people exchange result folders):
 every output is replaced atomically (safe_io: a symlink planted at an output's name is
 replaced, its target untouched; a symlinked figures/ is refused), latexmk runs -norc and
@@ -33,7 +34,7 @@ import pandas as pd
 
 from ddpbench import analysis as A
 from ddpbench.results import aggregate
-from ddpbench.report import decisions, figures as plots, studies
+from ddpbench.report import decisions, figures as plots, predictions, studies
 from ddpbench.core import safe_io, storage
 from ddpbench.core import layout, study_config
 from ddpbench.plan import design
@@ -78,7 +79,7 @@ class Inputs:
 
 # -- the page's parts --------------------------------------------------------------------------
 
-PAGE_ANCHORS = ("comparisons", "speedup-table", "cells", "fits", "problems", "links", decisions.ANCHOR)
+PAGE_ANCHORS = ("comparisons", "speedup-table", "cells", "fits", "problems", "links", decisions.ANCHOR, predictions.ANCHOR)
 
 
 def study_section(name: str, inp: Inputs, cells: pd.DataFrame, speed: pd.DataFrame, figures: list,
@@ -188,12 +189,16 @@ def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.P
                 table.to_csv(handle, index=False)
         data = plots.Data(runs, cells, speed, fits, inp.steps, inp.comm, profile=inp.profile)
         late = plots.start_figures(data, out, formats, [k for k in kinds if k in plots.FITTED_KINDS], pool)
+        # The step model checked on held-out cells (a second or so on a small grid), while the workers draw
+        predicted = predictions.section(runs, inp.comm, fits)
+        with safe_io.atomic_write(out / predictions.FILE, newline="") as handle:
+            predicted.held.to_csv(handle, index=False)
         # The findings and the page's tables are written while the workers draw
         against = (comparison_section(inp.compare_to, runs, out, inp.baseline_strategy, inp.max_rel_ci)
                    if inp.compare_to else None)  # fmt: skip
         pairs = decisions.pair_lookup(runs, inp.design)  # the design's verdicts, for the pairs findings and studies make
-        found = findings(runs, cells, speed, comparisons, fits, links=links, profile=inp.profile,
-                         design_pair=pairs) + decisions.findings(inp.design)  # the answer first, then the design's
+        found = findings(runs, cells, speed, comparisons, fits, links=links, profile=inp.profile, design_pair=pairs,
+                         predictions=predicted.summary) + decisions.findings(inp.design)  # the answer first, then the design's
         shown = A.varying(runs, A.axes(runs)) or ["world_size"]
         ctx = dict(
             title=inp.title,
@@ -211,6 +216,7 @@ def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.P
             comparisons=comparisons_table(comparisons, shown),
             fits=fits_table(fits),
             predictions=bool(len(fits)) and bool((fits["kind"] == "prediction").any()),
+            predicted=predicted,
             links=links_tables(links),
             problems=problems_table(runs, shown),
         )
