@@ -64,17 +64,18 @@ def section(runs: pd.DataFrame, comm: pd.DataFrame | None = None, fits: pd.DataF
         v = stepmodel.validate(runs, comm, max_each=MAX_EACH)
     except (ValueError, KeyError) as err:  # MissingPart is a ValueError: no part to build the model from
         what = f"runs.csv lacks the column {err}" if isinstance(err, KeyError) else str(err)
-        return Predictions(why=f"No prediction was made: the step model could not be built ({what}).")
+        return Predictions(why=f"No prediction was made: the step model could not be built ({what}).{left_out(unknown)}")
     cells = v.model.measured.cells
     talk = cells[(cells["world_size"] > 1) & ~cells["schedule"].isin(["none", "stages"])] if len(cells) else cells
     if v.table.empty:
         return Predictions(why="No prediction was made: no measured cell communicates (a strategy that synchronises, "
                                "at world size 2 or more), so the model has no communication to learn and no cell to "
-                               f"hold out; run one at world sizes 2 and 4 too ({grid_line(cells, [2, 4])}).",
+                               f"hold out; run one at world sizes 2 and 4 too ({grid_line(cells, [2, 4])})."
+                               f"{left_out(unknown)}",
                            held=v.table, summary=v.summary)  # fmt: skip
-    source = "the collective sweep's" if comm is not None and not comm.empty else "fitted to the runs' own communication"
+    source = " or ".join(sorted(set(v.model.links.source.values()))) or "the runs' own communication"
     intro = ("The step model predicts a step as compute plus the communication the step waits for, from parts measured "
-             f"here: each setting's compute per rank and per-rank batch, each link's latency and bandwidth ({source}), "
+             f"here: each setting's compute per rank and per-rank batch, each link's latency and bandwidth (from {source}), "
              "and each strategy's schedule of what overlaps what (ddpbench.stepmodel).")  # fmt: skip
     sizes = sorted({int(p) for p in talk["world_size"]})
     out = Predictions(intro=intro, table=held_table(v.table), held=v.table, summary=v.summary)
@@ -82,12 +83,20 @@ def section(runs: pd.DataFrame, comm: pd.DataFrame | None = None, fits: pd.DataF
     out.todo = todo(cells, sizes)
     out.notes = [f"{n[0].upper()}{n[1:]}." for n in v.notes if not n.startswith(LARGEST)]  # the todo says that one
     if unknown:
-        out.notes.append(f"Left out of the model: {listing(unknown)}, a strategy this checkout does not have.")
+        out.notes.append(left_out(unknown).strip())
     out.beyond = beyond_table(v.model, talk, sizes[-1]) if sizes else None
     largest = v.summary[v.summary["held_out"] == LARGEST]
     if len(sizes) >= 2 and fits is not None:
         out.laws = law_lines(runs, comm, fits, sizes[-1], largest.iloc[0] if len(largest) else None)
     return out
+
+
+def left_out(unknown: list[str]) -> str:
+    """' Left out of the model: x, a strategy this checkout does not have.' ('' for none)."""
+    if not unknown:
+        return ""
+    return f" Left out of the model: {listing(unknown)}, {'a strategy' if len(unknown) == 1 else 'strategies'} this " \
+           "checkout does not have."
 
 
 # -- held-out cells ------------------------------------------------------------------------------
