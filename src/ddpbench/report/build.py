@@ -164,6 +164,13 @@ def start_tables(inp: Inputs, pool) -> dict:
     return {name: pool.apply_async(_table, ((name, slim),)).get for name in TABLE_JOBS}
 
 
+def write_tables(out: pathlib.Path, tables: dict[str, pd.DataFrame]) -> None:
+    """Each table as out/<name>.csv, replaced atomically."""
+    for name, table in tables.items():
+        with safe_io.atomic_write(out / f"{name}.csv", newline="") as handle:
+            table.to_csv(handle, index=False)
+
+
 def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.Path = TEMPLATES) -> pathlib.Path:
     safe_io.make_dir(out)
     runs = inp.runs
@@ -183,16 +190,11 @@ def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.P
         # When a design ran, the pairs it asked about read its verdicts and intervals everywhere below.
         comparisons = decisions.overlay(pending["comparisons"](), runs, inp.design)
         links = A.links_table(runs, inp.baseline_strategy)
-        for name, table in (("cells", cells), ("speedup", speed), ("fits", fits), ("comparisons", comparisons),
-                            ("links", links)):  # fmt: skip
-            with safe_io.atomic_write(out / f"{name}.csv", newline="") as handle:
-                table.to_csv(handle, index=False)
         data = plots.Data(runs, cells, speed, fits, inp.steps, inp.comm, profile=inp.profile)
         late = plots.start_figures(data, out, formats, [k for k in kinds if k in plots.FITTED_KINDS], pool)
-        # The step model checked on held-out cells (a second or so on a small grid), while the workers draw
-        predicted = predictions.section(runs, inp.comm, fits)
-        with safe_io.atomic_write(out / predictions.FILE, newline="") as handle:
-            predicted.held.to_csv(handle, index=False)
+        predicted = predictions.section(runs, inp.comm, fits)  # the step model on held-out cells, while the workers draw
+        write_tables(out, dict(cells=cells, speedup=speed, fits=fits, comparisons=comparisons, links=links,
+                               predictions=predicted.held))  # fmt: skip
         # The findings and the page's tables are written while the workers draw
         against = (comparison_section(inp.compare_to, runs, out, inp.baseline_strategy, inp.max_rel_ci)
                    if inp.compare_to else None)  # fmt: skip

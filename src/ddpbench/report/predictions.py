@@ -28,7 +28,6 @@ from ddpbench.report.text import finite, listing, num, plural, sig3, value_text
 from ddpbench.stepmodel.holdout import EACH, LARGEST
 
 ANCHOR = "predictions"
-FILE = "predictions.csv"
 BEYOND = (2, 4)  # predictions at these multiples of the largest world size measured
 # Cells held out one at a time (each a refit of the model, ~0.05 s on a small grid): at most this many,
 # spread over the cells that communicate, so a cluster study's report stays within its time
@@ -76,7 +75,7 @@ def section(runs: pd.DataFrame, comm: pd.DataFrame | None = None, fits: pd.DataF
     source = " or ".join(sorted(set(v.model.links.source.values()))) or "the runs' own communication"
     intro = ("The step model predicts a step as compute plus the communication the step waits for, from parts measured "
              f"here: each setting's compute per rank and per-rank batch, each link's latency and bandwidth (from {source}), "
-             "and each strategy's schedule of what overlaps what (ddpbench.stepmodel).")  # fmt: skip
+             "and each strategy's schedule of what overlaps what.")  # fmt: skip
     sizes = sorted({int(p) for p in talk["world_size"]})
     out = Predictions(intro=intro, table=held_table(v.table), held=v.table, summary=v.summary)
     out.sentences = [kind_sentence(v.table, r) for _, r in v.summary.iterrows()]
