@@ -160,3 +160,18 @@ def test_a_strategy_this_checkout_does_not_have_is_left_out_of_the_model_and_sai
     assert not got.why and got.notes[-1] == ("Left out of the model: ../../from_elsewhere, a strategy this checkout "
                                              "does not have.")  # fmt: skip
     assert len(got.held) == len(stepmodel.validate(runs).table)
+
+
+def test_a_grid_past_what_the_report_refits_in_its_time_says_so_instead_of_holding_out(monkeypatch):
+    monkeypatch.setattr(predictions, "MAX_CELLS", 10)
+    got = predictions.section(synthetic_runs(SCALING))  # 10 cells: checked
+    assert not got.why and len(got.held)
+    got = predictions.section(synthetic_runs(SCALING + [("ddp", 8, 16)]))  # 11
+    assert got.why.startswith("The step model was not checked in this report: its 11 measured cells are more than "
+                              "the 10 it refits within a report's time")  # fmt: skip
+    assert got.held.empty and list(got.held.columns) == stepmodel.HOLDOUT_COLUMNS
+    # below it, the cells held out one at a time are fewer as the cells are more: CELL_FITS // cells
+    monkeypatch.setattr(predictions, "MAX_CELLS", 250)
+    monkeypatch.setattr(predictions, "CELL_FITS", 30)
+    got = predictions.section(synthetic_runs(SCALING))
+    assert (got.held["held_out"] == "each cell").sum() == 3 and got.notes[0].startswith("Each cell: 3 of the 6 cells")
