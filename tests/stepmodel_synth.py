@@ -67,3 +67,7 @@ def synthetic_runs(cells, repeats=3, sigma=0.01, seed=1, ready=None, **extra):
                              frac_comm=comm / step, frac_backward=BACKWARD * compute / step, comm_calls_per_step=calls,
                              comm_bytes_per_step=sent, samples_per_s=b * p / step, epoch_time_s=step * 10, **extra))  # fmt: skip
     return pd.DataFrame(rows)
+
+
+STRATEGIES = ("allreduce", "ddp", "gather_scatter")
+SCALING = [("single", 1, b) for b in (128, 64, 32, 16)] + [(s, p, 128 // p) for s in STRATEGIES for p in (2, 4)]

@@ -272,9 +272,10 @@ def _tables(**kw):
 @pytest.mark.parametrize("kw, kinds", [
     ({}, {"winner", "scaling", "time", "fit", "warning"}),
     # zero beside ddp: the memory it saves (link: test_links.py; compile and checkpointing, which need a cell's
-    # compiled or checkpointed twin: test_report_training.py)
+    # compiled or checkpointed twin: test_report_training.py; prediction, the step model's held-out errors the
+    # report's Predictions section passes: test_report_predictions.py)
     (dict(strategies=("single", "ddp", "zero"), batch_sizes=(64, 128), dataset_sizes=(4096, 8192), world_sizes=(1, 2)),
-     set(KINDS) - {"link", "compile", "checkpointing"}),
+     set(KINDS) - {"link", "compile", "checkpointing", "prediction"}),
     (dict(scaling="weak", failures=False), {"winner", "scaling", "time", "fit"}),
 ])  # fmt: skip
 def test_report_synth_through_the_analysis(kw, kinds):

@@ -6,17 +6,13 @@ simulation, and the simulation over DDP's recorded bucket readiness; refusals th
 import numpy as np
 import pandas as pd
 import pytest
+from stepmodel_synth import SCALING, STRATEGIES, synthetic_runs, true_parts
 
 from ddpbench import stepmodel as M
 from ddpbench.core.run_record import Extra
 from ddpbench.stepmodel.schedule import overlap_share, resampled, simulated_share
-from stepmodel_synth import synthetic_runs, true_parts
 
 pytestmark = pytest.mark.unit
-
-STRATEGIES = ("allreduce", "ddp", "gather_scatter")
-SCALING = [("single", 1, b) for b in (128, 64, 32, 16)] + [(s, p, 128 // p) for s in STRATEGIES for p in (2, 4)]
-
 
 def test_the_largest_world_size_is_predicted_from_the_smaller_ones_within_a_few_percent():
     model = M.fit(synthetic_runs(SCALING))
@@ -175,3 +171,13 @@ def test_noise_in_the_repeats_widens_the_interval():
                                 device="cpu", backend="gloo", nodes=1, link="none", bucket_mb=25.0)])  # fmt: skip
     width = [(lambda r: r["step_time_s_high"] / r["step_time_s_low"])(m.predict(target).iloc[0]) for m in (quiet, noisy)]
     assert np.log(width[1]) > 5 * np.log(width[0]) > 0
+
+
+def test_a_cap_on_the_one_at_a_time_hold_outs_spreads_them_over_the_cells_and_says_so():
+    runs = synthetic_runs(SCALING + [(s, 8, 16) for s in STRATEGIES])
+    v = M.validate(runs, max_each=3)
+    each = v.table[v.table["held_out"] == "each cell"]
+    assert len(each) == 3 and each["cell"].str.extract(r"strategy=(\w+)")[0].nunique() == 3  # one of each strategy
+    assert v.summary.set_index("held_out").loc["each cell", "cells"] == 3
+    assert any(n.startswith("each cell: 3 of the 9 cells that communicate") for n in v.notes)
+    assert len(v.table[v.table["held_out"].str.startswith("largest world size")]) == 3  # the blocks as before

@@ -48,6 +48,12 @@ rule report:
             category="Tables",
             labels={"table": "scaling-law fits"},
         ),
+        predictions=report(
+            f"{RESULTS}/report/predictions.csv",
+            caption="../../report/captions/predictions.rst",
+            category="Tables",
+            labels={"table": "step model on held-out cells"},
+        ),
         figures=report(
             directory(f"{RESULTS}/report/figures"),
             patterns=["{figure}.svg"],

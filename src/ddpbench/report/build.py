@@ -3,12 +3,13 @@
     ddpbench report --runs runs.csv [--steps steps.csv] [--comm comm.csv] [--max-rel-ci 0.05] --out DIR
 
 writes DIR/cells.csv, speedup.csv, fits.csv, comparisons.csv, links.csv (header only without two-node
-cells over a link), figures/, report.html (self-contained: SVGs inline, no network), report.tex and,
-where latexmk is installed, report.pdf. Prints the
-path of report.html last. Works without Snakemake; the workflow's report rule calls it.
+cells over a link), predictions.csv (the step model on held-out cells: `predictions`), figures/,
+report.html (self-contained: SVGs inline, no network), report.tex and, where latexmk is installed,
+report.pdf. Prints the path of report.html last. Works without Snakemake; the workflow's report rule calls it.
 
 This module assembles the page (the tables: `tables`, the context sections: `context`, the
-comparison section: `compare_page`, escaping and the PDF: `render`) and is the command line.
+comparison section: `compare_page`, the step model on held-out cells: `predictions`, escaping and
+the PDF: `render`) and is the command line.
 The out folder and the tables are untrusted (issue 22: people exchange result folders):
 every output is replaced atomically (safe_io: a symlink planted at an output's name is
 replaced, its target untouched; a symlinked figures/ is refused), latexmk runs -norc and
@@ -33,7 +34,7 @@ import pandas as pd
 
 from ddpbench import analysis as A
 from ddpbench.results import aggregate
-from ddpbench.report import decisions, figures as plots, studies
+from ddpbench.report import decisions, figures as plots, predictions, studies
 from ddpbench.core import safe_io, storage
 from ddpbench.core import layout, study_config
 from ddpbench.plan import design
@@ -78,7 +79,7 @@ class Inputs:
 
 # -- the page's parts --------------------------------------------------------------------------
 
-PAGE_ANCHORS = ("comparisons", "speedup-table", "cells", "fits", "problems", "links", decisions.ANCHOR)
+PAGE_ANCHORS = ("comparisons", "speedup-table", "cells", "fits", "problems", "links", decisions.ANCHOR, predictions.ANCHOR)
 
 
 def study_section(name: str, inp: Inputs, cells: pd.DataFrame, speed: pd.DataFrame, figures: list,
@@ -163,6 +164,13 @@ def start_tables(inp: Inputs, pool) -> dict:
     return {name: pool.apply_async(_table, ((name, slim),)).get for name in TABLE_JOBS}
 
 
+def write_tables(out: pathlib.Path, tables: dict[str, pd.DataFrame]) -> None:
+    """Each table as out/<name>.csv, replaced atomically."""
+    for name, table in tables.items():
+        with safe_io.atomic_write(out / f"{name}.csv", newline="") as handle:
+            table.to_csv(handle, index=False)
+
+
 def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.Path = TEMPLATES) -> pathlib.Path:
     safe_io.make_dir(out)
     runs = inp.runs
@@ -182,18 +190,17 @@ def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.P
         # When a design ran, the pairs it asked about read its verdicts and intervals everywhere below.
         comparisons = decisions.overlay(pending["comparisons"](), runs, inp.design)
         links = A.links_table(runs, inp.baseline_strategy)
-        for name, table in (("cells", cells), ("speedup", speed), ("fits", fits), ("comparisons", comparisons),
-                            ("links", links)):  # fmt: skip
-            with safe_io.atomic_write(out / f"{name}.csv", newline="") as handle:
-                table.to_csv(handle, index=False)
         data = plots.Data(runs, cells, speed, fits, inp.steps, inp.comm, profile=inp.profile)
         late = plots.start_figures(data, out, formats, [k for k in kinds if k in plots.FITTED_KINDS], pool)
+        predicted = predictions.section(runs, inp.comm, fits)  # the step model on held-out cells, while the workers draw
+        write_tables(out, dict(cells=cells, speedup=speed, fits=fits, comparisons=comparisons, links=links,
+                               predictions=predicted.held))  # fmt: skip
         # The findings and the page's tables are written while the workers draw
         against = (comparison_section(inp.compare_to, runs, out, inp.baseline_strategy, inp.max_rel_ci)
                    if inp.compare_to else None)  # fmt: skip
         pairs = decisions.pair_lookup(runs, inp.design)  # the design's verdicts, for the pairs findings and studies make
-        found = findings(runs, cells, speed, comparisons, fits, links=links, profile=inp.profile,
-                         design_pair=pairs) + decisions.findings(inp.design)  # the answer first, then the design's
+        found = findings(runs, cells, speed, comparisons, fits, links=links, profile=inp.profile, design_pair=pairs,
+                         predictions=predicted.summary) + decisions.findings(inp.design)  # the answer first, then the design's
         shown = A.varying(runs, A.axes(runs)) or ["world_size"]
         ctx = dict(
             title=inp.title,
@@ -211,6 +218,7 @@ def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.P
             comparisons=comparisons_table(comparisons, shown),
             fits=fits_table(fits),
             predictions=bool(len(fits)) and bool((fits["kind"] == "prediction").any()),
+            predicted=predicted,
             links=links_tables(links),
             problems=problems_table(runs, shown),
         )

@@ -222,5 +222,8 @@ DEFINITIONS = [
     ("bus bandwidth", "nccl-tests: algbw = M/t, busbw = algbw·2(p − 1)/p for all-reduce"),
     ("rank skew", "median over timed steps of (max − min)/max of the ranks' step times"),
     ("predictions", "model values at 2× and 4× the largest measured p: extrapolations, not measurements"),
+    ("step model", "step = compute + the communication the step waits for, from parts measured on these runs and each "
+                   "strategy's schedule; checked on held-out cells in every report (Predictions); "
+                   "beyond what was held out: past the largest world size or slowest link a hold-out checked"),
 ]  # fmt: skip
 

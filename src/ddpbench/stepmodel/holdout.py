@@ -61,14 +61,22 @@ def _predict_held(m: Measured, held: np.ndarray, sweep) -> list[dict]:
     return rows
 
 
-def validate(runs: pd.DataFrame | Measured, sweep: pd.DataFrame | None = None) -> Validation:
+def validate(runs: pd.DataFrame | Measured, sweep: pd.DataFrame | None = None, max_each: int | None = None) -> Validation:
+    """`max_each`: hold out at most this many cells one at a time (each is a refit), spread evenly over
+    the cells that communicate; None: every one."""
     m = runs if isinstance(runs, Measured) else measure(runs)
     model = fit(m, sweep)
     cells = m.cells
     talk = ((cells["world_size"] > 1) & ~cells["schedule"].isin(["none", "stages"])).to_numpy()
     shown = [c for c in varying(cells, m.axes) if c not in ("world_size",)] or ["strategy"]
-    kinds: list[tuple[str, np.ndarray]] = [(EACH, np.eye(len(cells), dtype=bool)[i]) for i in np.flatnonzero(talk)]
     notes = []
+    each = np.flatnonzero(talk)
+    if max_each is not None and len(each) > max_each:
+        notes.append(f"{EACH}: {max_each} of the {len(each)} cells that communicate were held out one at a time, "
+                     "spread evenly over them (each is a refit of the model)")  # fmt: skip
+        each = each[(np.arange(max_each) * len(each)) // max_each]
+    index = np.arange(len(cells))
+    kinds: list[tuple[str, np.ndarray]] = [(EACH, index == i) for i in each]
     sizes = sorted(set(cells.loc[talk, "world_size"]))
     if len(sizes) >= 2:
         kinds.append((f"{LARGEST} (p = {sizes[-1]})", (cells["world_size"] == sizes[-1]).to_numpy() & talk))

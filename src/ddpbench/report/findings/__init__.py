@@ -12,8 +12,9 @@ module. The topics: `winner` (fastest strategy per setting), `memory` (what a sh
 saves per rank against ddp and what it costs in time), `scaling` (speedup over one process),
 `phases` (where a step's time goes), `mfu` (the best and worst cell's share of the peak FLOP/s, HFU beside it),
 `transforms` (what compiling and activation checkpointing cost and buy),
-`sizes` (batch and dataset size), `links`, `fits` (scaling laws), `problems` (warnings); `common`
-holds `Finding`, `Kind` and the table helpers, `order` what is kept and in what order.
+`sizes` (batch and dataset size), `links`, `fits` (scaling laws), `predictions` (the step model on
+held-out cells), `problems` (warnings); `common` holds `Finding`, `Kind` and the table helpers,
+`order` what is kept and in what order.
 Modules here import only `ddpbench.analysis`, `ddpbench.report.text` and `ddpbench.report.training`
 (the words for compiling and checkpointing the study sections share), each other and (this
 registry) `ddpbench.core.registry`.
@@ -67,10 +68,11 @@ def _needs(df: pd.DataFrame, required: list[str], optional: list[str]) -> pd.Dat
 
 
 def findings(runs, cells, speed, comparisons, fits, max_items: int = 12, links=None, profile=None,
-             design_pair=None) -> list[Finding]:  # fmt: skip
+             design_pair=None, predictions=None) -> list[Finding]:  # fmt: skip
     """The report's findings, most actionable first: winners, memory held against ddp, scaling, where the time goes,
-    MFU, batch and dataset size, links, fits, warnings (each topic module's docstring says its rules);
-    `design_pair`: a sequential design's verdicts on pairs of cells, for the rules that pair cells themselves."""
+    MFU, batch and dataset size, links, fits, predictions, warnings (each topic module's docstring says its rules);
+    `design_pair`: a sequential design's verdicts on pairs of cells, for the rules that pair cells themselves;
+    `predictions`: the step model's held-out errors (stepmodel.validate's summary)."""
     runs, cells, speed, comparisons, fits, links, profile = map(as_frame, (runs, cells, speed, comparisons, fits, links, profile))
     # Tables without the columns a rule needs count as empty; optional columns are added as missing.
     speed = _needs(speed, ["world_size", "speedup"], analysis.SPEEDUP_COLUMNS)
@@ -79,7 +81,7 @@ def findings(runs, cells, speed, comparisons, fits, max_items: int = 12, links=N
     comparisons = _needs(comparisons, ["strategy_a", "strategy_b", "ratio", "verdict"], analysis.COMPARISON_COLUMNS)
     fits = _needs(fits, ["law", "kind", "estimate"], analysis.FIT_COLUMNS)
     tables = Tables(runs, cells, speed, comparisons, fits, links, profile, shown_axes(cells, runs, speed, comparisons),
-                    design_pair)  # fmt: skip
+                    design_pair, as_frame(predictions))  # fmt: skip
     registered = kinds()
     groups = {name: kind.find(tables) for name, kind in registered.items()}
     return answers_first(trim(groups, max_items, registered), registered)

@@ -9,7 +9,7 @@ matches 16 and NaN matches NaN, as a table read back from CSV has them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -19,7 +19,8 @@ from ddpbench import analysis
 from ddpbench.report.text import value_text
 
 ANCHORS = ("comparisons", "speedup-table", "cells", "fits", "problems", "links", "fig-phases", "fig-throughput_vs_batch",
-           "fig-dataset_size", "fig-link", "fig-profile", "fig-memory_held", "fig-mfu", "fig-checkpointing", "decisions")  # fmt: skip
+           "fig-dataset_size", "fig-link", "fig-profile", "fig-memory_held", "fig-mfu", "fig-checkpointing", "decisions",
+           "predictions")  # fmt: skip
 AXIS_TEXT = {"world_size": "world size", "batch_size": "batch", "dataset_size": "dataset size", "nodes": "nodes"}
 
 
@@ -46,6 +47,8 @@ class Tables:
     shown: list[str]
     # a sequential design's verdicts on pairs of cells (report.decisions.pair_lookup); None without one
     design_pair: Callable[[dict, dict], dict | None] | None = None
+    # the step model's held-out errors per kind of hold-out (stepmodel.validate's summary); empty without them
+    predictions: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 @dataclass(frozen=True)
