@@ -29,14 +29,14 @@ from ddpbench.stepmodel.holdout import EACH, LARGEST
 
 ANCHOR = "predictions"
 BEYOND = (2, 4)  # predictions at these multiples of the largest world size measured
-# What the report refits within its time. A refit of the model grows faster than its cells (2 cores:
-# ~0.05 s at 20 cells, ~0.4 s at 200, ~8 s at 1,620, with measuring the runs 0.2, 2.2 and 8.4 s):
-# cells held out one at a time are at most MAX_EACH and at most CELL_FITS // cells, spread over the
-# cells that communicate; above MAX_CELLS measured cells the model is not refitted at all, and the
-# section says so (a report of part of the grid checks it).
+# What the report refits within its time. A refit grows with the cells (2 cores: 0.03 s at 20 cells,
+# 0.2 s at 200, 0.5 s at 1,000, with measuring the runs 0.03, 0.08 and 0.3 s): cells held out one at a
+# time are at most MAX_EACH and at most CELL_FITS // cells, spread over the cells that communicate; above
+# MAX_CELLS measured cells the model is not refitted at all, and the section says so (a report of part
+# of the grid checks it).
 MAX_EACH = 40
-CELL_FITS = 600
-MAX_CELLS = 250
+CELL_FITS = 4000
+MAX_CELLS = 1000
 LAW_BOOT = 20  # the cost model's resamples when refitted for its held-out error (its point is what is compared)
 LAW_TEXT = {"amdahl": "Amdahl's law", "cost_model": "the cost model"}
 

@@ -7,7 +7,8 @@ per device: k_key the compute of one model and setting, b the per-rank batch, r_
 compute (1 for single), γ the slowdown each other rank on the machine adds (memory bandwidth, cores
 shared with communication threads). Least squares on the log parts, with weak priors (θ = 1, r_s = 1,
 γ = 0) so cells that cannot tell two effects apart split them the simplest way instead of failing.
-For a fixed γ the problem is linear, so it is solved for every bootstrap draw at once on a grid of γ.
+For a fixed γ the problem is linear, so it is solved for every bootstrap draw at once, on a coarse grid of γ
+and then finer around each draw's best.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import numpy as np
 import pandas as pd
 
 PRIOR_WEIGHT = 0.1  # per parameter, in squared log units: the cells' residuals decide where they can
-GAMMAS = np.concatenate([np.linspace(0.0, 1.0, 101), np.linspace(1.05, 4.0, 60)])  # slowdown per extra rank
+GAMMA_STEP = 0.1
+GAMMAS = np.arange(0.0, 4.0 + GAMMA_STEP / 2, GAMMA_STEP)  # slowdown per extra rank: a coarse grid, then ±0.1 finer
 
 
 @dataclass
@@ -54,18 +56,28 @@ def fit_device(cells: pd.DataFrame, compute: np.ndarray) -> DeviceLaw:
     a = np.vstack([x, prior_rows])
     solve = np.linalg.pinv(a)  # shared by every γ and draw: only the right-hand side changes
     y = np.log(compute)  # [draws, cells]
-    shift = np.log1p(GAMMAS[:, None] * (p - 1)[None, :])  # [gammas, cells]
-    rhs_cells = y[None, :, :] - shift[:, None, :]  # [gammas, draws, cells]
     prior_rhs = np.zeros(1 + ns)
     prior_rhs[0] = w * 1.0  # θ = 1
-    rhs = np.concatenate([rhs_cells, np.broadcast_to(prior_rhs, (*rhs_cells.shape[:2], 1 + ns))], axis=2)
-    beta = rhs @ solve.T  # [gammas, draws, params]
-    resid = rhs - beta @ a.T
-    loss = (resid**2).sum(axis=2) + PRIOR_WEIGHT * GAMMAS[:, None] ** 2
-    best = loss.argmin(axis=0)  # per draw
-    chosen = beta[best, np.arange(beta.shape[1])]  # [draws, params]
+
+    def solve_at(gamma: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(parameters [draws, params], loss [draws]) at one γ per draw."""
+        rhs = np.concatenate([y - np.log1p(gamma[:, None] * (p - 1)[None, :]),
+                              np.broadcast_to(prior_rhs, (len(gamma), 1 + ns))], axis=1)  # fmt: skip
+        beta = rhs @ solve.T
+        return beta, ((rhs - beta @ a.T) ** 2).sum(axis=1) + PRIOR_WEIGHT * gamma**2
+
+    # γ on a coarse grid, then around each draw's best: memory grows with draws × cells only
+    best = np.zeros(len(y))
+    chosen, loss = solve_at(best)
+    for step, grid in ((None, GAMMAS), (GAMMA_STEP, np.linspace(-GAMMA_STEP, GAMMA_STEP, 21))):
+        start = best.copy()
+        for g in grid:
+            gamma = np.full(len(y), g) if step is None else np.clip(start + g, 0.0, GAMMAS[-1])
+            beta, got = solve_at(gamma)
+            better = got < loss
+            chosen[better], loss[better], best[better] = beta[better], got[better], gamma[better]
     batches = {k: (float(np.exp(logb[kc == i]).min()), float(np.exp(logb[kc == i]).max())) for i, k in enumerate(keys)}
-    return DeviceLaw(keys, strategies, chosen[:, :nk], chosen[:, nk], chosen[:, nk + 1:], GAMMAS[best],
+    return DeviceLaw(keys, strategies, chosen[:, :nk], chosen[:, nk], chosen[:, nk + 1:], best,
                      batches, (int(p.min()), int(p.max())))  # fmt: skip
 
 

@@ -16,7 +16,7 @@ from ddpbench.analysis.links import ACHIEVED, NOMINAL, link_rate_bps
 from ddpbench.analysis.tables import LAUNCH_AXES, axes, numeric_column
 from ddpbench.core.params import NO_LINK, backend_for
 from ddpbench.core.run_record import Extra, text_numbers
-from ddpbench.strategies import STRATEGY_SETTINGS, strategy_traits
+from ddpbench.strategies import STRATEGY_SETTINGS, names as strategy_names, strategy_traits
 
 N_BOOT = 200  # resamples of every cell's repeats
 SEED = 0
@@ -127,38 +127,51 @@ def bucket_readiness(runs: pd.DataFrame) -> tuple[tuple[float, ...] | None, tupl
             tuple(float(v) for v in np.median(bytes_kept, axis=0)) if bytes_kept else None)  # fmt: skip
 
 
+def resample_means(values: np.ndarray, cell: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """[1 + n_boot, cells, parts]: each cell's mean of `values` [runs, parts] over its runs (`cell` the run's
+    cell, 0..cells-1), then over `n_boot` resamples of its runs; cells with as many runs are drawn together."""
+    order = np.argsort(cell, kind="stable")
+    counts = np.bincount(cell)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    v = values[order]
+    out = np.empty((1 + n_boot, len(counts), values.shape[1]))
+    out[0] = np.add.reduceat(np.nan_to_num(v), starts, axis=0) / np.maximum(
+        np.add.reduceat(~np.isnan(v), starts, axis=0), 1)
+    for n in np.unique(counts):
+        same = np.flatnonzero(counts == n)
+        picks = starts[same][:, None, None] + rng.integers(0, n, size=(len(same), n_boot, n))
+        out[1:, same] = np.nanmean(v[picks], axis=2).transpose(1, 0, 2)
+    return out
+
+
 def measure(runs: pd.DataFrame, n_boot: int = N_BOOT, seed: int = SEED) -> Measured:
-    """The measured cells of a runs table (ok runs with a step time), with `n_boot` resamples."""
+    """The measured cells of a runs table (ok runs with a step time of a strategy this checkout has), with
+    `n_boot` resamples of every cell's repeats."""
     ok = runs[runs["status"].astype(str) == "ok"] if "status" in runs else runs
     ok = timed_runs(ok)
-    ok = ok[numeric_column(ok, "step_time_mean_s") > 0]
+    ok = ok[(numeric_column(ok, "step_time_mean_s") > 0) & ok["strategy"].astype(str).isin(strategy_names())]
     cols = axes(ok)
     if ok.empty:
         return Measured(pd.DataFrame(columns=[*cols, "compute_key"]), {p: np.zeros((1 + n_boot, 0)) for p in PARTS}, cols)
-    parts = per_step(ok)
-    ok = ok.assign(_link_bps=numeric_column(ok, ACHIEVED).fillna(numeric_column(ok, NOMINAL)) if ACHIEVED in ok else np.nan)
-    rng = np.random.default_rng(seed)
-    rows, draws = [], {p: [] for p in PARTS}
-    for key, g in ok.groupby([ok[c].astype(str) for c in cols], sort=True, dropna=False):
-        first = g.iloc[0]
-        n = len(g)
-        vals = parts.loc[g.index]
-        pick = rng.integers(0, n, size=(n_boot, n))
-        for p in PARTS:
-            v = vals[p].to_numpy(float)
-            draws[p].append(np.concatenate([[np.nanmean(v)], np.nanmean(v[pick], axis=1)]))
-        samples = numeric_column(g, "samples_per_s") * numeric_column(g, "step_time_mean_s")
-        tokens = (numeric_column(g, "tokens_per_s") / numeric_column(g, "samples_per_s")).dropna()
-        ready, sizes = bucket_readiness(g)
-        rows.append({**{c: first[c] for c in cols}, "per_rank_batch": float(numeric_column(g, "per_rank_batch").median()),
-                     "calls": float(numeric_column(g, "comm_calls_per_step").median()),
-                     "bytes": float(numeric_column(g, "comm_bytes_per_step").median()),
-                     "link_bps": float(np.nanmedian(g["_link_bps"])) if g["_link_bps"].notna().any() else np.nan,
-                     "samples_per_step": float(samples.median()),
-                     "tokens_per_sample": float(tokens.median()) if len(tokens) else np.nan,
-                     "bucket_ready": ready, "bucket_bytes": sizes, "n_runs": n})  # fmt: skip
-    cells = annotate(pd.DataFrame(rows), cols)
+    groups = ok.groupby([ok[c].astype(str) for c in cols], sort=True, dropna=False)
+    cell = groups.ngroup().to_numpy()
+    with np.errstate(invalid="ignore"):
+        means = resample_means(per_step(ok)[list(PARTS)].to_numpy(float), cell, n_boot, np.random.default_rng(seed))
+    numbers = pd.DataFrame({
+        "per_rank_batch": numeric_column(ok, "per_rank_batch"), "calls": numeric_column(ok, "comm_calls_per_step"),
+        "bytes": numeric_column(ok, "comm_bytes_per_step"),
+        "link_bps": numeric_column(ok, ACHIEVED).fillna(numeric_column(ok, NOMINAL)),
+        "samples_per_step": numeric_column(ok, "samples_per_s") * numeric_column(ok, "step_time_mean_s"),
+        "tokens_per_sample": numeric_column(ok, "tokens_per_s") / numeric_column(ok, "samples_per_s"),
+    }).groupby(cell).median()  # fmt: skip
+    first = ok.groupby(cell)[cols].first()
+    buckets = [bucket_readiness(g) for _, g in ok.groupby(cell)] if Extra.bucket_ready in ok else [(None, None)] * len(first)
+    cells = pd.concat([first, numbers], axis=1).reset_index(drop=True)
+    cells["bucket_ready"] = [b[0] for b in buckets]
+    cells["bucket_bytes"] = [b[1] for b in buckets]
+    cells["n_runs"] = np.bincount(cell)
+    cells = annotate(cells, cols)
     if Extra.comm_volume in ok:  # the law the runs recorded, where they did (older strategies' law may differ)
-        recorded = ok.groupby([ok[c].astype(str) for c in cols], sort=True, dropna=False)[Extra.comm_volume].first()
+        recorded = ok.groupby(cell)[Extra.comm_volume].first()
         cells["law"] = [r if isinstance(r, str) and r else law for r, law in zip(recorded.to_numpy(), cells["law"])]
-    return Measured(cells, {p: np.array(v).T for p, v in draws.items()}, cols)
+    return Measured(cells, {p: means[:, :, i] for i, p in enumerate(PARTS)}, cols)
