@@ -100,7 +100,7 @@ def section(runs: pd.DataFrame, comm: pd.DataFrame | None = None, fits: pd.DataF
 
 def too_many(cells: int) -> str:
     return (f"The step model was not checked in this report: its {cells} measured cells are more than the {MAX_CELLS} "
-            "it refits within a report's time (a refit grows faster than the cells); a report of part of the grid "
+            "it refits within a report's time; a report of part of the grid "
             "(one model or batch size: ddpbench report --runs on those runs) checks it there.")  # fmt: skip
 
 
