@@ -40,6 +40,16 @@ class LinkLaw:
     messages: dict[str, tuple[float, pd.DataFrame]] = field(default_factory=dict)  # message key -> (M, its cells)
 
 
+# Link time per byte sent, by schedule: through the root, the gather comes in and then the scatter goes out,
+# one direction of the root's link at a time, where a ring sends and receives at once.
+DIRECTIONS = {"root": 2.0}
+
+
+def wire_bytes(cells: pd.DataFrame) -> np.ndarray:
+    """Bytes per step as the link's time counts them: the busiest rank's bytes, twice through the root."""
+    return cells["bytes"].to_numpy(float) * cells["schedule"].map(DIRECTIONS).fillna(1.0).to_numpy(float)
+
+
 def hops(law: str, p) -> np.ndarray:
     """Latency terms per call: one per peer (ring steps, the root's messages), one for point to point."""
     p = np.asarray(p, float)
@@ -73,6 +83,7 @@ def fit(cells: pd.DataFrame, comm: np.ndarray, sweep: pd.DataFrame | None = None
         law.messages[key] = (m, g)  # the calls are read from the cell nearest the target's settings
     swept = sweep_links(sweep)
     n_hops = cells["calls"].to_numpy(float) * np.array([hops(l, p) for l, p in zip(cells["law"], cells["world_size"])])
+    wire = wire_bytes(cells)
     for link, g in cells[talk].groupby("link_class"):
         ix = g.index.to_numpy()
         law.rate_bps[link] = float(g["link_bps"].median()) if g["link_bps"].notna().any() else np.nan
@@ -83,7 +94,7 @@ def fit(cells: pd.DataFrame, comm: np.ndarray, sweep: pd.DataFrame | None = None
             law.source[link] = "the collective sweep"
             continue
         t = comm[:, ix]
-        a = np.broadcast_to(np.stack([n_hops[ix], cells["bytes"].to_numpy(float)[ix]], axis=1), (draws, len(ix), 2))
+        a = np.broadcast_to(np.stack([n_hops[ix], wire[ix]], axis=1), (draws, len(ix), 2))
         ok = t > 0
         with np.errstate(divide="ignore", invalid="ignore"):
             x = nnls2(np.where(ok[..., None], a / np.where(ok, t, 1)[..., None], 0.0), np.ones_like(t), ok.astype(float))
@@ -92,7 +103,7 @@ def fit(cells: pd.DataFrame, comm: np.ndarray, sweep: pd.DataFrame | None = None
     base = np.zeros_like(comm)
     for i in np.flatnonzero(talk):
         link = cells["link_class"].iloc[i]
-        base[:, i] = law.alpha[link] * n_hops[i] + cells["bytes"].iloc[i] * law.inv_bw[link]
+        base[:, i] = law.alpha[link] * n_hops[i] + wire[i] * law.inv_bw[link]
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.log(comm / base)
     for s, g in cells[talk].groupby("strategy"):
@@ -157,5 +168,5 @@ def predict(law: LinkLaw, target: pd.Series) -> tuple[np.ndarray, float, list[st
     alpha, inv_bw, note = link_terms(law, target)
     sent, calls = message(law, target)
     phi = np.exp(law.log_phi.get(target["strategy"], 0.0))
-    base = alpha * calls * hops(target["law"], float(target["world_size"])) + sent * inv_bw
+    base = alpha * calls * hops(target["law"], float(target["world_size"])) + sent * DIRECTIONS.get(target["schedule"], 1.0) * inv_bw
     return phi * base, calls, [note] if note else []
