@@ -29,7 +29,7 @@ def true_parts(strategy, p, b, bucket_mb=25.0, bw=BW, ready=None):
     law = strategy_traits(strategy).comm_volume
     calls = CALLS.get(strategy) or max(1, round(GRAD / 2**20 / bucket_mb))
     sent = comm_volume_factor(law, p) * GRAD
-    comm = ALPHA * calls * (p - 1) + sent / bw
+    comm = ALPHA * calls * (p - 1) + sent * (2 if strategy == "gather_scatter" else 1) / bw  # the root: in, then out
     if strategy != "ddp":
         x = 1.0
     elif ready is None:

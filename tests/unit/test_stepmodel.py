@@ -51,6 +51,9 @@ def test_a_slower_link_is_predicted_from_the_measured_links_efficiency():
     compute, comm, exposed, *_ = true_parts("allreduce", 2, 32, bw=0.9 * 1e8 / 8)
     assert got["step_time_s"] == pytest.approx(compute + exposed, rel=0.03)
     assert "100mbit" in got["note"]
+    # through the root the link carries the gather in, then the scatter out: twice its bytes' time, which the
+    # law says itself, leaving gather_scatter no efficiency of its own to fit
+    assert np.exp(model.links.log_phi["gather_scatter"][0]) == pytest.approx(1.0, abs=0.03)
     v = M.validate(synthetic_runs(cells))
     held = v.table[v.table["held_out"].str.startswith("each link")]
     assert held["held_out"].str.extract(r"\((\w+),")[0].tolist() == ["200mbit"] * 2 + ["500mbit"] * 2 + ["1gbit"] * 2
