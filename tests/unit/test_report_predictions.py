@@ -175,3 +175,12 @@ def test_a_grid_past_what_the_report_refits_in_its_time_says_so_instead_of_holdi
     monkeypatch.setattr(predictions, "CELL_FITS", 30)
     got = predictions.section(synthetic_runs(SCALING))
     assert (got.held["held_out"] == "each cell").sum() == 3 and got.notes[0].startswith("Each cell: 3 of the 6 cells")
+
+
+def test_each_link_held_out_in_turn_is_one_sentence_naming_how_many_links():
+    links = [("1gbit", 1e9), ("500mbit", 5e8), ("200mbit", 2e8)]
+    cells = [("single", 1, 32)] + [(s, 2, 32, 25.0, name, bps) for s in ("allreduce", "gather_scatter") for name, bps in links]
+    got = predictions.section(synthetic_runs(cells))
+    said = [s for s in got.sentences if "links held out" in s]
+    assert len(said) == 1, got.sentences
+    assert said[0].startswith("With each of the 3 links held out in turn (all its cells at once), the model predicted 6 cells")

@@ -25,7 +25,7 @@ from ddpbench.analysis.fits import Fit, fit_amdahl
 from ddpbench.analysis.tables import TIME, group_axes, label, varying
 from ddpbench.report.tables import Table
 from ddpbench.report.text import finite, listing, num, plural, sig3, value_text
-from ddpbench.stepmodel.holdout import EACH, LARGEST
+from ddpbench.stepmodel.holdout import EACH, EACH_LINK, LARGEST
 
 ANCHOR = "predictions"
 BEYOND = (2, 4)  # predictions at these multiples of the largest world size measured
@@ -179,7 +179,12 @@ def kind_sentence(table: pd.DataFrame, r: pd.Series) -> str:
     kind = str(r["held_out"])
     rows = table[table["held_out"].str.split(" \\(").str[0] == kind]
     full = str(rows["held_out"].iloc[0]) if len(rows) else kind
-    lead = "Held out one at a time, the model" if kind == EACH else f"Fitted without the {full}, the model"
+    if kind == EACH:
+        lead = "Held out one at a time, the model"
+    elif kind == EACH_LINK:
+        lead = f"With each of the {rows['held_out'].nunique()} links held out in turn (all its cells at once), the model"
+    else:
+        lead = f"Fitted without the {full}, the model"
     n, cells = int(r["predicted"]), int(r["cells"])
     if n == 0:
         return f"{lead} could predict none of its {plural(cells, 'cell', 'cells')}: {reasons(list(rows['note']))}."
