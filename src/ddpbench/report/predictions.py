@@ -168,7 +168,7 @@ def held_table(table: pd.DataFrame) -> Table:
     return Table(columns + (["note"] if any(notes) else []), rows,
                  "measured: mean step time over the cell's repeats [percentile bootstrap of the mean, descriptive]; "
                  "predicted: by the model fitted without the cell (one at a time) or without its block (the largest "
-                 "world size, the slowest link) [the parts' bootstrap interval over the measured repeats, widened by the "
+                 "world size, each link in turn) [the parts' bootstrap interval over the measured repeats, widened by the "
                  "model's error on the other held-out cells (jackknife+)]; error: predicted / measured − 1; covered: the "
                  "measurement lies in the predicted interval.")  # fmt: skip
 
