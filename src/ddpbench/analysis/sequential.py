@@ -164,10 +164,19 @@ def judge(question: Question, values: dict, alpha: float = LOOK_ALPHA, precision
     if question.kind == "precision":
         verdict = "met" if half <= m else "open"
     else:
-        lo, hi = center - half, center + half
-        verdict = "faster" if lo > 0 else "slower" if hi < 0 else "equivalent" if -m <= lo and hi <= m else "open"
+        verdict = _log_verdict(center - half, center + half, m)
     return Verdict(question, verdict, float(np.exp(center)), float(np.exp(center - half)), float(np.exp(center + half)),
                    runs)  # fmt: skip
+
+
+def comparison_verdict(low: float, high: float, margin: float) -> str:
+    """A ratio's verdict from its interval: faster above 1, slower below, equivalent inside
+    [1/(1 + margin), 1 + margin], else open."""
+    return _log_verdict(math.log(low), math.log(high), math.log1p(margin))
+
+
+def _log_verdict(lo: float, hi: float, m: float) -> str:
+    return "faster" if lo > 0 else "slower" if hi < 0 else "equivalent" if -m <= lo and hi <= m else "open"
 
 
 def next_count(n: int, schedule: Sequence[int] = SCHEDULE) -> int | None:

@@ -438,6 +438,9 @@ UNTIL_DECIDED = {
         "speedup": {"type": "boolean", "default": True, "description": "compare every cell with its baseline cell"},
         "compare": {"type": "array", "uniqueItems": True, "items": {"type": "string"}, "default": ["strategy"],
                     "description": "axes along which cells equal in every other axis are compared with each other"},
+        "predict": {"type": "boolean", "default": False,
+                    "description": "predict, then measure: the first round measures the step model's parts only; a "
+                                   "comparison its predictions answer is not measured (docs/report.md)"},
     },
 }  # fmt: skip
 

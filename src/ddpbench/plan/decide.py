@@ -27,7 +27,12 @@ def main(argv: list[str] | None = None) -> int:
     if not study.sequential:
         ap.error(f"{Layout.of(args.results).config}: repeats is not until_decided")
     summaries = [line for line in sys.stdin.read().splitlines() if line]
-    decision = study.decide(args.round, summaries)
+    predicted = None
+    if study.settings.predict and args.round == 0:  # the parts are measured: predict every cell
+        from ddpbench.plan.predict import cell_throughputs, runs_of_summaries
+
+        predicted = cell_throughputs(study, runs_of_summaries(summaries))
+    decision = study.decide(args.round, summaries, predicted)
     with safe_io.anchor_writes_at(args.results):  # the decision, the progress count and the log: no link below it
         decision.write(args.out)
         progress.add_round(args.round + 2, decision.runs_next)

@@ -17,6 +17,12 @@ of at most MAX_DECISION_BYTES, nested at most MAX_DECISION_DEPTH deep), and the 
 only those of this design: round 0 on, each moving a cell on, up to its last (`done`) and never
 more than its schedule allows (`Settings.most_rounds`); see `rounds_on_disk`.
 
+Predicting first (`until_decided.predict`), the first round measures only the step model's parts
+(stepmodel.anchors; plan.study.Study.first_round gives the other cells 0 runs), the checkpoint
+predicts every cell from them (plan.predict.cell_throughputs), and a comparison the prediction
+answers (predict_verdicts) is final: every later decision carries it as it was ("source":
+"predicted") and its cells get no runs for it. The rest are measured as above.
+
 The time budget counts the runs' own wall time (launcher start to exit, summary.json), so a
 resumed design goes on with what it had left; the scheduler's and the report's time come on top.
 """
@@ -75,6 +81,9 @@ class Settings:
     margin: float = sequential.MARGIN
     speedup: bool = True
     compare: tuple = ("strategy",)
+    # predict, then measure: the first round measures only the step model's parts (stepmodel.anchors)
+    # and the comparisons its predictions answer are not measured (module doc)
+    predict: bool = False
 
     @classmethod
     def from_config(cls, section: Mapping[str, Any]) -> Settings:
@@ -87,6 +96,7 @@ class Settings:
             margin=float(section.get("margin", cls.margin)),
             speedup=bool(section.get("speedup", True)),
             compare=tuple(section.get("compare", cls.compare)),
+            predict=bool(section.get("predict", False)),
         )
         if not 3 <= s.first <= s.cap:
             raise ValueError(f"until_decided.first {s.first} must be at least 3 and at most max_per_cell {s.cap}")
@@ -100,8 +110,9 @@ class Settings:
 
     def most_rounds(self, cells: int) -> int:
         """The most decisions a design of `cells` cells can make: every round but the last moves at
-        least one cell one step along the schedule (usually all of them together)."""
-        return 1 + cells * (len(self.schedule) - 1)
+        least one cell one step along the schedule (usually all of them together); predicting first,
+        a cell left out of the first round has one step more (0 to `first`)."""
+        return 1 + cells * (len(self.schedule) - (0 if self.predict else 1))
 
 
 def grid_questions(cells: Mapping[str, Mapping[str, Any]], baseline: Mapping[str, Any],
@@ -151,6 +162,9 @@ def read_run(summary_path: str | Path) -> tuple[float | None, float]:
     return (float(value) if value and math.isfinite(value) and value > 0 else None), seconds
 
 
+MEASURED, PREDICTED = "measured", "predicted"
+
+
 @dataclasses.dataclass(frozen=True)
 class VerdictRecord:
     """One question's verdict in a decision: its cells, kind ("precision" or "comparison") and
@@ -168,15 +182,21 @@ class VerdictRecord:
     runs: tuple[int, ...]
     runs_to_decide: int | None = None
     why: str | None = None
+    source: str = MEASURED  # PREDICTED: the step model's prediction answered it (predict_verdicts)
 
     @property
     def open(self) -> bool:
         return self.verdict in ("open", "undecided", sequential.OUT_OF_REACH)
 
+    @property
+    def predicted(self) -> bool:
+        return self.source == PREDICTED
+
     def to_json(self) -> dict:
         record = {**dataclasses.asdict(self), "cells": list(self.cells), "runs": list(self.runs)}
-        if self.why is None:
-            del record["why"]
+        for key, unset in (("why", None), ("source", MEASURED)):
+            if record[key] == unset:
+                del record[key]
         return record
 
     @classmethod
@@ -241,12 +261,16 @@ class Decision:
 
 
 def decide(round_: int, questions: Sequence[Question], runs: Mapping[str, Sequence[str]],
-           settings: Settings, earlier: Sequence[Decision] = ()) -> Decision:  # fmt: skip
+           settings: Settings, earlier: Sequence[Decision] = (),
+           predicted: Mapping[str, tuple[float, float, float]] | None = None) -> Decision:  # fmt: skip
     """The decision after round `round_`, from the summary.json paths of every cell's runs so far
     (`runs`: cell -> paths, repeat 0 first) and the decisions of the rounds before (`earlier`:
     their counts say which round each run was of, for the between-round noise). A cell whose
     runs all failed stops ("failed") and its questions end undecided; a cell is never given more
-    runs than its schedule's cap."""
+    runs than its schedule's cap. Predicting first (settings.predict), `predicted` holds the step
+    model's throughput and interval of every cell it could predict after the first round: the
+    comparisons it answers are final (predict_verdicts), the rest are measured; a precision question
+    is asked only of a cell that is measured."""
     values, seconds, counts, rounds = {}, {}, {}, {}
     for cell, paths in runs.items():
         measured = [read_run(p) for p in paths]
@@ -257,13 +281,19 @@ def decide(round_: int, questions: Sequence[Question], runs: Mapping[str, Sequen
     spent_s = sum(sum(s) for s in seconds.values())
     spent_runs = sum(counts.values())
     failed = {c for c in runs if counts[c] and not values[c]}
+    answered = [v for v in earlier[-1].verdicts if v.predicted] if earlier else []
+    if settings.predict and predicted and not earlier:
+        answered = predict_verdicts(questions, predicted, counts)
+    questions = measured_questions(questions, answered, counts) if settings.predict else list(questions)
     asked = [q for q in questions if not failed.intersection(q.cells)]
+    measured_s = [x for s in seconds.values() for x in s]
     rnd = sequential.plan_round(
         asked, values,
         runs_left=settings.budget_runs - spent_runs if settings.budget_runs else None,
         schedule=settings.schedule,
         seconds_left=settings.budget_s - spent_s if settings.budget_s else None,
-        run_seconds={c: sum(s) / len(s) for c, s in seconds.items() if s},
+        run_seconds={c: sum(s) / len(s) for c, s in seconds.items() if s}
+        | {c: sum(measured_s) / len(measured_s) for c, s in seconds.items() if not s and measured_s},
         made=counts, rounds=rounds,
     )  # fmt: skip
     targets = rnd.targets
@@ -278,6 +308,8 @@ def decide(round_: int, questions: Sequence[Question], runs: Mapping[str, Sequen
     for c, why in stopped.items():
         if why == "decided" and all(v.kind == "precision" for v in verdicts if c in v.cells):
             stopped[c] = "target met"
+    verdicts += answered
+    stopped.update({c: PREDICTED for c in runs if c not in targets and c not in stopped})
     return Decision(
         round=round_, done=done, counts=counts, targets=targets, stopped=stopped, verdicts=tuple(verdicts),
         spent={"runs": spent_runs, "seconds": round(spent_s, 3)},
@@ -293,6 +325,37 @@ def rounds_of_runs(cell: str, n: int, earlier: Sequence[Decision]) -> list[int]:
     ends = [d.counts.get(cell) for d in earlier]
     ends = [e for e in ends if isinstance(e, int) and not isinstance(e, bool)]
     return [sum(e <= k for e in ends) for k in range(n)]
+
+
+def predict_verdicts(questions: Sequence[Question], predicted: Mapping[str, tuple[float, float, float]],
+                     counts: Mapping[str, int]) -> list[VerdictRecord]:  # fmt: skip
+    """The comparisons the step model's predictions answer (`predicted`: cell -> its throughput and
+    interval): each with a cell not measured whose ratio interval, the two cells' intervals divided
+    end to end (as wide as their errors can make it, whatever their correlation), lies above 1,
+    below 1 or inside the margin, the rule measured verdicts follow (sequential.comparison_verdict)."""
+    out = []
+    for q in questions:
+        if q.kind != "comparison" or all(counts.get(c, 0) for c in q.cells):
+            continue
+        a, b = (predicted.get(c) for c in q.cells)
+        if a is None or b is None or not all(math.isfinite(x) and x > 0 for x in (*a, *b)):
+            continue
+        est, low, high = a[0] / b[0], a[1] / b[2], a[2] / b[1]
+        verdict = sequential.comparison_verdict(low, high, q.tolerance)
+        if verdict != "open":
+            out.append(VerdictRecord(q.cells, q.kind, q.tolerance, verdict, est, low, high,
+                                     tuple(counts.get(c, 0) for c in q.cells), source=PREDICTED))  # fmt: skip
+    return out
+
+
+def measured_questions(questions: Sequence[Question], answered: Sequence[VerdictRecord],
+                       counts: Mapping[str, int]) -> list[Question]:  # fmt: skip
+    """Predicting first, the questions left to measure: the comparisons no prediction answered, and
+    the precision of each cell measured (one with runs, or in such a comparison)."""
+    done = {frozenset(v.cells) for v in answered}
+    left = [q for q in questions if q.kind == "comparison" and frozenset(q.cells) not in done]
+    measured = {c for c, n in counts.items() if n} | {c for q in left for c in q.cells}
+    return [q for q in questions if (q.kind == "precision" and q.cells[0] in measured) or q in left]
 
 
 OUT_OF_REACH_WHY = "out of reach: more than the budget left could give, so no more were spent on it"
@@ -312,8 +375,10 @@ def _verdict_record(v: sequential.Verdict, values: Mapping, done: bool, rounds: 
     )  # fmt: skip
 
 
-def first_counts(cells: Sequence[str], settings: Settings) -> dict:
-    return {c: settings.first for c in cells}
+def first_counts(cells: Sequence[str] | Mapping[str, int], settings: Settings) -> dict:
+    """The first round's counts: `first` for every cell, or as given (cell -> count: predicting first,
+    the cells not measured first have 0; plan.study.Study.first_round)."""
+    return dict(cells) if isinstance(cells, Mapping) else {c: settings.first for c in cells}
 
 
 def counts_after(counts: Mapping[str, int], decision: Decision, settings: Settings) -> dict:
@@ -426,23 +491,41 @@ def _minutes(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
 
 
-def plan_line(questions: Sequence[Question], settings: Settings, cells: int, per_run_s: float | None = None) -> str:
+def first_round_size(settings: Settings, cells: int | Mapping[str, int]) -> tuple[int, int, int]:
+    """(runs, cells measured, cells) of the first round: `cells` a number of cells measured `first`
+    times each, or the first round's counts (plan.study.Study.first_round)."""
+    counts = first_counts(cells, settings) if isinstance(cells, Mapping) else dict.fromkeys(range(cells), settings.first)
+    return sum(counts.values()), sum(n > 0 for n in counts.values()), len(counts)
+
+
+def _first_text(settings: Settings, cells: int | Mapping[str, int]) -> str:
+    """How the first round's runs are made up: '3 per cell x 12 cells' (of 40: the step model's parts)."""
+    _, measured, total = first_round_size(settings, cells)
+    parts = f" of {total}: the step model's parts, the rest predicted first" if measured < total else ""
+    return f"{settings.first} per cell x {measured} cells{parts}"
+
+
+def plan_line(questions: Sequence[Question], settings: Settings, cells: int | Mapping[str, int],
+              per_run_s: float | None = None) -> str:  # fmt: skip
     """The plan's line on the design (printed before any run, dry runs included); with the plan's
     estimate of a run (`per_run_s`, plan.estimate.RunEstimate) the first round's time, which the
-    plan's time line and the progress line say too."""
+    plan's time line and the progress line say too. `cells`: as first_round_size takes them."""
     precision = sum(q.kind == "precision" for q in questions)
     asked = [f"{precision} cell(s) to ±{settings.precision:.0%}"] if precision else []
     if len(questions) > precision:
         asked.append(f"{len(questions) - precision} comparison(s) within a factor {1 + settings.margin:.2f}")
-    most = cells * settings.cap
+    first, measured, total = first_round_size(settings, cells)
+    most = total * settings.cap
     if settings.budget_runs:
         most = min(most, settings.budget_runs)
-    first = cells * settings.first
     took = f", about {_minutes(first * per_run_s)}" if per_run_s else ""
     budget = f" and {_minutes(settings.budget_s)} of runs (its budget, the first round included)" if settings.budget_s else ""
+    per = f"{settings.first} per cell" if measured == total else _first_text(settings, cells)
+    predicting = ("; predicting first: a comparison the step model's predictions answer is not measured, and "
+                  "only measured cells are asked their precision") if settings.predict else ""  # fmt: skip
     return (f"until decided: {len(questions)} question(s) ({', '.join(asked) or 'none'}); the first round "
-            f"runs {first} ({settings.first} per cell{took}), the design at most {most} "
-            f"(looks at {'/'.join(map(str, settings.schedule))} runs per cell){budget}")  # fmt: skip
+            f"runs {first} ({per}{took}), the design at most {most} "
+            f"(looks at {'/'.join(map(str, settings.schedule))} runs per cell){budget}{predicting}")  # fmt: skip
 
 
 # The quiet main job spent 2.5x its first round's runs to decide all its questions (45 runs after
@@ -450,7 +533,8 @@ def plan_line(questions: Sequence[Question], settings: Settings, cells: int, per
 ROUNDS_AFTER_FIRST = 2.5
 
 
-def first_round_problem(settings: Settings, cells: int, runs_left: int, spent_s: float, per_run_s: float) -> str | None:
+def first_round_problem(settings: Settings, cells: int | Mapping[str, int], runs_left: int, spent_s: float,
+                        per_run_s: float) -> str | None:  # fmt: skip
     """Why the time budget cannot pay the design's first round, None where it can (or there is
     none): the first round's runs still to measure (`runs_left`) at the plan's estimate of a run
     (`per_run_s`, plan.estimate.RunEstimate) on top of the run time its measured runs spent
@@ -461,22 +545,22 @@ def first_round_problem(settings: Settings, cells: int, runs_left: int, spent_s:
     need = spent_s + runs_left * per_run_s
     if not settings.budget_s or need <= settings.budget_s:
         return None
-    runs = cells * settings.first
+    runs = first_round_size(settings, cells)[0]
     done = f" ({_minutes(spent_s)} already spent on its measured runs)" if spent_s > 0 else ""
-    return (f"{_minutes(settings.budget_s)} of runs cannot pay the design's first round: {runs} runs ({settings.first} "
-            f"per cell x {cells} cells) at about {per_run_s:.0f} s a run (the plan's estimate) take about "
+    return (f"{_minutes(settings.budget_s)} of runs cannot pay the design's first round: {runs} runs "
+            f"({_first_text(settings, cells)}) at about {per_run_s:.0f} s a run (the plan's estimate) take about "
             f"{_minutes(need)}{done}. Set until_decided.budget to at least {budget_text(need)} for the first round "
             f"alone, about {budget_text(need * ROUNDS_AFTER_FIRST)} to leave the rounds after it room to decide (the "
             "quiet main job spent 2.5x its first round), or plan fewer cells")  # fmt: skip
 
 
-def first_round_runs_problem(settings: Settings, cells: int) -> str | None:
+def first_round_runs_problem(settings: Settings, cells: int | Mapping[str, int]) -> str | None:
     """Why the run budget (`max_runs`) cannot pay the first round, None where it can (or there is none)."""
-    runs = cells * settings.first
+    runs = first_round_size(settings, cells)[0]
     if not settings.budget_runs or settings.budget_runs >= runs:
         return None
-    return (f"{settings.budget_runs} runs cannot pay the design's first round: {runs} runs ({settings.first} per cell x "
-            f"{cells} cells). Set until_decided.max_runs to at least {runs}, or plan fewer cells")
+    return (f"{settings.budget_runs} runs cannot pay the design's first round: {runs} runs "
+            f"({_first_text(settings, cells)}). Set until_decided.max_runs to at least {runs}, or plan fewer cells")
 
 
 def budget_text(seconds: float) -> str:

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import argparse
 import copy
+import io
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +42,7 @@ import pandas as pd
 from ddpbench import REPO_ROOT, stepmodel
 from ddpbench.analysis.compare import InputError, read_side
 from ddpbench.analysis.intervals import LEVEL
+from ddpbench.analysis.tables import load_runs_frame
 from ddpbench.core import bounded, layout, safe_io
 from ddpbench.core.params import batch_sizes
 from ddpbench.plan.cells import check_cell_combinations
@@ -48,6 +51,7 @@ from ddpbench.plan.grid import ConfigError
 from ddpbench.plan.study import MAX_CONFIG_BYTES, MAX_CONFIG_DEPTH, MAX_CONFIG_VALUES, Study, validate_config
 
 EXIT_REFUSED = 2
+MAX_EACH = 40  # cells held out one at a time when a design predicts (each is a refit)
 SHOWN = 40  # rows of the terminal's table; predictions.csv has them all
 SWEEP_COLUMNS = ("collective", "device", "backend", "world_size", "bytes", "time_median_s")  # what the fit reads
 
@@ -173,6 +177,47 @@ def predict(results: str, grid_path: Path, comm: str | None) -> tuple[Prediction
     source = (f"{len(measured.cells)} measured cells ({n_runs} ok runs) of {csv}"
               + (f" and the collective sweep {comm}" if sweep is not None else ""))  # fmt: skip
     return Prediction(table, validation, shown, source), folder
+
+
+# -- predict, then measure (until_decided.predict) ---------------------------------------------------
+
+# The least error a design's prediction is taken to carry, as a log half-width: the step model's median
+# held-out error on the link grid (docs/report.md, "The step model's measured error": 10-16 %), for a
+# model whose own hold-outs, over the few cells a first round measures, may show less.
+LEAST_ERROR = math.log1p(0.15)
+
+
+def runs_of_summaries(summaries: list[str]) -> pd.DataFrame:
+    """The runs table of summary.json files as runs.csv holds it (results.aggregate's rows, read back)."""
+    from ddpbench.results.aggregate import run_row
+
+    rows = [run_row(Path(p)) for p in summaries if Path(p).is_file()]
+    return load_runs_frame(pd.read_csv(io.StringIO(pd.DataFrame(rows).to_csv(index=False)))) if rows else pd.DataFrame()
+
+
+def cell_throughputs(study: Study, runs: pd.DataFrame) -> dict[str, tuple[float, float, float]]:
+    """Cell path -> (samples/s, low, high) the step model fitted on `runs` predicts, for every cell of
+    `study` it can predict (none where it can predict nothing): the interval widened by its held-out
+    error on those runs, and by at least LEAST_ERROR."""
+    if runs.empty:
+        return {}
+    try:
+        targets = target_cells(study)
+        validation = stepmodel.validate(stepmodel.measure(runs), max_each=MAX_EACH)
+    except (Refused, ValueError) as err:  # batch_size auto, or nothing to fit: every cell is measured
+        print(f"ddpbench: predicting first: no prediction ({err}); every question is measured", file=sys.stderr)
+        return {}
+    model = validation.model
+    model.widen = max(model.widen, LEAST_ERROR)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        table = model.predict(targets, strict=False)
+    out = {}
+    for cell, (_, r) in zip(study.cells.index, table.iterrows()):
+        values = pd.to_numeric(pd.Series([r["samples_per_s"], r["samples_per_s_low"], r["samples_per_s_high"]]),
+                               errors="coerce").to_numpy(float)  # fmt: skip
+        if np.isfinite(values).all() and (values > 0).all():
+            out[cell] = tuple(float(v) for v in values)
+    return out
 
 
 # -- what is written and said -----------------------------------------------------------------------

@@ -104,10 +104,11 @@ class Study:
         compare_to = compare_to_table(config["compare_to"], layout.results) if checks else None
         by_path = dict(zip(cells.index, cells.to_dict(orient="records")))
         questions = tuple(design.grid_questions(by_path, config["baseline"], settings)) if settings else ()
-        problem = design.first_round_runs_problem(settings, len(cells)) if settings else None
+        study = cls(config, axes, fixed, base, cells, layout, settings, questions, compare_to)
+        problem = design.first_round_runs_problem(settings, study.first_round) if settings else None
         if problem:
             raise ConfigError("until_decided.max_runs", problem)
-        return cls(config, axes, fixed, base, cells, layout, settings, questions, compare_to)
+        return study
 
     @classmethod
     def recorded(cls, results: str | Path, max_runs: int | None = None) -> Study:
@@ -202,33 +203,46 @@ class Study:
         return planned_runs(self.cell_by_path, self.fixed, self.run_counts(), self.layout.results)
 
     # -- a sequential design's rounds
+    @functools.cached_property
+    def first_round(self) -> dict[str, int]:
+        """Cell -> its runs in the first round: `first` each; predicting first, the step model's parts
+        only (stepmodel.anchors), 0 for the other cells."""
+        if not self.settings.predict:
+            return design.first_counts(list(self.cells.index), self.settings)
+        from ddpbench.stepmodel.anchors import anchors  # pandas work only a predicting design needs
+
+        table = pd.DataFrame([{**self.params(c), "world_size": self.world_size(c), "nodes": self.nodes(c)}
+                              for c in self.cells.index], index=self.cells.index)  # fmt: skip
+        first = set(anchors(table, list(self.axes), self.config["baseline"]))
+        return {c: self.settings.first if c in first else 0 for c in self.cells.index}
+
     def decisions(self, upto: int | None = None) -> list[design.Decision]:
         """The decisions on disk, round 0 to `upto` - 1 at most, checked as this design's
         (design.rounds_on_disk); one refused is named on stderr and ends them."""
-        return design.decisions_on_disk(self.layout, self.settings, list(self.cells.index), upto)
+        return design.decisions_on_disk(self.layout, self.settings, self.first_round, upto)
 
     def decision(self, round_: int) -> design.Decision:
         """Round `round_`'s decision, as the workflow's checkpoint plans on it: a RoundError (a
         ValueError naming the file) where it or a round before it is refused, never passed over."""
-        for decision in design.rounds_on_disk(self.layout, self.settings, list(self.cells.index), round_ + 1):
+        for decision in design.rounds_on_disk(self.layout, self.settings, self.first_round, round_ + 1):
             if decision.round == round_:
                 return decision
         raise design.RoundError(self.layout.round_file(round_), "no decision of this design: an earlier round was its last")
 
     def counts_of_round(self, decisions: list[design.Decision]) -> dict[str, int]:
         """Repeat counts of the round after `decisions` (round 0's, then each moving them on)."""
-        return design.counts_of_rounds(list(self.cells.index), decisions, self.settings)
+        return design.counts_of_rounds(self.first_round, decisions, self.settings)
 
-    def decide(self, round_: int, summaries: list[str]) -> design.Decision:
-        """The decision after round `round_` from its runs' summary.json paths."""
+    def decide(self, round_: int, summaries: list[str], predicted: Mapping | None = None) -> design.Decision:
+        """The decision after round `round_` from its runs' summary.json paths (`predicted`: design.decide)."""
         runs: dict[str, list[str]] = {cell: [] for cell in self.cells.index}
         for path in summaries:
             runs[self.layout.cell_of_summary(path)].append(path)
         earlier = self.decisions(upto=round_)
-        return design.decide(round_, self.questions, runs, self.settings, earlier)
+        return design.decide(round_, self.questions, runs, self.settings, earlier, predicted)
 
     def plan_line(self, per_run_s: float | None = None) -> str:
-        return design.plan_line(self.questions, self.settings, len(self.cells), per_run_s)
+        return design.plan_line(self.questions, self.settings, self.first_round, per_run_s)
 
     def check_first_round(self, per_run_s: float) -> None:
         """Refuse a sequential design whose time budget cannot pay its first round at `per_run_s` a
@@ -239,7 +253,7 @@ class Study:
         paths = [Path(s) for s in self.summaries()]
         measured = [p for p in paths if p.exists()]
         spent = sum(design.read_run(p)[1] for p in measured)
-        problem = design.first_round_problem(self.settings, len(self.cells), len(paths) - len(measured), spent, per_run_s)
+        problem = design.first_round_problem(self.settings, self.first_round, len(paths) - len(measured), spent, per_run_s)
         if problem:
             raise ConfigError("until_decided.budget", problem)
 

@@ -46,6 +46,7 @@ STOP_TEXT = {
     "budget": "the budget ran out",
     "out of reach": "its open questions out of reach of the budget left",
     "failed": "its runs failed",
+    "predicted": "its questions answered by the step model's predictions",
 }
 
 
@@ -89,7 +90,7 @@ def verdict_text(v: VerdictRecord) -> str:
     text = VERDICT_TEXT.get(v.verdict, v.verdict)
     if v.verdict in ("faster", "slower") and inside_margin(v.low, v.high, v.tolerance):
         text += ", by less than the margin"
-    return text
+    return text + (" (predicted)" if v.predicted else "")
 
 
 def _interval(v: VerdictRecord) -> tuple[str, str]:
@@ -142,7 +143,7 @@ def section(decision: Decision | None) -> dict | None:
             f"{design_rates.note()} Faster/slower: the interval excludes 1 (by less than the margin when "
             "it also lies inside it); equivalent: it lies inside the margin, a factor either way (1.15: the ratio "
             "within [0.870, 1.15]); undecided: neither when the design ended. Runs: per cell; 'runs to decide': about how many "
-            "more per cell, if spread and estimate stay as measured.")  # fmt: skip
+            "more per cell, if spread and estimate stay as measured." + predicted_text(decision))  # fmt: skip
     return dict(
         summary=(f"{len(verdicts)} questions after {decision.round + 1} round(s): {settled} decided, "
                  f"{len(verdicts) - settled} undecided; {used}."),  # fmt: skip
@@ -150,6 +151,17 @@ def section(decision: Decision | None) -> dict | None:
                         note, classes),  # fmt: skip
         cells=Table(["cell", "runs", "stopped because"], cells),
     )
+
+
+def predicted_text(decision: Decision) -> str:
+    """The note's words on verdicts the step model's predictions gave (until_decided.predict), if any."""
+    n = sum(v.predicted for v in decision.verdicts)
+    if not n:
+        return ""
+    return (f" Predicted ({n}): answered after the first round by the step model fitted on the cells measured "
+            "then (its parts), from the two cells' predicted intervals divided end to end, each widened by the "
+            "model's held-out error and at least 15 %, so not measured; such an interval is the model's, not a "
+            "confidence interval, and holds as far as the model's held-out error does (the Predictions section).")
 
 
 def round_noise_text(decision: Decision) -> str:
@@ -178,8 +190,10 @@ def findings(decision: Decision | None) -> list[Finding]:
     if decision is None:
         return []
     runs = list(decision.counts.values())
-    out = [Finding("time", f"Run until decided: {decision.settled} of {len(decision.verdicts)} questions decided in "
-                           f"{decision.round + 1} round(s) and {decision.spent['runs']} runs "
+    predicted = sum(v.predicted for v in decision.verdicts)
+    by_model = f", {predicted} of them by the step model's prediction, not measured" if predicted else ""
+    out = [Finding("time", f"Run until decided: {decision.settled} of {len(decision.verdicts)} questions decided"
+                           f"{by_model} in {decision.round + 1} round(s) and {decision.spent['runs']} runs "
                            f"({min(runs)} to {max(runs)} a cell, more where the answer stayed open longer). Its "
                            "questions are about throughput (and the speedups that follow from it); the intervals of "
                            "other metrics here (step time, phase shares, MFU) are descriptive, at the level each gives.",
@@ -210,7 +224,8 @@ TURNED = {"faster": "slower", "slower": "faster"}
 
 
 def _asked(decision: Decision) -> dict[frozenset, VerdictRecord]:
-    return {frozenset(v.cells): v for v in decision.verdicts if v.kind == "comparison" and len(set(v.cells)) == 2}
+    return {frozenset(v.cells): v for v in decision.verdicts
+            if v.kind == "comparison" and len(set(v.cells)) == 2 and not v.predicted}  # the tables show what ran
 
 
 def _cell_index(runs: pd.DataFrame, cols: list[str]) -> dict[tuple, str]:
