@@ -39,6 +39,19 @@ def run_wall(results: Path) -> float:
     return max(ends) - min(starts) if starts else float("nan")
 
 
+def contradict(a: design.VerdictRecord, b: design.VerdictRecord) -> bool:
+    """Two decided answers that cannot both hold: faster against slower, or equivalent against a
+    difference whose interval lies wholly beyond the margin."""
+    words = {a.verdict, b.verdict}
+    if words == {"faster", "slower"}:
+        return True
+    if "equivalent" not in words or len(words) == 1:
+        return False
+    other = a if a.verdict != "equivalent" else b
+    m = 1 + other.tolerance
+    return (other.verdict == "faster" and other.low > m) or (other.verdict == "slower" and other.high < 1 / m)
+
+
 def name(cell: str) -> str:
     parts = dict(p.split("~", 1) for p in cell.split("/") if "~" in p)
     return f"{parts.get('strategy')}@{parts.get('link', 'none')}"
@@ -72,10 +85,11 @@ def main() -> None:
             return f"{v.verdict}{' (predicted)' if v.predicted else ''}{ratio}"
 
         both = va is not None and vb is not None and not va.open and not vb.open
-        flag = "DIFFERS" if both and va.verdict != vb.verdict else ""
-        differ += bool(flag)
+        flag = "" if not both or va.verdict == vb.verdict else "CONTRADICTS" if contradict(va, vb) else "compatible"
+        differ += flag == "CONTRADICTS"
         print(f"  {cells:48} {text(va):44} | {text(vb):38} {flag}")
-    print(f"\nanswers that differ where both decided: {differ}")
+    print(f"\nanswers that contradict each other where both decided: {differ} (compatible: faster or slower by less "
+          "than the margin beside equivalent)")
 
 
 if __name__ == "__main__":

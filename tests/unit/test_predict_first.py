@@ -24,7 +24,7 @@ from stepmodel_synth import synthetic_runs, true_parts
 
 pytestmark = pytest.mark.unit
 
-STRATEGIES = ["single", "allreduce", "ddp", "gather_scatter"]
+STRATEGIES = ["single", "allreduce", "ddp", "gather_scatter", "bucketed_allreduce"]
 
 
 def study_of(tmp_path, grid: dict, **until_decided) -> Study:
@@ -45,27 +45,30 @@ def key(study: Study, cell: str) -> tuple:
     return study.params(cell)["strategy"], study.world_size(cell)
 
 
-def test_the_first_round_measures_the_parts_and_each_world_size_once(tmp_path):
-    """single; each other strategy at its smallest world size; p = 4 once (its first strategy in grid
-    order), so the model has seen how compute and communication grow with the ranks."""
-    study = scaling_study(tmp_path)
+def test_the_first_round_measures_the_parts_and_two_strategies_at_each_world_size(tmp_path):
+    """single; each other strategy at its smallest world size; two strategies at p = 4 (the first two in
+    grid order), so the model has seen how compute and communication grow with the ranks, and each of
+    them held out is predicted as gather_scatter at p = 4 will be."""
+    study = study_of(tmp_path, {"world_size": [1, 2, 4, 8], "strategy": STRATEGIES, "batch_size": [128]})
     first = {key(study, c): n for c, n in study.first_round.items()}
     assert first == {("single", 1): 3, ("allreduce", 2): 3, ("ddp", 2): 3, ("gather_scatter", 2): 3,
-                     ("allreduce", 4): 3, ("ddp", 4): 0, ("gather_scatter", 4): 0}  # fmt: skip
+                     ("bucketed_allreduce", 2): 3, ("allreduce", 4): 3, ("ddp", 4): 3, ("gather_scatter", 4): 0,
+                     ("bucketed_allreduce", 4): 0, ("allreduce", 8): 3, ("ddp", 8): 3, ("gather_scatter", 8): 0,
+                     ("bucketed_allreduce", 8): 0}  # fmt: skip
     assert study.run_counts() == study.first_round  # no decision yet: the first round's
     line = study.plan_line(per_run_s=10.0)
-    assert "the first round runs 15 (3 per cell x 5 cells of 7: the step model's parts, the rest predicted first, " \
-           "about 2.5 min)" in line and "predicting first" in line  # fmt: skip
+    assert "the first round runs 27 (3 per cell x 9 cells of 13: the step model's parts, the rest predicted first, " \
+           "about 4.5 min)" in line and "predicting first" in line  # fmt: skip
     # the run budget is checked against the parts' runs, not every cell's
-    assert scaling_study(tmp_path, max_runs=15).first_round
-    with pytest.raises(ConfigError, match=r"until_decided.max_runs.*14 runs cannot pay the design's first round: "
-                                          r"15 runs \(3 per cell x 5 cells of 7"):  # fmt: skip
-        scaling_study(tmp_path, max_runs=14)
+    assert scaling_study(tmp_path, max_runs=21).first_round
+    with pytest.raises(ConfigError, match=r"until_decided.max_runs.*20 runs cannot pay the design's first round: "
+                                          r"21 runs \(3 per cell x 7 cells of 9"):  # fmt: skip
+        scaling_study(tmp_path, max_runs=20)
 
 
-def test_the_link_grid_measures_15_of_its_50_cells(tmp_path):
+def test_the_link_grid_measures_18_of_its_50_cells(tmp_path):
     """benchmarks/configs/step_model_links.yaml: both models' single; each strategy once per model, on the
-    first link (DDP at its first bucket size); one cell on each other link."""
+    first link (DDP at its first bucket size); two strategies on each other link."""
     grid = yaml.safe_load((REPO_ROOT / "benchmarks" / "configs" / "step_model_links.yaml").read_text())
     from snakemake.utils import update_config
 
@@ -75,7 +78,7 @@ def test_the_link_grid_measures_15_of_its_50_cells(tmp_path):
     validate_config(config, SCHEMA_PATH)
     study = Study.from_config(config, checks=False)
     first = [c for c, n in study.first_round.items() if n]
-    assert len(study.cells) == 50 and len(first) == 15
+    assert len(study.cells) == 50 and len(first) == 18
     picked = pd.DataFrame([study.params(c) for c in first])
     assert sorted(picked.loc[picked["strategy"] == "single", "model"]) == ["mlp", "simple_cnn"]
     on_first_link = picked[picked["link"] == "unshaped"]
@@ -83,7 +86,8 @@ def test_the_link_grid_measures_15_of_its_50_cells(tmp_path):
                                                         "fsdp_grad_op"] * 2)  # fmt: skip
     assert (on_first_link.loc[on_first_link["strategy"] == "ddp", "bucket_mb"] == 0.5).all()
     others = picked[(picked["strategy"] != "single") & (picked["link"] != "unshaped")]
-    assert sorted(others["link"]) == ["100mbit", "1gbit", "300mbit"]
+    assert sorted(others["link"]) == sorted(["100mbit", "1gbit", "300mbit"] * 2)
+    assert set(others["strategy"]) == {"allreduce", "bucketed_allreduce"}
 
 
 def runs_of(study: Study, cells) -> pd.DataFrame:
@@ -132,31 +136,31 @@ def write_runs(tmp_path, cell: str, values, start: int = 0) -> list[str]:
 
 
 def test_what_the_prediction_answers_is_final_and_the_rest_is_measured(tmp_path):
-    """p = 4's ddp and gather_scatter are never run: a comparison the prediction answers is decided after
+    """p = 4's gather_scatter and bucketed_allreduce are never run: a comparison the prediction answers is decided after
     the first round and stays as it was, its unmeasured cell stops as 'predicted'; one it cannot answer
     sends that cell its first runs in the next round, with its precision asked once it is measured."""
     study = scaling_study(tmp_path, precision=0.1)
     cells = list(study.cells.index)
     by_key = {key(study, c): c for c in cells}
-    ddp4, gs4 = by_key["ddp", 4], by_key["gather_scatter", 4]
+    ba4, gs4 = by_key["bucketed_allreduce", 4], by_key["gather_scatter", 4]
     rng = np.random.default_rng(0)
     runs = {c: (write_runs(tmp_path, c, 1000 * (1 + i) * (1 + 0.01 * rng.standard_normal(3))) if n else [])
             for i, (c, n) in enumerate(study.first_round.items())}  # fmt: skip
     single = by_key["single", 1]
-    # ddp at p = 4 predicted far faster than single (answered); gather_scatter at p = 4 about as fast as
-    # ddp at p = 4 (the ratio's interval crosses the margin: measured)
+    # bucketed_allreduce at p = 4 predicted far faster than single (answered); gather_scatter at p = 4 about as
+    # fast as it (the ratio's interval crosses the margin: measured)
     predicted = {c: (x, x / 1.2, x * 1.2) for c in cells for x in [2000.0]}
     predicted[single] = (500.0, 450.0, 550.0)
     first = design.decide(0, study.questions, runs, study.settings, [], predicted)
     answered = {frozenset(v.cells): v for v in first.verdicts if v.predicted}
-    assert answered and all(v.runs[v.cells.index(c)] == 0 for v in answered.values() for c in v.cells if c in (ddp4, gs4))
-    assert answered[frozenset((ddp4, single))].verdict == "faster"
-    assert frozenset((ddp4, gs4)) not in answered  # 2000 [1667, 2400] over itself: open, measured
-    assert first.targets[ddp4] == first.targets[gs4] == 3  # their first runs
+    assert answered and all(v.runs[v.cells.index(c)] == 0 for v in answered.values() for c in v.cells if c in (ba4, gs4))
+    assert answered[frozenset((ba4, single))].verdict == "faster"
+    assert frozenset((ba4, gs4)) not in answered  # 2000 [1667, 2400] over itself: open, measured
+    assert first.targets[ba4] == first.targets[gs4] == 3  # their first runs
     precision = {v.cells[0] for v in first.verdicts if v.kind == "precision"}
-    assert ddp4 in precision and gs4 in precision  # measured from now on: asked their precision too
+    assert ba4 in precision and gs4 in precision  # measured from now on: asked their precision too
     # the next round reads the answered verdicts from the decision before, unchanged, whatever is predicted now
-    runs[ddp4] = write_runs(tmp_path, ddp4, [2100, 2090, 2120])
+    runs[ba4] = write_runs(tmp_path, ba4, [2100, 2090, 2120])
     runs[gs4] = write_runs(tmp_path, gs4, [2150, 2140, 2160])
     second = design.decide(1, study.questions, runs, study.settings, [first], {c: (1.0, 0.5, 2.0) for c in cells})
     assert {frozenset(v.cells): v for v in second.verdicts if v.predicted} == answered
@@ -172,12 +176,15 @@ def test_a_cell_never_measured_stops_as_predicted_and_the_report_says_so(tmp_pat
     study = scaling_study(tmp_path)
     cells = list(study.cells.index)
     runs = {c: write_runs(tmp_path, c, [1000, 1010, 990]) if n else [] for c, n in study.first_round.items()}
-    at_4 = {"allreduce": 3000.0, "ddp": 9000.0, "gather_scatter": 27000.0}  # each 3x the one before
+    at_4 = {"allreduce": 3000.0, "ddp": 9000.0, "gather_scatter": 27000.0, "bucketed_allreduce": 81000.0}  # 3x apart
     predicted = {c: at_4[key(study, c)[0]] if study.world_size(c) == 4 else 1000.0 for c in cells}
     predicted = {c: (x, x * 0.9, x * 1.1) for c, x in predicted.items()}
     decision = design.decide(0, study.questions, runs, study.settings, [], predicted)
     never = [c for c, n in study.first_round.items() if not n]
     assert all(decision.stopped[c] == "predicted" for c in never) and not set(never) & set(decision.targets)
+    # a cell in no question at all (precision 0) is no cell the prediction stopped
+    lone = design.decide(0, [], runs, study.settings, [], predicted)
+    assert lone.stopped == {} and lone.done
     section = decisions.section(decision)
     text = json.dumps(section["questions"].rows) + section["questions"].note
     assert "faster (predicted)" in text and "Predicted (" in section["questions"].note

@@ -309,7 +309,7 @@ def decide(round_: int, questions: Sequence[Question], runs: Mapping[str, Sequen
         if why == "decided" and all(v.kind == "precision" for v in verdicts if c in v.cells):
             stopped[c] = "target met"
     verdicts += answered
-    stopped.update({c: PREDICTED for c in runs if c not in targets and c not in stopped})
+    stopped.update({c: PREDICTED for v in answered for c in v.cells if c not in targets and c not in stopped})
     return Decision(
         round=round_, done=done, counts=counts, targets=targets, stopped=stopped, verdicts=tuple(verdicts),
         spent={"runs": spent_runs, "seconds": round(spent_s, 3)},
