@@ -35,7 +35,7 @@ bench() {  # bench COMPILE AC VOCAB SECONDS [more flags]
     limited "$limit" "$log" python benchmarks/harness_vs_bare_loop.py "${common[@]}" --compile "$compile" \
         --activation-checkpointing "$ac" --vocab-size "$vocab" "$@"
     { echo "== compile $compile, activation_checkpointing $ac, vocab $vocab"
-      grep -E "^(round|median|exit|skipped)|  (compile|peak|mfu|hfu|optimizer_impl|train_flops|hardware_flops)" "$log"; } \
+      grep -E "^(round|median|exit|skipped)|  (compile|peak|mfu|hfu|optimizer_impl|train_flops|hardware_flops|power|energy)" "$log"; } \
         | tee -a "$out/summary.txt"
 }
 
@@ -45,7 +45,8 @@ tests_run() {  # tests_run NAME SECONDS [pytest arguments]
     { echo "== tests $name"; tail -4 "$out/tests-$name.txt"; } | tee -a "$out/summary.txt"
 }
 
-compiled() { bench model none 50257 120 --profile 5; }
+# compiled: three ABBA rounds for the harness/bare ratio's interval (issue 71, item 2)
+compiled() { bench model none 50257 170 --profile 5 --rounds 3; }
 compiled_padded() { bench model none 50304 100 --profile 5; }
 eager() { bench none none 50257 60; }
 eager_padded() { bench none none 50304 60; }

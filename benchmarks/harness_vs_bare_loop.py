@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import tempfile
 import time
@@ -70,6 +71,18 @@ def bare_rate(params: CellParams, steps: int, warmup: int, profile: int = 0) -> 
     if profile:
         print_top_kernels(lambda i: step(warmup + steps + i), profile, device)
     return rate
+
+
+def ratio_interval(ratios: list[float]) -> str:
+    """', 95 % interval [a, b]' of the rounds' geometric mean ratio (Student t on the logs), from 3 rounds on."""
+    if len(ratios) < 3:
+        return ""
+    from scipy import stats
+
+    logs = [math.log(r) for r in ratios]
+    mean, se = statistics.fmean(logs), statistics.stdev(logs) / math.sqrt(len(logs))
+    half = stats.t.ppf(0.975, len(logs) - 1) * se
+    return f", 95 % interval of the geometric mean [{math.exp(mean - half):.3f}, {math.exp(mean + half):.3f}]"
 
 
 def print_top_kernels(step, steps: int, device: torch.device) -> None:
@@ -133,13 +146,14 @@ def main() -> None:
             torch.compiler.reset()
             bare_rate(params, 2, params.warmup_steps + 1, profile=args.profile)
     extra = summaries[-1]["extra"]
-    print(f"median harness/bare over {rounds} rounds: {statistics.median(ratios):.3f} (target >= 0.98); "
-          f"torch {torch.__version__}, {params.device}, {params.model}, {params.precision}")  # fmt: skip
+    print(f"median harness/bare over {rounds} rounds: {statistics.median(ratios):.3f}{ratio_interval(ratios)} "
+          f"(target >= 0.98); torch {torch.__version__}, {params.device}, {params.model}, {params.precision}")  # fmt: skip
     print(f"  compile {params.compile}, activation_checkpointing {params.activation_checkpointing}, "
           f"peak CUDA allocation {summaries[-1].get('cuda_max_allocated_mb')} MiB, peak RSS {summaries[-1].get('peak_rss_mb')} MiB")
     for key in ("train_flops_per_sample", "hardware_flops_per_sample", "peak_flops_measured", "peak_flops_datasheet",
                 "mfu_measured", "mfu_datasheet", "hfu_measured", "hfu_datasheet", "compile_s", "compiled_graphs",
-                "optimizer_impl"):
+                "optimizer_impl", "power_w", "energy_per_sample_j", "energy_per_token_j", "energy_window_s",
+                "energy_short_window", "energy_source"):
         if key in extra:
             print(f"  {key}: {extra[key]}")
 

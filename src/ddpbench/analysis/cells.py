@@ -60,6 +60,10 @@ METRICS = {
     Extra.hfu_datasheet: "HFU (datasheet peak)",
     # What compiling cost outside the timed steps (compile: model only): the first step's wall beyond a
     # median timed step, and the graphs dynamo compiled. A one-off, not a timing metric: the median.
+    # The timed steps' energy from the hardware's counters (core.energy): none where no counter was read.
+    Extra.energy_per_sample_j: "energy per sample [J]",
+    Extra.energy_per_token_j: "energy per token [J]",
+    Extra.power_w: "average power of the timed steps [W]",
     Extra.compile_s: "compile time (first step beyond a timed one) [s]",
     Extra.compiled_graphs: "graphs compiled (rank 0)",
     "rank_skew": "rank skew",

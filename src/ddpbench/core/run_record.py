@@ -105,6 +105,16 @@ class Extra:
     peak_flops_matrix_n: Final = "extra_peak_flops_matrix_n"
     peak_flops_other_cpu_frac: Final = "extra_peak_flops_other_cpu_frac"
     peak_flops_busy: Final = "extra_peak_flops_busy"
+    # The timed steps' energy from the hardware's counters, where one exists (core.energy).
+    energy_j: Final = "extra_energy_j"
+    energy_cpu_j: Final = "extra_energy_cpu_j"
+    energy_gpu_j: Final = "extra_energy_gpu_j"
+    power_w: Final = "extra_power_w"
+    energy_window_s: Final = "extra_energy_window_s"
+    energy_source: Final = "extra_energy_source"
+    energy_short_window: Final = "extra_energy_short_window"
+    energy_per_sample_j: Final = "extra_energy_per_sample_j"
+    energy_per_token_j: Final = "extra_energy_per_token_j"
     # batch_size "auto" (run.autobatch).
     auto_batch: Final = "extra_auto_batch"
     auto_batch_tried: Final = "extra_auto_batch_tried"

@@ -17,10 +17,10 @@ from ddpbench.report.text import bandwidth_text, inside_margin, num, with_ci
 
 # Metrics shown in the cells table (the CSV has all of them).
 CELL_TABLE = ["step_time_median_s", "samples_per_s", "tokens_per_s", "epoch_time_s", "frac_comm", "peak_rss_mb",
-              Extra.mfu_measured, Extra.hfu_measured, Extra.compile_s]  # fmt: skip
+              Extra.mfu_measured, Extra.hfu_measured, Extra.energy_per_sample_j, Extra.compile_s]  # fmt: skip
 # Of those, the ones shown only where some cell has a value (runs from before MFU, HFU or the compile time were
 # recorded have none; tokens/s: token data only; compile time: compiled cells only).
-WHERE_MEASURED = ("tokens_per_s", Extra.mfu_measured, Extra.hfu_measured, Extra.compile_s)
+WHERE_MEASURED = ("tokens_per_s", Extra.mfu_measured, Extra.hfu_measured, Extra.energy_per_sample_j, Extra.compile_s)
 
 
 @dataclass

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from ddpbench import strategies
-from ddpbench.core import run_output, safe_io, sysinfo
+from ddpbench.core import energy, run_output, safe_io, sysinfo
 from ddpbench.core.params import CellParams, is_user_model
 from ddpbench.core import timers
 from ddpbench.run import autobatch, diagnose, flops, models, precision, profiling, transforms, user_model
@@ -187,6 +187,7 @@ def finish_rank(
         **peaks,
         "held": held,
         "cpu": run.cpu,
+        "energy": run.energy,
         "started": {k: marks.get(k) for k in ("ranks_started", "imports_done")},
     }
     spread = rank_spread(flat)
@@ -291,6 +292,7 @@ def summary_extra(
         "loss_scale_final": scaler.scale if scaler else None,
         "skipped_steps": scaler.skipped if scaler else 0,
         **flops.fields(result.counted, stats.get("samples_per_s"), ranks.world),
+        **energy.fields([p["energy"] for p in payloads], stats.get("samples_per_s"), stats.get("tokens_per_s")),
         **result.strategy_extra,
         **(autobatch.extra(cell.auto) if cell.auto else {}),
     }

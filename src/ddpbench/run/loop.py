@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import torch
 
-from ddpbench.core import sysinfo
+from ddpbench.core import energy, sysinfo
 from ddpbench.core.params import CellParams
 from ddpbench.run import data as datamod
 from ddpbench.core import timers
@@ -35,6 +35,7 @@ class LoopResult:
         self.last = collections.deque(maxlen=TAIL_STEPS)  # (loss, correct, samples) per step
         self.steps = 0  # steps run (the plan, extended to the timing minimums)
         self.cpu: dict[str, Any] = {}  # CPU time during the timed steps (sysinfo.cpu_snapshot)
+        self.energy: dict[str, Any] = {}  # the energy counters at the timed steps' ends (core.energy.snapshot)
         self.timing_started: float | None = None  # wall clock (epoch s) at the first timed step's start
         self.grad_bytes: int | None = None  # gradient bytes this rank held after its first step's sync
         self.scaler: LossScaler | None = None
@@ -225,6 +226,16 @@ def _start_timing(ctx: Context, result: LoopResult) -> None:
     transforms.timed_steps(ctx.params)  # compiled: no recompile from here on
     result.timing_started = time.time()
     result.cpu["start"] = sysinfo.cpu_snapshot()
+    result.energy["start"] = energy.snapshot(gpu_identity(ctx.device))
+
+
+def gpu_identity(device: torch.device) -> tuple[str | None, int] | None:
+    """(UUID, index) of a rank's GPU, for its energy counter (core.energy); None off CUDA."""
+    if device.type != "cuda":
+        return None
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
+    return (str(uuid) if uuid is not None else None), index
 
 
 def _optimizer_step(model, optimizer, strategy, ctx, x, y, global_batch, timer, held, result) -> tuple[Any, Any, int]:
@@ -256,6 +267,7 @@ def _finish(ctx: Context, result: LoopResult, recorder: StepRecorder, step: int,
     if timing:
         result.timed_wall_s = recorder.timed_wall_s
         result.cpu["end"] = sysinfo.cpu_snapshot()
+        result.energy["end"] = energy.snapshot(gpu_identity(ctx.device))
         transforms.untimed(ctx.params)
     return result
 

@@ -16,6 +16,7 @@ import hashlib
 
 from ddpbench.report.figures.breakdown import fig_fixed_cost, fig_phases, fig_profile
 from ddpbench.report.figures.checkpointing import fig_checkpointing
+from ddpbench.report.figures.energy import fig_energy
 from ddpbench.report.figures.layout import TITLES
 from ddpbench.report.figures.links import fig_comm_sweep, fig_link
 from ddpbench.report.figures.memory import fig_memory_held
@@ -41,6 +42,7 @@ KINDS = {
     "memory_vs_batch": _one(fig_memory_vs_batch),
     "memory_held": _one(fig_memory_held),
     "mfu": _one(fig_mfu),
+    "energy": _one(fig_energy),
     "checkpointing": _one(fig_checkpointing),
     "dataset_size": _one(fig_dataset_size),
     "rank_skew": _one(fig_rank_skew),

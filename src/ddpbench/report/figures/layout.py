@@ -49,6 +49,7 @@ TITLES = {
     "memory_vs_batch": "Peak memory vs batch size",
     "memory_held": "Memory held per rank vs workers",
     "mfu": "Model FLOP utilisation (MFU) against the measured peak",
+    "energy": "Energy per sample (the timed steps' average power over throughput)",
     "checkpointing": "Activation checkpointing against none: throughput and peak memory",
     "karp_flatt": "Karp–Flatt serial fraction vs workers",
     "rank_skew": "Rank skew vs workers",

@@ -19,7 +19,7 @@ from ddpbench import analysis
 from ddpbench.report.text import value_text
 
 ANCHORS = ("comparisons", "speedup-table", "cells", "fits", "problems", "links", "fig-phases", "fig-throughput_vs_batch",
-           "fig-dataset_size", "fig-link", "fig-profile", "fig-memory_held", "fig-mfu", "fig-checkpointing", "decisions",
+           "fig-dataset_size", "fig-link", "fig-profile", "fig-memory_held", "fig-mfu", "fig-energy", "fig-checkpointing", "decisions",
            "predictions")  # fmt: skip
 AXIS_TEXT = {"world_size": "world size", "batch_size": "batch", "dataset_size": "dataset size", "nodes": "nodes"}
 
