@@ -203,3 +203,30 @@ def test_the_plan_line_says_the_first_rounds_time_and_that_the_budget_bounds_the
     line = design.plan_line([], settings, 12, per_run_s=23.0)
     assert line.endswith("the first round runs 36 (3 per cell, about 13.8 min), the design at most 96 (looks at "
                          "3/5/8 runs per cell) and 7.0 min of runs (its budget, the first round included)")  # fmt: skip
+
+
+def test_a_verdict_is_final_at_the_look_that_reached_it(tmp_path):
+    """single vs a is decided after round 1; round 2's runs of a, made for a vs b, come out twice as fast
+    (judged again, single vs a would no longer read slower): the verdict stays as its look left it, with
+    its interval, its runs and its round, and the count of decided questions never goes down."""
+    cells = {"s": {"strategy": "single", "world_size": 1}, "a": {"strategy": "a", "world_size": 2},
+             "b": {"strategy": "b", "world_size": 2}}  # fmt: skip
+    settings = design.Settings(precision=0, margin=0.01, compare=("strategy",), speedup=False)
+    qs = [*design.grid_questions(cells, {}, settings), design.Question(("a", "s"), 0.05)]
+    centers = {"s": 100, "a": 50, "b": 51}
+    runs = {c: write_runs(tmp_path, c, noisy(centers[c], 3, 0.02, i)) for i, c in enumerate(centers)}
+    first = design.decide(0, qs, runs, settings)
+    for i, c in enumerate(centers):
+        runs[c] += write_runs(tmp_path, c, noisy(centers[c], 2, 0.02, 10 + i), start=3)
+    second = design.decide(1, qs, runs, settings, [first])
+    (reached,) = [v for v in second.verdicts if set(v.cells) == {"a", "s"}]
+    assert reached.verdict == "slower" and reached.decided_round == 1 and reached.runs == (5, 5)
+    runs["a"] += write_runs(tmp_path, "a", noisy(100, 3, 0.02, 20), start=5)
+    runs["b"] += write_runs(tmp_path, "b", noisy(51, 3, 0.02, 21), start=5)
+    third = design.decide(2, qs, runs, settings, [first, second])
+    (kept,) = [v for v in third.verdicts if set(v.cells) == {"a", "s"}]
+    assert kept == reached  # not judged again on a's 8 runs
+    rejudged = design.decide(2, qs, runs, settings, [first])  # without round 1's decision it would be judged again
+    assert [v for v in rejudged.verdicts if set(v.cells) == {"a", "s"}][0].verdict != "slower"
+    assert third.settled >= second.settled and third.stopped["s"] == "decided"
+    assert design.Decision.from_json(third.to_json()) == third  # the round is written and read back

@@ -239,3 +239,12 @@ def test_the_report_of_a_design_that_predicted_says_which_answers_were_predicted
     section = html[html.index('id="decisions"'):]
     assert "slower (predicted)" in section and "answered by the step model" in section and "Predicted (2)" in section
     assert "2 of them by the step model&#39;s prediction, not measured" in html
+
+
+def test_a_planted_round_or_source_in_a_decision_file_is_refused():
+    v = design.VerdictRecord(("a", "b"), "comparison", 0.1, "faster", 2.0, 1.5, 2.5, (0, 3), source="predicted",
+                             decided_round=0)  # fmt: skip
+    assert design.VerdictRecord.from_json(v.to_json()) == v
+    for bad in ({"decided_round": "lots"}, {"decided_round": True}, {"source": "oracle"}):
+        with pytest.raises(TypeError):
+            design.VerdictRecord.from_json({**v.to_json(), **bad})

@@ -8,7 +8,9 @@ question moves to next (`targets`), why every other cell stopped, the verdicts w
 intervals (which carry the variation between rounds, `round_noise`; a run's round follows from
 the earlier decisions' counts), and what was spent. The next round's runs are exactly the
 missing repeats up to those counts, so a design killed mid-round resumes where it was, and
-every run measured is reused. A
+every run measured is reused. A verdict is final at the look that reached it (`decided_round`):
+every later decision carries it as it was, and later runs of its cells, made for other questions,
+do not judge it again (the stopping rule's guarantee is for the verdict at that look). A
 decision without targets is the last: its still-open questions are `undecided`, each with the
 runs estimated to close it. `Decision` is the only reader and writer of these files (the plan's
 Study, its status, the report and the archive read them through it). A round file may come from
@@ -183,6 +185,7 @@ class VerdictRecord:
     runs_to_decide: int | None = None
     why: str | None = None
     source: str = MEASURED  # PREDICTED: the step model's prediction answered it (predict_verdicts)
+    decided_round: int | None = None  # the round whose decision reached the verdict: final from there on
 
     @property
     def open(self) -> bool:
@@ -194,14 +197,18 @@ class VerdictRecord:
 
     def to_json(self) -> dict:
         record = {**dataclasses.asdict(self), "cells": list(self.cells), "runs": list(self.runs)}
-        for key, unset in (("why", None), ("source", MEASURED)):
+        for key, unset in (("why", None), ("source", MEASURED), ("decided_round", None)):
             if record[key] == unset:
                 del record[key]
         return record
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> VerdictRecord:
-        return cls(**{**obj, "cells": tuple(obj["cells"]), "runs": tuple(obj["runs"])})
+        record = cls(**{**obj, "cells": tuple(obj["cells"]), "runs": tuple(obj["runs"])})
+        at = record.decided_round  # read by the report as a number (a file may come from someone else)
+        if at is not None and (isinstance(at, bool) or not isinstance(at, int)) or record.source not in (MEASURED, PREDICTED):
+            raise TypeError(f"decided_round {at!r} or source {record.source!r} is not one a decision writes")
+        return record
 
 
 @dataclasses.dataclass(frozen=True)
@@ -281,10 +288,14 @@ def decide(round_: int, questions: Sequence[Question], runs: Mapping[str, Sequen
     spent_s = sum(sum(s) for s in seconds.values())
     spent_runs = sum(counts.values())
     failed = {c for c in runs if counts[c] and not values[c]}
-    answered = [v for v in earlier[-1].verdicts if v.predicted] if earlier else []
+    # a verdict is final at the look that reached it: later runs of its cells serve other questions
+    answered = [v for v in earlier[-1].verdicts if not v.open] if earlier else []
     if settings.predict and predicted and not earlier:
         answered = predict_verdicts(questions, predicted, counts)
-    questions = measured_questions(questions, answered, counts) if settings.predict else list(questions)
+    done_keys = {frozenset(v.cells) for v in answered}
+    questions = [q for q in questions if frozenset(q.cells) not in done_keys]
+    if settings.predict:
+        questions = measured_questions(questions, counts)
     asked = [q for q in questions if not failed.intersection(q.cells)]
     measured_s = [x for s in seconds.values() for x in s]
     rnd = sequential.plan_round(
@@ -301,7 +312,7 @@ def decide(round_: int, questions: Sequence[Question], runs: Mapping[str, Sequen
     stopped.update({c: "failed" for c in failed})
     done = not targets
     noise = dict(zip(("sd", "dof"), rnd.round_noise))
-    verdicts = [_verdict_record(v, values, done, rounds, noise["sd"], settings) for v in rnd.verdicts]
+    verdicts = [_verdict_record(v, values, done, rounds, noise["sd"], settings, round_) for v in rnd.verdicts]
     verdicts += [VerdictRecord(q.cells, q.kind, q.tolerance, "undecided", None, None, None,
                                tuple(counts.get(c, 0) for c in q.cells), why="a cell's runs failed")
                  for q in questions if failed.intersection(q.cells)]  # fmt: skip
@@ -309,7 +320,10 @@ def decide(round_: int, questions: Sequence[Question], runs: Mapping[str, Sequen
         if why == "decided" and all(v.kind == "precision" for v in verdicts if c in v.cells):
             stopped[c] = "target met"
     verdicts += answered
-    stopped.update({c: PREDICTED for v in answered for c in v.cells if c not in targets and c not in stopped})
+    for v in answered:  # a cell whose questions were all decided before
+        for c in v.cells:
+            if c not in targets and c not in stopped:
+                stopped[c] = PREDICTED if v.predicted else "target met" if v.kind == "precision" else "decided"
     return Decision(
         round=round_, done=done, counts=counts, targets=targets, stopped=stopped, verdicts=tuple(verdicts),
         spent={"runs": spent_runs, "seconds": round(spent_s, 3)},
@@ -344,25 +358,23 @@ def predict_verdicts(questions: Sequence[Question], predicted: Mapping[str, tupl
         verdict = sequential.comparison_verdict(low, high, q.tolerance)
         if verdict != "open":
             out.append(VerdictRecord(q.cells, q.kind, q.tolerance, verdict, est, low, high,
-                                     tuple(counts.get(c, 0) for c in q.cells), source=PREDICTED))  # fmt: skip
+                                     tuple(counts.get(c, 0) for c in q.cells), source=PREDICTED,
+                                     decided_round=0))  # fmt: skip
     return out
 
 
-def measured_questions(questions: Sequence[Question], answered: Sequence[VerdictRecord],
-                       counts: Mapping[str, int]) -> list[Question]:  # fmt: skip
-    """Predicting first, the questions left to measure: the comparisons no prediction answered, and
-    the precision of each cell measured (one with runs, or in such a comparison)."""
-    done = {frozenset(v.cells) for v in answered}
-    left = [q for q in questions if q.kind == "comparison" and frozenset(q.cells) not in done]
-    measured = {c for c, n in counts.items() if n} | {c for q in left for c in q.cells}
-    return [q for q in questions if (q.kind == "precision" and q.cells[0] in measured) or q in left]
+def measured_questions(questions: Sequence[Question], counts: Mapping[str, int]) -> list[Question]:
+    """Predicting first, of the questions not yet answered, those to measure: every comparison, and the
+    precision of each cell measured (one with runs, or in such a comparison)."""
+    measured = {c for c, n in counts.items() if n} | {c for q in questions if q.kind == "comparison" for c in q.cells}
+    return [q for q in questions if q.kind == "comparison" or q.cells[0] in measured]
 
 
 OUT_OF_REACH_WHY = "out of reach: more than the budget left could give, so no more were spent on it"
 
 
 def _verdict_record(v: sequential.Verdict, values: Mapping, done: bool, rounds: Mapping, job_sd: float,
-                    settings: Settings) -> VerdictRecord:  # fmt: skip
+                    settings: Settings, round_: int) -> VerdictRecord:  # fmt: skip
     verdict = "undecided" if done and not v.decided else v.verdict
     finite = [x if math.isfinite(x) else None for x in (v.estimate, v.low, v.high)]
     need = None if v.decided else sequential.runs_to_decide(v, values, rounds=rounds, job_sd=job_sd,
@@ -372,6 +384,7 @@ def _verdict_record(v: sequential.Verdict, values: Mapping, done: bool, rounds: 
         estimate=finite[0], low=finite[1], high=finite[2], runs=tuple(v.runs),
         runs_to_decide=need,
         why=OUT_OF_REACH_WHY if v.verdict == sequential.OUT_OF_REACH else None,
+        decided_round=round_ if v.decided else None,
     )  # fmt: skip
 
 

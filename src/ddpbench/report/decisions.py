@@ -123,7 +123,7 @@ def section(decision: Decision | None) -> dict | None:
         against = name[v.cells[1]] if v.kind == "comparison" else "its precision"
         rows.append([name[v.cells[0]], against, within_text(v), verdict_text(v),
                      estimate, interval,
-                     " / ".join(map(str, v.runs)),
+                     " / ".join(map(str, v.runs)) + ("" if v.decided_round is None else f" (round {v.decided_round + 1})"),
                      "–" if not v.open else _to_decide(v)])  # fmt: skip
         classes.append("unstable" if v.open else "")
     cells = [[name[c], str(n), STOP_TEXT.get(decision.stopped.get(c, ""), decision.stopped.get(c, "–"))]
@@ -142,8 +142,9 @@ def section(decision: Decision | None) -> dict | None:
             f"the rounds ended; that holds per question, not for all at once. {round_noise_text(decision)} "
             f"{design_rates.note()} Faster/slower: the interval excludes 1 (by less than the margin when "
             "it also lies inside it); equivalent: it lies inside the margin, a factor either way (1.15: the ratio "
-            "within [0.870, 1.15]); undecided: neither when the design ended. Runs: per cell; 'runs to decide': about how many "
-            "more per cell, if spread and estimate stay as measured." + predicted_text(decision))  # fmt: skip
+            "within [0.870, 1.15]); undecided: neither when the design ended. Runs: per cell, at the look that decided the "
+            "question (its round): a verdict is final there, and later runs of its cells serve other questions; "
+            "'runs to decide': about how many more per cell, if spread and estimate stay as measured." + predicted_text(decision))  # fmt: skip
     return dict(
         summary=(f"{len(verdicts)} questions after {decision.round + 1} round(s): {settled} decided, "
                  f"{len(verdicts) - settled} undecided; {used}."),  # fmt: skip
@@ -160,7 +161,7 @@ def predicted_text(decision: Decision) -> str:
         return ""
     return (f" Predicted ({n}): answered after the first round by the step model fitted on the cells measured "
             "then (its parts), from the two cells' predicted intervals divided end to end, each widened by the "
-            "model's held-out error and at least 15 %, so not measured; such an interval is the model's, not a "
+            "model's held-out error and at least 15 %: these answers took no runs; such an interval is the model's, not a "
             "confidence interval, and holds as far as the model's held-out error does (the Predictions section).")
 
 
