@@ -12,9 +12,11 @@ import matplotlib.text
 import numpy as np
 import pandas as pd
 import pytest
+
 from report_synth import make_comm, make_profile, make_runs, make_steps
 
 from ddpbench import analysis as A
+from ddpbench.core.run_record import Extra
 from ddpbench.report.figures.breakdown import PROFILE_COLORS, PROFILE_TOP
 from ddpbench.report.figures.kinds import KINDS, ON_REQUEST, draw_all, kinds_for
 from ddpbench.report.figures.layout import MAX_LEGEND, MAX_PANELS, MAX_PARTS, MAX_SERIES, TITLES, thin_panels
@@ -42,6 +44,9 @@ def _data(runs):
 def many():
     """Eleven strategies, p = 1, 2, 4, batch 32 and 64, two dataset sizes: far more series than one panel holds."""
     runs = make_runs(strategies=MANY, world_sizes=(1, 2, 4), batch_sizes=(32, 64), dataset_sizes=(2048, 4096), repeats=2)
+    watts = 15.0 * runs["world_size"]  # runs that read an energy counter (core.energy): the energy figure too
+    runs = runs.assign(**{Extra.power_w: watts, Extra.energy_per_sample_j: watts / runs["samples_per_s"],
+                          Extra.energy_source: "rapl"})  # fmt: skip
     with matplotlib.rc_context(RC):
         figs = list(draw_all(_data(runs), KINDS))  # the kinds drawn on request too
         for *_, fig in figs:

@@ -64,8 +64,9 @@ def energy_findings(cells: pd.DataFrame, shown: list[str], runs: pd.DataFrame | 
     if cells is None or cells.empty:
         return []
     values = pd.to_numeric(cells[PER_SAMPLE], errors="coerce") if PER_SAMPLE in cells else pd.Series(dtype=float)
-    if not values.notna().any():
-        return [Finding("energy", NOT_HERE, ANCHOR)]
+    if not values.notna().any():  # said of runs that ran: tables without them say nothing
+        ran = runs is not None and not runs.empty and "status" in runs and (runs["status"].astype(str) == "ok").any()
+        return [Finding("energy", NOT_HERE, ANCHOR)] if ran else []
     c = cells[values.notna()].assign(_e=values[values.notna()]).sort_values("_e", kind="stable")
     least, most = c.iloc[0], c.iloc[-1]
     counters = source_note(runs)
