@@ -4,6 +4,7 @@ gives the run's energy fields (summary.json extra, runs.csv extra_energy_*); wit
 the shared launches) the run has none of them, never a zero."""
 
 import json
+import os
 import threading
 import time
 
@@ -26,10 +27,12 @@ def test_a_run_reads_the_counters_around_its_timed_steps(tmp_path, monkeypatch):
     stop = threading.Event()
 
     def advance():  # the package at WATTS, from the wall clock (a late wake-up adds what it missed)
-        t0 = time.time()
+        t0, zone = time.time(), root / "intel-rapl:0"
         while not stop.wait(0.005):
             uj = 1_000 + int((time.time() - t0) * WATTS * 1e6)
-            (root / "intel-rapl:0" / "energy_uj").write_text(f"{uj}\n")
+            # replaced whole, as the kernel's file reads: a rank never sees it emptied half-way through a write
+            (zone / "energy_uj.new").write_text(f"{uj}\n")
+            os.replace(zone / "energy_uj.new", zone / "energy_uj")
 
     ticker = threading.Thread(target=advance, daemon=True)
     ticker.start()
