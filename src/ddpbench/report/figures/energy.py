@@ -8,14 +8,9 @@ report says once where none could be read.
 
 from __future__ import annotations
 
-import pandas as pd
-
 from ddpbench.core.run_record import Extra
-from ddpbench.report.figures.marks import level_note
-from ddpbench.report.figures.mfu import _with_note
-from ddpbench.report.figures.scaling import _tag, _vs_workers
-from ddpbench.report.figures.sizes import _vs_axis
-from ddpbench.report.figures.tables import Data, numeric
+from ddpbench.report.figures.mfu import _with_note, per_cell
+from ddpbench.report.figures.tables import Data
 from ddpbench.report.findings.energy import source_note
 
 ENERGY = Extra.energy_per_sample_j
@@ -23,17 +18,4 @@ YLABEL = "energy per sample [J] = average power / throughput"
 
 
 def fig_energy(d: Data):
-    c = d.cells
-    if ENERGY not in c or not pd.to_numeric(c[ENERGY], errors="coerce").notna().any():
-        return []
-    cells = c.assign(**{ENERGY: pd.to_numeric(c[ENERGY], errors="coerce")})
-    cells = cells[cells[ENERGY].notna()]
-    data = Data(d.runs, cells, d.speed, d.fits, d.steps, d.comm, d.label_axes, d.profile)
-    several_p = numeric(cells["world_size"]).nunique() > 1
-    batches = numeric(cells["batch_size"]).nunique() if "batch_size" in cells else 0
-    if several_p or batches < 2:
-        figs = _vs_workers(data, "energy", _tag(data, cells), ENERGY, YLABEL, level_note(cells, ENERGY), absolute=True,
-                           ymin0=True)  # fmt: skip
-    else:
-        figs = _vs_axis(data, "energy", "batch_size", [(ENERGY, YLABEL)])
-    return _with_note(figs, source_note(d.runs))
+    return _with_note(per_cell(d, "energy", ENERGY, YLABEL, always_p1=True), source_note(d.runs))

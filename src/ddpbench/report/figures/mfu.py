@@ -60,18 +60,23 @@ def _with_note(figs: list, note: str) -> list:
     return figs
 
 
-def fig_mfu(d: Data):
+def per_cell(d: Data, kind: str, col: str, ylabel: str, always_p1: bool = False) -> list:
+    """Every cell with a value of `col`: against the world size where the cells span several (p = 1 drawn
+    too where they do, or `always_p1`), else against the batch size where that varies, else the strategies
+    side by side at the one p; medians with their intervals. The MFU and energy figures."""
     c = d.cells
-    if MFU not in c or not pd.to_numeric(c[MFU], errors="coerce").notna().any():
+    if col not in c or not pd.to_numeric(c[col], errors="coerce").notna().any():
         return []
-    cells = c.assign(**{MFU: pd.to_numeric(c[MFU], errors="coerce")})
-    cells = cells[cells[MFU].notna()]
+    cells = c.assign(**{col: pd.to_numeric(c[col], errors="coerce")})
+    cells = cells[cells[col].notna()]
     data = Data(d.runs, cells, d.speed, d.fits, d.steps, d.comm, d.label_axes, d.profile)
     several_p = numeric(cells["world_size"]).nunique() > 1
     batches = numeric(cells["batch_size"]).nunique() if "batch_size" in cells else 0
     if several_p or batches < 2:  # every cell: a panel's cells at one p too (points)
-        figs = _vs_workers(data, "mfu", _tag(data, cells), MFU, YLABEL, level_note(cells, MFU), absolute=several_p,
-                           ymin0=True)  # fmt: skip
-    else:
-        figs = _vs_axis(data, "mfu", "batch_size", [(MFU, YLABEL)])
-    return _with_note(figs, peak_note(d.runs))
+        return _vs_workers(data, kind, _tag(data, cells), col, ylabel, level_note(cells, col),
+                           absolute=several_p or always_p1, ymin0=True)  # fmt: skip
+    return _vs_axis(data, kind, "batch_size", [(col, ylabel)])
+
+
+def fig_mfu(d: Data):
+    return _with_note(per_cell(d, "mfu", MFU, YLABEL), peak_note(d.runs))
