@@ -28,7 +28,7 @@ import torch
 from ddpbench.core.params import CellParams
 from ddpbench.run import data as datamod
 from ddpbench.run import models, precision, train, transforms
-from ddpbench.strategies.base import make_optimizer, task_loss
+from ddpbench.strategies.base import make_optimizer
 from ddpbench.strategies.fsdp import LOW_PRECISION
 
 
@@ -41,6 +41,7 @@ def bare_rate(params: CellParams, steps: int, warmup: int, profile: int = 0) -> 
     data = datamod.load(params)
     model = models.build(params.model, data.shape, data.classes, kind=data.kind, model_path=params.model_path).to(device)
     transforms.apply(model, params)  # the same compile and checkpointing as the harness's cell
+    loss = transforms.loss(params)  # and the same loss (compiled with the blocks)
     optimizer = make_optimizer(model.parameters(), params)
     low = LOW_PRECISION.get(params.precision)
     batches = [
@@ -52,8 +53,8 @@ def bare_rate(params: CellParams, steps: int, warmup: int, profile: int = 0) -> 
     def step(i: int) -> None:
         x, y = batches[i % len(batches)]
         with torch.autocast(device.type, dtype=low, enabled=low is not None):
-            loss = task_loss(model(x), y)
-        scaler.scale(loss).backward()
+            value = loss(model(x), y)
+        scaler.scale(value).backward()
         scaler.step(optimizer)
         scaler.update()
         optimizer.zero_grad(set_to_none=True)

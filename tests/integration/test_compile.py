@@ -76,6 +76,7 @@ def test_every_strategy_composes_with_compile(strategy, composed, single_dir):
     summary = summary_of(run)
     extra = summary["extra"]
     assert extra["compiled_blocks"] == extra["blocks"] == 3 and extra["compile_backend"] == "aot_eager"
+    assert extra["compiled_loss"] is True  # the loss compiled with the blocks (transforms.loss)
     assert extra["compile_s"] is not None and extra["compile_s"] >= 0 and extra["compiled_graphs"] >= 1
     if strategies.get(strategy).exact:  # the same update as eager single, within the exactness test's bound
         ours, single = torch.load(run / "params.pt"), torch.load(single_dir / "single-mlp" / "params.pt")

@@ -57,7 +57,7 @@ def test_checkpointing_changes_no_result_and_keeps_the_names(mode):
     plain, checkpointed = model(), model()
     record = transforms.apply(checkpointed, CellParams(activation_checkpointing=mode))
     assert record == {"blocks": 5, "checkpointed_blocks": 5 if mode == "full" else 3, "compiled_blocks": 0,
-                      "compile_backend": None}  # fmt: skip
+                      "compiled_loss": False, "compile_backend": None}  # fmt: skip
     assert list(checkpointed.state_dict()) == list(plain.state_dict())
     ours, ref = train_two_steps(checkpointed), train_two_steps(plain)
     assert all(torch.equal(ours[k], ref[k]) for k in ref)
@@ -162,6 +162,27 @@ def test_a_recompile_in_the_timed_steps_fails_and_eager_never_compiles(quick_com
     with transforms.eager(params), torch.no_grad():
         m.eval()(torch.randn(3, 8))  # eval mode and a new shape: would recompile, runs eager
     assert transforms.compiled_graphs() == graphs
+
+
+@pytest.mark.parametrize("shape", [(4, 3), (2, 5, 7)])
+def test_a_compiled_cells_loss_is_compiled_and_equals_the_eager_one(quick_compile, shape):
+    """compile: model compiles the loss with the blocks (the logits' fp32 copy and log-softmax fused,
+    issue 71); its value and its gradient are the eager task_loss's, for a classifier's (N, K)
+    logits and a language model's (N, T, V)."""
+    from ddpbench.strategies.base import task_loss
+
+    assert transforms.loss(CellParams()) is task_loss
+    compiled = transforms.loss(CellParams(compile="model"))
+    assert compiled is not task_loss
+    gen = torch.Generator().manual_seed(3)
+    logits = torch.randn(*shape, generator=gen)
+    y = torch.randint(0, shape[-1], shape[:-1], generator=gen)
+    a, b = logits.clone().requires_grad_(), logits.clone().requires_grad_()
+    before = transforms._dynamo_graphs() or 0
+    ours, ref = compiled(a, y), task_loss(b, y)
+    ours.backward(), ref.backward()
+    assert (transforms._dynamo_graphs() or 0) > before  # dynamo compiled it: not the eager function behind a wrapper
+    assert torch.allclose(ours, ref, rtol=1e-6) and torch.allclose(a.grad, b.grad, rtol=1e-5, atol=1e-8)
 
 
 def test_the_axes_take_only_their_values():

@@ -126,7 +126,7 @@ def build_cell(
 
     ctx = Context(
         params, ranks.rank, ranks.world, device, timers.CommMeter(), timers.Clock(device.type), input_shape=data.shape,
-        heartbeat=heartbeat,
+        heartbeat=heartbeat, loss=transforms.loss(params),
     )  # fmt: skip
     # Then the strategy's wrap. Approximate strategies: rank 0 replays `single` from the same start
     # afterwards (untimed), so it keeps the unwrapped model.

@@ -9,7 +9,10 @@ Each block's forward is replaced on the instance by a method bound to it:
   `selective` does so for every other block (the 1st, 3rd, ...): half the recompute for half
   the memory saved.
 - `compile: model` compiles each block's forward (checkpointed or not) with
-  torch.compile(fullgraph=True): a graph break fails the first step with dynamo's reason.
+  torch.compile(fullgraph=True): a graph break fails the first step with dynamo's reason. The loss
+  is compiled too (`loss`): eager, a language model's cross-entropy copies the logits to fp32 and
+  runs log-softmax and its backward as separate passes over them, 27 % of a compiled GPT-2-small
+  step on an H200 (issue 71); compiled, they are fused into a pass or two over the bf16 logits.
 
 Why per block, on the forward: the hooks of the strategies stay outside the compiled graphs, as
 PyTorch documents for FSDP2 (compile each block, then fully_shard it: the all-gather before a
@@ -38,7 +41,7 @@ import torch
 from torch import nn
 
 from ddpbench.core.params import CellParams
-from ddpbench.strategies.base import blocks
+from ddpbench.strategies.base import blocks, task_loss
 
 BACKEND_ENV = "DDPBENCH_COMPILE_BACKEND"
 _recompute = {"on": True}  # off while the model FLOPs are counted (without_recompute)
@@ -93,7 +96,17 @@ def apply(model: nn.Module, params: CellParams) -> dict[str, Any]:
         _blocks_hand_ddp_their_gradients()
         _graphs["at_apply"] = _dynamo_graphs() or 0
     return {"blocks": len(units), "checkpointed_blocks": done["activation_checkpointing"],
-            "compiled_blocks": done["compile"], "compile_backend": compile_backend() if compiled else None}  # fmt: skip
+            "compiled_blocks": done["compile"], "compiled_loss": compiled,
+            "compile_backend": compile_backend() if compiled else None}  # fmt: skip
+
+
+def loss(params: CellParams) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """The training loss the cell's steps call (strategies.base.Context.loss): `task_loss`, compiled
+    (fullgraph) where the cell compiles its blocks. Like the blocks it compiles in the first,
+    untimed step and runs eager under `eager` (evaluation and the replay call task_loss anyway)."""
+    if params.compile != "model":
+        return task_loss
+    return torch.compile(task_loss, fullgraph=True, backend=compile_backend())
 
 
 @dataclasses.dataclass

@@ -57,6 +57,9 @@ class Context:
     #: Whether the current step is timed (the loop sets it): a strategy's per-step records that
     #: summarise the timed steps (DDP's bucket readiness) keep only those.
     timed: bool = False
+    #: The training loss of (logits, targets): `task_loss`, or its compiled twin where the cell
+    #: compiles its model (ddpbench.run.transforms.loss).
+    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = field(default=lambda out, y: task_loss(out, y))
 
     def autocast(self) -> ContextManager:
         """The cell's precision for forward and loss: autocast to bf16/fp16, else nothing."""
@@ -156,7 +159,7 @@ class Strategy:
         """
         with ctx.autocast():
             out = model(x)
-            loss = task_loss(out, y)
+            loss = ctx.loss(out, y)
         correct = task_correct(out.detach(), y)
         timer.lap("forward")
         ctx.phase = "backward"
