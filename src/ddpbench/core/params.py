@@ -164,7 +164,7 @@ class CellParams:
         "synchronises once per step", minimum=1, maximum=4096,
     )
     compile: str = _p(
-        "none", "torch.compile: none (eager) or model (each block's forward compiled, fullgraph; the compile is in the "
+        "none", "torch.compile: none (eager) or model (each block's forward and the loss compiled, fullgraph; the compile is in the "
         "untimed first step, and a recompile in a timed step fails the run)", choices=COMPILE_MODES,
     )
     activation_checkpointing: str = _p(
