@@ -56,7 +56,7 @@ def test_the_report_says_what_the_design_decided_open_questions_first(tmp_path):
     findings = html[html.index('id="findings"'):html.index('id="decisions"')]
     # issue 55: the answer first, then the design's spending, the open questions in one line; issue
     # 68: that line counts them and points to the design's table, which it no longer repeats
-    undecided = findings.index("Undecided (3 of 6 questions: ")
+    undecided = findings.index("Undecided (4 of 6 questions: ")
     assert findings.count("Undecided") == 1
     assert findings.index("Run until decided:") < undecided and findings.index("<li") < findings.index("Run until decided:")
     line = findings[undecided:findings.index("</li>", undecided)]
@@ -70,6 +70,10 @@ def test_the_report_says_what_the_design_decided_open_questions_first(tmp_path):
     assert "the budget ran out" in section
     tex = (out / "report.tex").read_text()
     assert "What the design decided" in tex
+    # issue 72: the methodology names the design's intervals, their per-look levels and what they cover
+    method = html[html.index("<strong>Intervals.</strong>"):]
+    assert "The design ran (run until decided)" in method and "98.5%" in method and "99.17%" in method
+    assert "the mean over the rounds it ran in" in method and "The design ran (run until decided)" in tex
 
 
 def test_a_fixed_design_has_no_decision_section_and_a_bad_file_is_named(tmp_path):

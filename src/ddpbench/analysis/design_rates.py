@@ -21,31 +21,40 @@ import math
 
 import numpy as np
 
-from ddpbench.analysis import sequential
+from ddpbench.analysis import drift, sequential
 
 BASELINE = "single"
 # docs/report.md's table at 2,000 grids a condition (benchmarks/design_error_rates.py), which the
 # report's note quotes; tests/unit/test_design_rates.py checks the two agree and re-derives them.
 QUOTED = {
-    "equal": dict(null_call=0.005, comparison_coverage=0.996, precision_coverage=0.987, any_false_call=0.036,
-                  joint_coverage=0.912, false_fastest=0.0),
-    "on the margin": dict(margin_equivalent=0.005, comparison_coverage=0.995, precision_coverage=0.983,
-                          any_false_call=0.021, joint_coverage=0.893, false_fastest=0.0),
-    "equal, 3 % job effect": dict(null_call=0.008, comparison_coverage=0.993, precision_coverage=0.978,
-                                  any_false_call=0.055, joint_coverage=0.865, false_fastest=0.001),
-    "on the margin, 3 % job effect": dict(margin_equivalent=0.011, comparison_coverage=0.991,
-                                          precision_coverage=0.975, any_false_call=0.043, joint_coverage=0.839,
+    "equal": dict(null_call=0.005, comparison_coverage=0.996, precision_coverage=0.992, any_false_call=0.038,
+                  joint_coverage=0.934, false_fastest=0.0),
+    "on the margin": dict(margin_equivalent=0.005, comparison_coverage=0.995, precision_coverage=0.987,
+                          any_false_call=0.019, joint_coverage=0.911, false_fastest=0.0),
+    "equal, 3 % job effect": dict(null_call=0.009, comparison_coverage=0.992, precision_coverage=0.982,
+                                  any_false_call=0.056, joint_coverage=0.878, false_fastest=0.001),
+    "on the margin, 3 % job effect": dict(margin_equivalent=0.010, comparison_coverage=0.992,
+                                          precision_coverage=0.982, any_false_call=0.040, joint_coverage=0.875,
                                           false_fastest=0.0),
-    "equal, 3 % job effect, not blocked": dict(null_call=0.019, comparison_coverage=0.985, precision_coverage=0.959,
-                                               any_false_call=0.128, joint_coverage=0.755, false_fastest=0.002),
+    "equal, 3 % job effect, not blocked": dict(null_call=0.019, comparison_coverage=0.985, precision_coverage=0.968,
+                                               any_false_call=0.122, joint_coverage=0.786, false_fastest=0.002),
 }  # fmt: skip
+
+
+# docs/report.md's second table (the design on a shared machine, 2,000 grids), the figures the note quotes
+MACHINE_QUOTED = {
+    "5 % of runs 2x slow": dict(precision_coverage=0.953, decided=0.713),
+    "drift 1 % a round": dict(start_coverage=0.888, drift_warned=0.420),
+    "drift 2 % a round": dict(start_coverage=0.373, drift_warned=0.890),
+    "quiet": dict(drift_warned=0.057),
+}
 
 
 def note() -> str:
     """What the rates mean for a reader of one report: per question, per grid, with a job effect
     per cell and round (which the intervals carry), and what they leave out (the report's
     decision-table note; figures from QUOTED)."""
-    q = QUOTED
+    q, m = QUOTED, MACHINE_QUOTED
     pct = lambda *v: "–".join(dict.fromkeys(f"{100 * x:.1f}".removesuffix(".0") for x in sorted(v))) + " %"  # noqa: E731
     job, unblocked = q["equal, 3 % job effect"], q[UNBLOCKED]
     return (f"At the default settings (simulated with this rule, docs/report.md): a false faster/slower call in "
@@ -56,7 +65,13 @@ def note() -> str:
             f"{pct(q['equal']['joint_coverage'], q['on the margin']['joint_coverage'])}. With a 3 % job effect per "
             f"cell and round: {pct(job['null_call'])} of questions and {pct(job['any_false_call'])} of grids (judged "
             f"without the between-round noise: {pct(unblocked['null_call'])} and "
-            f"{pct(unblocked['any_false_call'])}). Not covered: what changes between separate designs (another day, "
+            f"{pct(unblocked['any_false_call'])}). With 5 % of runs 2x slow a cell's interval covers "
+            f"{pct(m['5 % of runs 2x slow']['precision_coverage'])}. A cell's interval covers the mean over the rounds "
+            f"it ran in: where throughput trends by 1 % or 2 % a round it covers the first round's in "
+            f"{pct(m['drift 1 % a round']['start_coverage'])} and {pct(m['drift 2 % a round']['start_coverage'])} of "
+            f"cells, and the drift check warns in {pct(m['drift 1 % a round']['drift_warned'])} and "
+            f"{pct(m['drift 2 % a round']['drift_warned'])} of such designs ({pct(m['quiet']['drift_warned'])} "
+            f"without a trend). Not covered: what changes between separate designs (another day, "
             f"another machine): the intervals describe the conditions of this design's rounds.")  # fmt: skip
 
 
@@ -74,6 +89,9 @@ class Setting:
     sigma: tuple = (0.06, 0.12)
     strategies: int = 5
     blocked: bool = True  # False: judged without the between-round noise, as before it was estimated
+    slow: float = 0.0  # the share of runs 2x slow (a shared machine's occasional busy neighbour)
+    drift: float = 0.0  # throughput's relative change per round, shared by every cell (a steady trend)
+    shared: float = 0.0  # the log-sd of an effect each round has on every cell alike (not a trend)
 
 
 def settings(margin: float = 0.15) -> list[Setting]:
@@ -125,29 +143,46 @@ def simulate(s: Setting, grids: int, seed: int = 0) -> dict[str, float]:
     rng = np.random.default_rng(seed)
     asked, truth = questions(s)
     count = dict.fromkeys(("null", "null_call", "margin", "margin_equivalent", "comparisons", "comparison_covered",
-                           "cells", "precision_covered", "any_false", "joint", "decided", "runs", "false_fastest"),
-                          0)  # fmt: skip
+                           "cells", "precision_covered", "start_covered", "any_false", "joint", "decided", "runs",
+                           "false_fastest", "drift_warned"), 0)  # fmt: skip
     names = [c for c in truth if c != BASELINE]
+    typical = 2.0 ** -s.slow  # a run's geometric mean over the slow and the others: what a cell's mean estimates
     for _ in range(grids):
         sigma = {c: rng.uniform(*s.sigma) for c in truth}
+        now = {"round": 0, "shared": 0.0}
+
+        def on_round(r):
+            now.update(round=r, shared=s.shared * rng.standard_normal() if s.shared else 0.0)
 
         def measure(cell, k):
             job = s.job_effect * rng.standard_normal()  # this cell's runs of this round share it
-            return list(truth[cell] * np.exp(job + sigma[cell] * rng.standard_normal(k)))
+            x = truth[cell] * np.exp(job + sigma[cell] * rng.standard_normal(k))
+            if s.slow:  # drawn only where asked, so the other conditions' draws stay as they were
+                x = np.where(rng.random(k) < s.slow, x / 2, x)
+            return list(x * (1 + s.drift) ** now["round"] * math.exp(now["shared"]))
 
-        verdicts, runs, _ = sequential.run_design(asked, measure, blocked=s.blocked)
+        trace: dict = {}
+        verdicts, runs, _ = sequential.run_design(asked, measure, blocked=s.blocked,
+                                                  on_round=on_round, trace=trace)  # fmt: skip
+        found = drift.trend(trace["values"], trace["rounds"])
+        count["drift_warned"] += found is not None and found.warns
         false_here, all_cover = False, True
         beats: dict = {c: set() for c in names}  # strategy -> the strategies it was called faster than
         for v in verdicts:
             cells = v.question.cells
             true = truth[cells[0]] / (truth[cells[1]] if len(cells) == 2 else 1.0)
-            covers = math.isfinite(v.low) and v.low <= true <= v.high
-            all_cover &= covers
             count["decided"] += v.decided
-            if len(cells) == 1:
+            if len(cells) == 1:  # a cell's mean estimates the mean over the rounds it ran in
+                ran = trace["rounds"].get(cells[0], [0])
+                start = true * typical
+                covers = math.isfinite(v.low) and v.low <= start * (1 + s.drift) ** float(np.mean(ran)) <= v.high
+                all_cover &= covers
                 count["cells"] += 1
                 count["precision_covered"] += covers
+                count["start_covered"] += math.isfinite(v.low) and v.low <= start <= v.high
                 continue
+            covers = math.isfinite(v.low) and v.low <= true <= v.high
+            all_cover &= covers
             count["comparisons"] += 1
             count["comparison_covered"] += covers
             false_here |= _false_call(v, true, s.margin)
@@ -175,6 +210,7 @@ def simulate(s: Setting, grids: int, seed: int = 0) -> dict[str, float]:
         "any_false_call": count["any_false"] / grids, "joint_coverage": count["joint"] / grids,
         "false_fastest": count["false_fastest"] / grids,
         "decided": count["decided"] / (grids * len(asked)), "runs": count["runs"] / grids,
+        "start_coverage": share("start_covered", "cells"), "drift_warned": count["drift_warned"] / grids,
     }  # fmt: skip
 
 
@@ -187,6 +223,39 @@ COLUMNS = {  # key -> the table's heading
     "joint_coverage": "grids whose 21 intervals all cover",
     "false_fastest": "grids with a false \"fastest\"",
 }
+
+
+def machine_settings(margin: float = 0.15) -> list[Setting]:
+    """docs/report.md's second table: five equal strategies on a shared machine (issue 72): quiet,
+    occasional slow runs, a steady trend at three rates, an effect each round has on every cell."""
+    return [
+        Setting("quiet", margin=margin), Setting("5 % of runs 2x slow", slow=0.05, margin=margin),
+        Setting("drift 0.5 % a round", drift=-0.005, margin=margin),
+        Setting("drift 1 % a round", drift=-0.01, margin=margin),
+        Setting("drift 2 % a round", drift=-0.02, margin=margin),
+        Setting("6 % round effect shared by every cell", shared=0.06, margin=margin),
+    ]  # fmt: skip
+
+
+MACHINE_COLUMNS = {  # key -> the second table's heading
+    "null_call": "false faster/slower (equal pair)",
+    "comparison_coverage": "comparison interval covers",
+    "precision_coverage": "cell interval covers its rounds' mean",
+    "start_coverage": "cell interval covers the first round's throughput",
+    "drift_warned": "drift check fires",
+    "decided": "questions decided",
+}
+
+
+def machine_table(grids: int = 2000, seed: int = 0) -> str:
+    """The markdown table of `machine_settings()`, with each condition's runs a grid."""
+    head = "| condition | " + " | ".join(MACHINE_COLUMNS.values()) + " | runs a grid |"
+    lines = [head, "|" + "---|" * (len(MACHINE_COLUMNS) + 2)]
+    for s in machine_settings():
+        rates = simulate(s, grids, seed)
+        cells = ["–" if math.isnan(rates[k]) else f"{100 * rates[k]:.1f} %" for k in MACHINE_COLUMNS]
+        lines.append(f"| {s.name} | " + " | ".join(cells) + f" | {rates['runs']:.1f} |")
+    return "\n".join(lines)
 
 
 def table(grids: int = 2000, seed: int = 0) -> str:

@@ -415,7 +415,8 @@ UNTIL_DECIDED = {
         "the cells whose questions are still open (each cell's throughput to ±precision; each "
         "against its baseline; cells differing only in a `compare` axis against each other, "
         "faster, slower or equivalent within a factor 1 + margin) until all are decided, a cell reaches "
-        "max_per_cell, or the budget is spent. Intervals stay valid however it stops (docs/report.md)."
+        "max_per_cell, or the budget is spent. Each interval holds per question however it stops (a "
+        "cell's: for the mean over the rounds it ran; docs/report.md)."
     ),
     "additionalProperties": False,
     "properties": {

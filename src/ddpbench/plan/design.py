@@ -41,7 +41,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from ddpbench.analysis import sequential
+from ddpbench.analysis import drift as drift_mod, sequential
 from ddpbench.analysis.sequential import Question
 from ddpbench.core import bounded, run_record
 from ddpbench.core.layout import Layout
@@ -232,6 +232,12 @@ class Decision:
     # 2+ runs, so the intervals describe the rounds' own conditions). Empty in a file written
     # before it was recorded.
     round_noise: dict[str, float] = dataclasses.field(default_factory=dict)
+    # the trend across the rounds (analysis.drift.Drift's fields; empty: untested, or an older file)
+    drift: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    @property
+    def trend(self) -> drift_mod.Drift | None:
+        return drift_mod.Drift(**self.drift) if self.drift else None
 
     def to_json(self) -> dict:
         return {**dataclasses.asdict(self), "verdicts": [v.to_json() for v in self.verdicts]}
@@ -244,7 +250,7 @@ class Decision:
                       if f.name in obj or f.default_factory is dataclasses.MISSING}  # fmt: skip
             decision = cls(**{**fields, "verdicts": tuple(VerdictRecord.from_json(v) for v in obj["verdicts"])})
             decision.spent["runs"], decision.spent["seconds"]  # noqa: B018 (what the lines read)
-            float(decision.round_noise.get("sd", 0.0)), int(decision.round_noise.get("dof", 0))  # what the note reads
+            float(decision.round_noise.get("sd", 0.0)), int(decision.round_noise.get("dof", 0)), decision.trend  # notes
         except (KeyError, TypeError, AttributeError) as err:
             raise ValueError(f"not a design decision ({type(err).__name__}: {err})") from None
         return decision
@@ -329,6 +335,7 @@ def decide(round_: int, questions: Sequence[Question], runs: Mapping[str, Sequen
         spent={"runs": spent_runs, "seconds": round(spent_s, 3)},
         budget={"seconds": settings.budget_s, "runs": settings.budget_runs},
         settings={**dataclasses.asdict(settings), "compare": list(settings.compare)}, round_noise=noise,
+        drift=found.to_json() if (found := drift_mod.trend(values, rounds)) is not None else {},
     )  # fmt: skip
 
 
@@ -495,6 +502,8 @@ def round_line(decision: Decision) -> str:
     if budget.get("seconds"):
         used += f" of {_minutes(budget['seconds'])}"
     head = f"ddpbench: round {decision.round + 1}: {decision.settled}/{len(decision.verdicts)} questions decided"
+    if decision.trend is not None and decision.trend.warns:
+        head += f"; {decision.trend.short()}"
     if decision.done:
         return f"{head}; the design is done ({used})"
     return f"{head}; next round {decision.runs_next} run(s) on {len(decision.targets)} cell(s) ({used} so far)"

@@ -138,8 +138,9 @@ def section(decision: Decision | None) -> dict | None:
     alpha = sequential.LOOK_ALPHA
     note = (f"Intervals are the design's repeated confidence intervals: a comparison's at level {1 - alpha:.2%} at "
             f"every look ({sequential.LEVEL:.0%} over all its looks together), a cell's at "
-            f"{1 - sequential.PRECISION_ALPHA:.0%}, so each covers its own truth with probability ≥ 95 % however "
-            f"the rounds ended; that holds per question, not for all at once. {round_noise_text(decision)} "
+            f"{1 - sequential.PRECISION_ALPHA:.1%}, so each covers its own truth with probability ≥ 95 % however "
+            f"the rounds ended; that holds per question, not for all at once, and a cell's covers the mean over the rounds "
+            f"it ran in. {round_noise_text(decision)} {drift_text(decision)}"
             f"{design_rates.note()} Faster/slower: the interval excludes 1 (by less than the margin when "
             "it also lies inside it); equivalent: it lies inside the margin, a factor either way (1.15: the ratio "
             "within [0.870, 1.15]); undecided: neither when the design ended. Runs: per cell, at the look that decided the "
@@ -148,6 +149,7 @@ def section(decision: Decision | None) -> dict | None:
     return dict(
         summary=(f"{len(verdicts)} questions after {decision.round + 1} round(s): {settled} decided, "
                  f"{len(verdicts) - settled} undecided; {used}."),  # fmt: skip
+        method=methodology_text(decision),  # the methodology's sentence on these intervals
         questions=Table(["cell", "against", "within", "verdict", "estimate", "interval", "runs", "runs to decide"], rows,
                         note, classes),  # fmt: skip
         cells=Table(["cell", "runs", "stopped because"], cells),
@@ -163,6 +165,27 @@ def predicted_text(decision: Decision) -> str:
             "then (its parts), from the two cells' predicted intervals divided end to end, each widened by the "
             "model's held-out error and at least 15 %: these answers took no runs; such an interval is the model's, not a "
             "confidence interval, and holds as far as the model's held-out error does (the Predictions section).")
+
+
+def methodology_text(decision: Decision) -> str:
+    """The methodology's sentence on the design's intervals: which rows carry them, at which per-look
+    levels, and what they cover."""
+    return (f"The design ran (run until decided): the throughput questions it asked (each cell's precision, its "
+            f"comparisons and speedups against the baseline) carry its repeated confidence intervals instead, "
+            f"interval_from = design in the CSVs: t-intervals on the logs at the per-look level "
+            f"{1 - sequential.PRECISION_ALPHA:.1%} for a cell and {1 - sequential.LOOK_ALPHA:.2%} for a comparison, "
+            f"with the variation between rounds, so that each covers its own truth with probability ≥ "
+            f"{sequential.LEVEL:.0%} however the design stopped (the level the CSVs state for them); a cell's covers "
+            "the mean over the rounds it ran in. The other rows keep the intervals above, descriptive.")  # fmt: skip
+
+
+def drift_text(decision: Decision) -> str:
+    """The drift check's sentence (analysis.drift): a trend across the rounds, or none, or why untested."""
+    trend = decision.trend
+    if trend is None:
+        return ("Fewer than four rounds could be compared, so no trend across rounds was tested." if decision.round >= 1
+                else "")  # fmt: skip
+    return trend.text()
 
 
 def round_noise_text(decision: Decision) -> str:
@@ -199,6 +222,9 @@ def findings(decision: Decision | None) -> list[Finding]:
                            "questions are about throughput (and the speedups that follow from it); the intervals of "
                            "other metrics here (step time, phase shares, MFU) are descriptive, at the level each gives.",
                    ANCHOR)]  # fmt: skip
+    trend = decision.trend
+    if trend is not None and trend.warns:
+        out.append(Finding("warning", trend.text(), ANCHOR))
     undecided = [v for v in decision.verdicts if v.open]
     if undecided:
         out.append(Finding("warning", undecided_text(undecided, len(decision.verdicts)), ANCHOR, decided=False))
