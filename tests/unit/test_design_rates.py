@@ -18,17 +18,23 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 GRIDS = 400  # a condition; the docs' table: 2,000
 
 
-def quoted_table() -> dict[str, dict[str, float]]:
-    """docs/report.md's table: condition -> column key -> the quoted rate (a fraction)."""
+def docs_table(head: str, keys, conditions: int, missing: str) -> dict[str, dict[str, float]]:
+    """A table of docs/report.md under `head`: condition -> column key -> the quoted rate (a fraction)."""
     text = (ROOT / "docs" / "report.md").read_text()
-    head = "| condition | " + " | ".join(R.COLUMNS.values()) + " |"
-    assert head in text, "docs/report.md lacks the error-rate table: paste `python benchmarks/design_error_rates.py`'s"
-    rows = text[text.index(head):].splitlines()[2 : 2 + len(R.settings())]
+    assert head in text, f"docs/report.md lacks the {missing}"
+    rows = text[text.index(head):].splitlines()[2 : 2 + conditions]
     out = {}
     for row in rows:
         name, *cells = [c.strip() for c in row.strip("|").split("|")]
-        out[name] = {k: float(re.sub(r"[^0-9.]", "", c)) / 100 for k, c in zip(R.COLUMNS, cells) if c != "–"}
+        out[name] = {k: float(re.sub(r"[^0-9.]", "", c)) / 100 for k, c in zip(keys, cells) if c != "–"}
     return out
+
+
+def quoted_table() -> dict[str, dict[str, float]]:
+    """docs/report.md's error-rate table."""
+    head = "| condition | " + " | ".join(R.COLUMNS.values()) + " |"
+    return docs_table(head, R.COLUMNS, len(R.settings()),
+                      "error-rate table: paste `python benchmarks/design_error_rates.py`'s")  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -99,16 +105,10 @@ MACHINE_GRIDS = 200  # a condition; the docs' second table: 2,000
 
 
 def quoted_machine_table() -> dict[str, dict[str, float]]:
-    """docs/report.md's second table (the design on a shared machine): condition -> key -> rate."""
-    text = (ROOT / "docs" / "report.md").read_text()
+    """docs/report.md's second table (the design on a shared machine)."""
     head = "| condition | " + " | ".join(R.MACHINE_COLUMNS.values()) + " | runs a grid |"
-    assert head in text, "docs/report.md lacks the shared-machine table: paste `python benchmarks/design_error_rates.py --part machine`'s"
-    rows = text[text.index(head):].splitlines()[2 : 2 + len(R.machine_settings())]
-    out = {}
-    for row in rows:
-        name, *cells = [c.strip() for c in row.strip("|").split("|")]
-        out[name] = {k: float(re.sub(r"[^0-9.]", "", c)) / 100 for k, c in zip(R.MACHINE_COLUMNS, cells) if c != "–"}
-    return out
+    return docs_table(head, R.MACHINE_COLUMNS, len(R.machine_settings()),
+                      "shared-machine table: paste `python benchmarks/design_error_rates.py --part machine`'s")  # fmt: skip
 
 
 @pytest.mark.slow
