@@ -85,6 +85,7 @@ class Extra:
     blocks: Final = "extra_blocks"
     checkpointed_blocks: Final = "extra_checkpointed_blocks"
     compiled_blocks: Final = "extra_compiled_blocks"
+    compiled_loss: Final = "extra_compiled_loss"  # the loss compiled with the blocks (run.transforms.loss)
     compile_backend: Final = "extra_compile_backend"
     compile_s: Final = "extra_compile_s"
     compiled_graphs: Final = "extra_compiled_graphs"
