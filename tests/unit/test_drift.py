@@ -71,6 +71,8 @@ def test_the_decision_records_the_trend_and_the_report_and_terminal_say_it(tmp_p
     assert "fell 3." in design.round_line(back) or "fell 2." in design.round_line(back)
     assert any(f.kind == "warning" and "fell steadily" in f.text for f in decisions.findings(back))
     assert decisions.drift_text(back) == found.text()
+    note = decisions.section(back)["questions"].note
+    assert found.text() + " At the default settings" in note  # its own sentence (a main job's read ").At")
     quiet = design.Decision.from_json({**d.to_json(), "drift": {}})
     assert quiet.trend is None and "fell" not in design.round_line(quiet)
     assert "no trend across rounds was tested" in decisions.drift_text(quiet)

@@ -140,7 +140,7 @@ def section(decision: Decision | None) -> dict | None:
             f"every look ({sequential.LEVEL:.0%} over all its looks together), a cell's at "
             f"{1 - sequential.PRECISION_ALPHA:.1%}, so each covers its own truth with probability ≥ 95 % however "
             f"the rounds ended; that holds per question, not for all at once, and a cell's covers the mean over the rounds "
-            f"it ran in. {round_noise_text(decision)} {drift_text(decision)}"
+            f"it ran in. {round_noise_text(decision)} {drift_text(decision)} "
             f"{design_rates.note()} Faster/slower: the interval excludes 1 (by less than the margin when "
             "it also lies inside it); equivalent: it lies inside the margin, a factor either way (1.15: the ratio "
             "within [0.870, 1.15]); undecided: neither when the design ended. Runs: per cell, at the look that decided the "
