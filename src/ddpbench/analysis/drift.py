@@ -23,6 +23,8 @@ import math
 import numpy as np
 from scipy import special
 
+from ddpbench.analysis import sequential
+
 LEVEL = 0.95
 MIN_ROUNDS = 4  # a line through the round effects, with 2 degrees of freedom left for its error
 
@@ -70,13 +72,9 @@ def round_effects(values: dict, rounds: dict) -> tuple[np.ndarray, np.ndarray, i
     hold a cell that ran in another round too."""
     means: list[tuple[int, int, float]] = []  # (cell index, round, mean log throughput)
     for i, cell in enumerate(c for c in values if len(set(rounds.get(c, ()))) >= 2):
-        x = np.asarray(list(values[cell]), dtype=float)
-        labels = np.asarray(list(rounds[cell]))
-        if len(labels) != len(x):
-            continue
-        keep = np.isfinite(x) & (x > 0)
-        x, labels = np.log(x[keep]), labels[keep]
-        means += [(i, int(r), float(x[labels == r].mean())) for r in np.unique(labels)]
+        x, labels = sequential.cell_logs(values, rounds, cell)
+        if labels is not None:  # None: its rounds do not match its runs
+            means += [(i, int(r), float(x[labels == r].mean())) for r in np.unique(labels)]
     cells = sorted({c for c, _, _ in means})
     labels = sorted({r for _, r, _ in means})
     if len(labels) < MIN_ROUNDS:

@@ -107,7 +107,7 @@ class Verdict:
 OUT_OF_REACH = "out of reach"  # an open question that the budget left cannot close
 
 
-def _cell(values: dict, rounds: dict | None, cell: Cell) -> tuple[np.ndarray, np.ndarray | None]:
+def cell_logs(values: dict, rounds: dict | None, cell: Cell) -> tuple[np.ndarray, np.ndarray | None]:
     """A cell's log throughputs and the round each was measured in (None where `rounds` does not
     say: then its runs count as one round)."""
     x = np.asarray(list(values.get(cell, ())), dtype=float)
@@ -133,7 +133,7 @@ def round_noise(values: dict, rounds: dict | None) -> tuple[float, int]:
     such rounds: the intervals then describe the conditions of the rounds measured."""
     num, dof = 0.0, 0
     for cell in values:
-        y, labels = _cell(values, rounds, cell)
+        y, labels = cell_logs(values, rounds, cell)
         if labels is not None:
             part, weight = between_group_parts(y[labels == r] for r in np.unique(labels))
             num, dof = num + part, dof + weight
@@ -149,7 +149,7 @@ def judge(question: Question, values: dict, alpha: float = LOOK_ALPHA, precision
     cell mean also carries its rounds' effects: job_sd^2 * sum(n_r^2) / n^2 added to its variance
     (the blocked analysis: a cell measured in more rounds averages more of them out), the degrees
     of freedom combined by Welch-Satterthwaite."""
-    cells = [_cell(values, rounds, c) for c in question.cells]
+    cells = [cell_logs(values, rounds, c) for c in question.cells]
     logs = [y for y, _ in cells]
     runs = tuple(len(y) for y in logs)
     if min(runs) < 2:
@@ -407,7 +407,7 @@ def runs_to_decide(v: Verdict, values: dict, alpha: float = LOOK_ALPHA, most: in
     adding its own round effect (past the cap, rounds of the schedule's last step)."""
     if v.decided:
         return 0
-    cells = [_cell(values, rounds, c) for c in v.question.cells]
+    cells = [cell_logs(values, rounds, c) for c in v.question.cells]
     if min(len(y) for y, _ in cells) < 2:
         return None
     var = [float(y.var(ddof=1)) for y, _ in cells]
