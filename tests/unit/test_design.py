@@ -102,6 +102,8 @@ def test_a_round_goes_to_the_open_question_and_the_last_says_undecided(tmp_path)
     second = design.decide(1, qs, runs, settings, [first])
     assert second.targets == {"a": 8, "b": 8} and second.stopped == {"s": "decided"} and not second.done
     assert second.round_noise["dof"] == 3 and second.round_noise["sd"] >= 0
+    # 3 cells in 2 rounds: 6 round means, less 3 levels and 1 round effect, for comparisons within rounds
+    assert second.round_noise["within_dof"] == 2 and second.round_noise["within_sd"] >= 0
     assert design.counts_after({"s": 5, "a": 5, "b": 5}, second, settings) == {"s": 5, "a": 8, "b": 8}
     spent = second.spent
     assert spent["runs"] == 15 and spent["seconds"] == pytest.approx(90)

@@ -97,8 +97,8 @@ def test_the_quoted_rates_are_the_docs_table_and_the_reports_note_says_them():
         for key, p in rates.items():
             assert quoted[name][key] == pytest.approx(p, abs=0.0005), (name, key)
     note = R.note()
-    assert "0.5 % of questions" in note and "1.9–3.8 % of grids" in note and "91.1–93.4 %" in note
-    assert "0.9 % of questions and 5.6 % of grids" in note and "1.9 % and 12.2 %" in note
+    assert "0.4 % of questions" in note and "1.9–2.6 % of grids" in note and "91–93.7 %" in note
+    assert "0.9 % of questions and 6.5 % of grids" in note and "1.9 % and 12.2 %" in note
 
 
 MACHINE_GRIDS = 200  # a condition; the docs' second table: 2,000
@@ -127,8 +127,13 @@ def test_the_shared_machine_table_is_what_the_simulation_gives_and_the_drift_che
     # a trend: the cells' intervals still cover the mean over their rounds, not the first round's
     # throughput, and the steeper the trend the more often the check says so
     steep = got["drift 2 % a round"]
-    assert steep["precision_coverage"] >= 0.95 - slack and steep["start_coverage"] < 0.6 and steep["drift_warned"] >= 0.8
+    assert steep["precision_coverage"] >= 0.95 - slack and steep["start_coverage"] < 0.8 and steep["drift_warned"] >= 0.75
     assert got["drift 1 % a round"]["drift_warned"] > got["quiet"]["drift_warned"] + 2 * slack
+    # issue 72, item 2: a round's effect on every cell cancels in comparisons judged within rounds,
+    # which keep their per-question rate and decide more of them than judged as measured
+    within, measured = got[R.SHARED], got[R.AS_MEASURED]
+    assert within["null_call"] <= 0.05 and within["comparison_coverage"] >= 0.95
+    assert within["decided"] > measured["decided"] + 0.08 and within["runs"] < measured["runs"]
 
 
 def test_the_notes_shared_machine_figures_are_the_docs_second_table():
@@ -136,4 +141,4 @@ def test_the_notes_shared_machine_figures_are_the_docs_second_table():
     for name, rates in R.MACHINE_QUOTED.items():
         for key, p in rates.items():
             assert quoted[name][key] == pytest.approx(p, abs=0.0005), (name, key)
-    assert "covers 95.3 %" in R.note() and "warns in 42 % and 89 %" in R.note()
+    assert "covers 95.6 %" in R.note() and "warns in 40.6 % and 85.7 %" in R.note() and "96.7 % of questions decided (81.4 %" in R.note()

@@ -277,6 +277,12 @@ def test_the_decision_note_says_whether_the_intervals_include_the_variation_betw
     quiet = decisions.round_noise_text(dataclasses.replace(decision, round_noise={"sd": 0.0, "dof": 11}))
     assert "no more than their runs explain (11 degrees of freedom), so the estimate is 0" in quiet
     assert text in decisions.section(blocked)["questions"].note
+    assert "within rounds" not in text  # a file from before comparisons were judged within rounds
+    within = {"sd": 0.0312, "dof": 14, "within_sd": 0.0123, "within_dof": 9}
+    text = decisions.round_noise_text(dataclasses.replace(decision, round_noise=within))
+    assert "Comparisons were judged within rounds" in text and "leaves 1.2 % between one cell's rounds (9 degrees" in text
+    assert decisions.WITHIN_ROUNDS in decisions.methodology_text(dataclasses.replace(decision, round_noise=within))
+    assert decisions.WITHIN_ROUNDS not in decisions.methodology_text(blocked)
 
 
 def test_a_difference_inside_the_designs_margin_says_so_in_the_winner_sentence_and_the_table():

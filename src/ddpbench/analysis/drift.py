@@ -5,7 +5,7 @@ Every interval the design reports covers the mean over the rounds its cells ran 
 that is not the throughput at the start, nor at the end, and a cell's precision interval says
 nothing of it. So the rounds themselves are tested: from each cell's mean log throughput in each
 round it ran, a two-way fit (a level per cell, an effect per round: cells funded in different rounds
-still compare) gives each round's effect shared by all cells; a line through those effects gives
+still compare; `rounds.shared_effects`) gives each round's effect shared by all cells; a line through those effects gives
 the trend per round, and its t-interval on R - 2 degrees of freedom (R rounds) is taken from the
 effects' scatter about the line. Effects shared by a round that come and go (the machine busy in
 one round, quiet in the next) widen that interval instead of reading as a trend; only a steady
@@ -23,7 +23,7 @@ import math
 import numpy as np
 from scipy import special
 
-from ddpbench.analysis import sequential
+from ddpbench.analysis import rounds as rounds_mod
 
 LEVEL = 0.95
 MIN_ROUNDS = 4  # a line through the round effects, with 2 degrees of freedom left for its error
@@ -66,36 +66,13 @@ class Drift:
         return dataclasses.asdict(self)
 
 
-def round_effects(values: dict, rounds: dict) -> tuple[np.ndarray, np.ndarray, int] | None:
-    """(round labels, each round's effect on log throughput, cells in 2+ rounds) from the cells'
-    round means, by least squares with a level per cell; None where fewer than MIN_ROUNDS rounds
-    hold a cell that ran in another round too."""
-    means: list[tuple[int, int, float]] = []  # (cell index, round, mean log throughput)
-    for i, cell in enumerate(c for c in values if len(set(rounds.get(c, ()))) >= 2):
-        x, labels = sequential.cell_logs(values, rounds, cell)
-        if labels is not None:  # None: its rounds do not match its runs
-            means += [(i, int(r), float(x[labels == r].mean())) for r in np.unique(labels)]
-    cells = sorted({c for c, _, _ in means})
-    labels = sorted({r for _, r, _ in means})
-    if len(labels) < MIN_ROUNDS:
-        return None
-    ci, ri = {c: k for k, c in enumerate(cells)}, {r: k for k, r in enumerate(labels)}
-    design = np.zeros((len(means), len(cells) + len(labels) - 1))  # round labels[0] is the reference
-    for row, (c, r, _) in enumerate(means):
-        design[row, ci[c]] = 1.0
-        if ri[r]:
-            design[row, len(cells) + ri[r] - 1] = 1.0
-    coef, *_ = np.linalg.lstsq(design, np.array([m for _, _, m in means]), rcond=None)
-    return np.asarray(labels, dtype=float), np.concatenate([[0.0], coef[len(cells):]]), len(cells)
-
-
 def trend(values: dict, rounds: dict, level: float = LEVEL) -> Drift | None:
     """The trend of throughput across rounds (module doc) from `values` (cell -> throughputs) and
     `rounds` (cell -> the round of each); None where fewer than MIN_ROUNDS rounds can be compared."""
-    found = round_effects(values, rounds)
-    if found is None:
+    shared, cells = rounds_mod.shared_effects(values, rounds)
+    if len(shared) < MIN_ROUNDS:
         return None
-    r, effects, cells = found
+    r, effects = np.array(list(shared), dtype=float), np.array(list(shared.values()))
     rc = r - r.mean()
     slope = float((rc * (effects - effects.mean())).sum() / (rc**2).sum())
     resid = effects - effects.mean() - slope * rc

@@ -31,7 +31,9 @@ the cells measured in two or more rounds) enters every interval: a cell mean car
 sd^2 * sum(n_r^2) / n^2 of it, less the more rounds it ran in, its degrees of freedom combined
 by Welch-Satterthwaite. No question is decided while a cell of it has run in one round only
 (one round shows no such variation), and a comparison's two cells are funded in the same
-round. What that means for a whole grid, with and without a job effect per cell and round,
+round. A comparison is judged within rounds (`Evidence`, rounds.RoundFit): the effect a round
+had on every cell measured in it cancels between the two cells instead of adding to both sides;
+what is left is the noise of one cell's round. What that means for a whole grid, with and without a job effect per cell and round,
 is `analysis.design_rates`.
 
 Verdicts: `faster` / `slower` when the interval lies above / below 1, `equivalent` when it
@@ -52,7 +54,8 @@ from typing import Callable, Hashable, Sequence
 import numpy as np
 from scipy import special  # the t distribution's functions: scipy.stats would add 0.55 s to every import
 
-from ddpbench.analysis.intervals import add_variance, between_group_parts, welch_variance
+from ddpbench.analysis.intervals import add_variance, welch_variance
+from ddpbench.analysis.rounds import RoundFit, cell_logs, round_noise, round_weight
 
 SCHEDULE = (3, 5, 8, 11, 14, 20, 28, 40)
 # calibrate_look_alpha(SCHEDULE, reps=400_000, seed=0) -> 0.00836, at its smallest where the
@@ -107,39 +110,6 @@ class Verdict:
 OUT_OF_REACH = "out of reach"  # an open question that the budget left cannot close
 
 
-def cell_logs(values: dict, rounds: dict | None, cell: Cell) -> tuple[np.ndarray, np.ndarray | None]:
-    """A cell's log throughputs and the round each was measured in (None where `rounds` does not
-    say: then its runs count as one round)."""
-    x = np.asarray(list(values.get(cell, ())), dtype=float)
-    keep = np.isfinite(x) & (x > 0)
-    labels = None if rounds is None else np.asarray(list(rounds.get(cell, ())))
-    return np.log(x[keep]), (labels[keep] if labels is not None and len(labels) == len(x) else None)
-
-
-def _round_weight(labels: np.ndarray | None, n: int) -> float:
-    """sum(n_r^2) / n^2 over a cell's rounds: the share of a round effect's variance that stays in
-    the cell's mean (1 for one round; about 1/R for R rounds of equal size)."""
-    if labels is None or n == 0:
-        return 1.0
-    _, sizes = np.unique(labels, return_counts=True)
-    return float((sizes.astype(float) ** 2).sum() / n**2)
-
-
-def round_noise(values: dict, rounds: dict | None) -> tuple[float, int]:
-    """The between-round standard deviation of a cell's log throughput (σ_job: what the machine's
-    state shared by one cell's runs of one round adds, beyond the spread of runs inside a
-    round), pooled over the cells with 2+ rounds of 2+ runs (analysis.intervals.between_group_parts)
-    and floored at 0; with the degrees of freedom it rests on. (0.0, 0) where no cell has two
-    such rounds: the intervals then describe the conditions of the rounds measured."""
-    num, dof = 0.0, 0
-    for cell in values:
-        y, labels = cell_logs(values, rounds, cell)
-        if labels is not None:
-            part, weight = between_group_parts(y[labels == r] for r in np.unique(labels))
-            num, dof = num + part, dof + weight
-    return (math.sqrt(max(0.0, num / dof)) if dof else 0.0), dof
-
-
 def judge(question: Question, values: dict, alpha: float = LOOK_ALPHA, precision_alpha: float = PRECISION_ALPHA,
           rounds: dict | None = None, job_sd: float = 0.0, job_dof: float = math.inf) -> Verdict:  # fmt: skip
     """The question's verdict and repeated confidence interval from the values measured so far
@@ -155,7 +125,7 @@ def judge(question: Question, values: dict, alpha: float = LOOK_ALPHA, precision
     if min(runs) < 2:
         est = float(np.exp(logs[0].mean() - (logs[1].mean() if len(logs) > 1 else 0))) if min(runs) else math.nan
         return Verdict(question, "open", est, math.nan, math.nan, runs)
-    extra = job_sd**2 * sum(_round_weight(labels, len(y)) for y, labels in cells)
+    extra = job_sd**2 * sum(round_weight(labels, len(y)) for y, labels in cells)
     if question.kind == "precision":
         center, level = logs[0].mean(), 1 - precision_alpha
         var, dof = logs[0].var(ddof=1) / runs[0], runs[0] - 1
@@ -163,6 +133,12 @@ def judge(question: Question, values: dict, alpha: float = LOOK_ALPHA, precision
         center, level = logs[0].mean() - logs[1].mean(), 1 - alpha
         var, dof = welch_variance(logs[0], logs[1])
     total, dof = add_variance(var, dof, extra, job_dof)
+    return _verdict(question, center, float(total), float(dof), level, runs)
+
+
+def _verdict(question: Question, center: float, total: float, dof: float, level: float, runs: tuple) -> Verdict:
+    """The verdict and interval of a log estimate `center` of variance `total` on `dof` degrees of
+    freedom, at `level`."""
     half = float(special.stdtrit(dof, 0.5 + level / 2) * math.sqrt(total)) if total > 0 else 0.0
     m = math.log1p(question.tolerance)
     if question.kind == "precision":
@@ -188,22 +164,74 @@ def next_count(n: int, schedule: Sequence[int] = SCHEDULE) -> int | None:
     return next((s for s in schedule if s > n), None)
 
 
+@dataclasses.dataclass(frozen=True)
+class Evidence:
+    """What a question is judged on: a precision question on its cell's runs as measured, with the
+    between-round noise (round_noise: sd, dof); a comparison within rounds (rounds.RoundFit: the
+    effect each round had on every cell taken out, the noise of one cell's round left). Without
+    `rounds`, or a fit, or where a cell of it ran in one round only, a comparison is judged on the
+    runs as measured too."""
+
+    values: dict
+    rounds: dict | None = None
+    noise: tuple = (0.0, 0)
+    fit: RoundFit | None = None
+
+    @classmethod
+    def of(cls, values: dict, rounds: dict | None, within: bool = True) -> Evidence:
+        """`within` False judges comparisons as measured (as before issue 72)."""
+        if rounds is None:
+            return cls(values)
+        return cls(values, rounds, round_noise(values, rounds), RoundFit.of(values, rounds) if within else None)
+
+    @functools.cached_property
+    def within(self) -> dict | None:
+        """The values with each round's shared effect divided out (None: no fit)."""
+        return None if self.fit is None else self.fit.within(self.values, self.rounds)
+
+    def judge(self, question: Question, alpha: float = LOOK_ALPHA, precision_alpha: float = PRECISION_ALPHA) -> Verdict:
+        plain = judge(question, self.values, alpha, precision_alpha, self.rounds, *self.noise)
+        found = self.fit.contrast(*question.cells) if self.fit and question.kind == "comparison" else None
+        if found is None or min(plain.runs) < 2:
+            return plain
+        center, var, dof = found
+        if plain.runs[0] != plain.runs[1]:  # Hsu's rule, as the calibration of LOOK_ALPHA assumed
+            dof = min(dof, min(plain.runs) - 1)
+        return _verdict(question, center, var, dof, 1 - alpha, plain.runs)
+
+    def runs_to_decide(self, v: Verdict, alpha: float = LOOK_ALPHA, schedule: Sequence[int] = SCHEDULE) -> int | None:
+        within = v.question.kind == "comparison" and self.fit is not None
+        values, sd = (self.within, self.fit.noise[0]) if within else (self.values, self.noise[0])
+        return runs_to_decide(v, values, alpha, rounds=self.rounds, job_sd=sd, schedule=schedule)
+
+
 @dataclasses.dataclass
 class Round:
     """What the next round runs (cell -> repeat count to reach), why each cell stopped, the
-    verdicts, and the between-round noise they were judged with (round_noise: sd, dof)."""
+    verdicts, and what they were judged on (its between-round noise: `round_noise`)."""
 
     targets: dict
     stopped: dict  # cell -> "decided" | "cap" | "budget" | "out of reach"
     verdicts: list
-    round_noise: tuple = (0.0, 0)
+    evidence: Evidence = dataclasses.field(default_factory=lambda: Evidence({}))
+
+    @property
+    def round_noise(self) -> tuple:
+        """The between-round noise a cell's own interval carries (sd, dof)."""
+        return self.evidence.noise
+
+    def noise_record(self) -> dict:
+        """The between-round noise as the decision file keeps it: a cell's (sd, dof) and, where
+        comparisons were judged within rounds, the noise left of one cell's round (within_sd, within_dof)."""
+        fit = self.evidence.fit
+        return dict(zip(("sd", "dof"), self.round_noise)) | ({} if fit is None else dict(zip(("within_sd", "within_dof"), fit.noise)))
 
 
 def plan_round(questions: Sequence[Question], values: dict, runs_left: int | None = None,
                schedule: Sequence[int] = SCHEDULE, alpha: float = LOOK_ALPHA,
                seconds_left: float | None = None, run_seconds: dict | None = None,
                made: dict | None = None, precision_alpha: float = PRECISION_ALPHA,
-               futility: bool = True, rounds: dict | None = None) -> Round:  # fmt: skip
+               futility: bool = True, rounds: dict | None = None, within: bool = True) -> Round:  # fmt: skip
     """Judge every question, then give the next round to the cells with open questions: each
     moves to its schedule's next count. With `rounds` (cell -> the round of each value) the
     questions are judged with the between-round noise (round_noise) in every interval, and none
@@ -226,8 +254,8 @@ def plan_round(questions: Sequence[Question], values: dict, runs_left: int | Non
     included)."""
     run_seconds = run_seconds or {}
     have = {c: (made or {}).get(c, len(values.get(c, ()))) for q in questions for c in q.cells}
-    noise = round_noise(values, rounds) if rounds is not None else (0.0, 0)
-    judged = [judge(q, values, alpha, precision_alpha, rounds, *noise) for q in questions]
+    evidence = Evidence.of(values, rounds, within)
+    judged = [evidence.judge(q, alpha, precision_alpha) for q in questions]
     verdicts = [_held_back(v, rounds, have, schedule) for v in judged]
     gain: dict = {}  # cell -> (expected decisions per run-second, open questions, widest interval)
     partners: dict = {}  # cell -> [(per run-second, the other cell of an open comparison)]
@@ -235,7 +263,7 @@ def plan_round(questions: Sequence[Question], values: dict, runs_left: int | Non
     for i, v in enumerate(verdicts):
         if v.decided:
             continue
-        need = runs_to_decide(v, values, alpha, rounds=rounds, job_sd=noise[0], schedule=schedule)
+        need = evidence.runs_to_decide(v, alpha, schedule)
         cells = v.question.cells
         cost = sum(run_seconds.get(c, 1.0) for c in cells)
         looked_twice = min(have[c] for c in cells) >= schedule[1]
@@ -257,7 +285,7 @@ def plan_round(questions: Sequence[Question], values: dict, runs_left: int | Non
     out_of_reach = {c for v in verdicts if v.verdict == OUT_OF_REACH for c in v.question.cells}
     if out_of_reach and not gain:  # nothing else to spend the budget on: it goes to these after all
         return plan_round(questions, values, runs_left, schedule, alpha, seconds_left, run_seconds, made,
-                          precision_alpha, futility=False, rounds=rounds)  # fmt: skip
+                          precision_alpha, futility=False, rounds=rounds, within=within)  # fmt: skip
     stopped = {c: OUT_OF_REACH if c in out_of_reach else "decided" for c in have if c not in gain}
     goal = {c: next_count(have[c], schedule) for c in gain}
     stopped.update({c: "cap" for c in gain if goal[c] is None})
@@ -266,7 +294,7 @@ def plan_round(questions: Sequence[Question], values: dict, runs_left: int | Non
     targets = _fund(order, goal, have, mates, precision_open, stopped, _Budget(runs_left, seconds_left, run_seconds))
     if not targets:  # the design ends here: a call held back for another round is what there is
         verdicts = [j if v.verdict == "open" and j.decided else v for v, j in zip(verdicts, judged)]
-    return Round(targets, stopped, verdicts, noise)
+    return Round(targets, stopped, verdicts, evidence)
 
 
 def _fund(order: list, goal: dict, have: dict, mates: dict, precision_open: set, stopped: dict,
@@ -337,12 +365,13 @@ def _affordable(cells: Sequence, runs_left: int | None, seconds_left: float | No
 def run_design(questions: Sequence[Question], measure: Callable[[Cell, int], Sequence[float]],
                budget_runs: int | None = None, schedule: Sequence[int] = SCHEDULE,
                alpha: float = LOOK_ALPHA, precision_alpha: float = PRECISION_ALPHA, blocked: bool = True,
-               on_round: Callable[[int], None] | None = None, trace: dict | None = None,
+               on_round: Callable[[int], None] | None = None, trace: dict | None = None, within: bool = True,
                ) -> tuple[list[Verdict], dict, dict]:  # fmt: skip
     """Drive rounds until nothing is open, the cap or the run budget: `measure(cell, k)` returns
     k new throughputs of the cell (one call per cell and round). Returns (final verdicts, cell ->
     runs, cell -> why it stopped). What the workflow does round by round, for simulations and
-    tests; `blocked` False judges without the between-round noise (as if every run were of one round).
+    tests; `blocked` False judges without the between-round noise (as if every run were of one round),
+    `within` False judges comparisons on the runs as measured instead of within rounds.
     A run budget below the first round (every cell at the schedule's first count) is refused, as the
     workflow's plan refuses it (plan.design.first_round_runs_problem), rather than cut. `on_round(r)`
     is called before round r's runs (a simulation's machine may change with the round); `trace`, if
@@ -356,7 +385,7 @@ def run_design(questions: Sequence[Question], measure: Callable[[Cell, int], Seq
     for r in itertools.count():
         left = None if budget_runs is None else budget_runs - spent
         rnd = plan_round(questions, values, left, schedule, alpha, precision_alpha=precision_alpha,
-                         rounds=rounds if blocked else None)
+                         rounds=rounds if blocked else None, within=within)
         if not rnd.targets:
             if trace is not None:
                 trace.update(values=values, rounds=rounds)
@@ -425,7 +454,7 @@ def runs_to_decide(v: Verdict, values: dict, alpha: float = LOOK_ALPHA, most: in
             break
         extra = 0.0
         for (y, labels), c in zip(cells, counts) if job_sd else ():
-            extra = extra + (_round_weight(labels, c) * c**2 + _future_squares(c, n, schedule)) / np.maximum(n, c) ** 2
+            extra = extra + (round_weight(labels, c) * c**2 + _future_squares(c, n, schedule)) / np.maximum(n, c) ** 2
         dof = n - 1 if len(cells) == 1 else 2 * (n - 1)
         ok = _t_quantiles(level, 2 * most)[dof] * np.sqrt(sum(var) / n + job_sd**2 * extra) <= room
         if ok.any():

@@ -229,8 +229,9 @@ class Decision:
     settings: dict[str, Any]
     # the between-round noise every interval carries (sequential.round_noise): its sd (a log
     # throughput's) and the degrees of freedom it was estimated with (0: no cell had two rounds of
-    # 2+ runs, so the intervals describe the rounds' own conditions). Empty in a file written
-    # before it was recorded.
+    # 2+ runs, so the intervals describe the rounds' own conditions); within_sd/within_dof: what is
+    # left of it once each round's effect on every cell is taken out, as comparisons are judged
+    # (rounds.RoundFit). Empty in a file written before it was recorded.
     round_noise: dict[str, float] = dataclasses.field(default_factory=dict)
     # the trend across the rounds (analysis.drift.Drift's fields; empty: untested, or an older file)
     drift: dict[str, float] = dataclasses.field(default_factory=dict)
@@ -317,8 +318,8 @@ def decide(round_: int, questions: Sequence[Question], runs: Mapping[str, Sequen
     stopped = {c: why for c, why in rnd.stopped.items() if c not in targets}
     stopped.update({c: "failed" for c in failed})
     done = not targets
-    noise = dict(zip(("sd", "dof"), rnd.round_noise))
-    verdicts = [_verdict_record(v, values, done, rounds, noise["sd"], settings, round_) for v in rnd.verdicts]
+    noise = rnd.noise_record()
+    verdicts = [_verdict_record(v, rnd.evidence, done, settings, round_) for v in rnd.verdicts]
     verdicts += [VerdictRecord(q.cells, q.kind, q.tolerance, "undecided", None, None, None,
                                tuple(counts.get(c, 0) for c in q.cells), why="a cell's runs failed")
                  for q in questions if failed.intersection(q.cells)]  # fmt: skip
@@ -380,12 +381,11 @@ def measured_questions(questions: Sequence[Question], counts: Mapping[str, int])
 OUT_OF_REACH_WHY = "out of reach: more than the budget left could give, so no more were spent on it"
 
 
-def _verdict_record(v: sequential.Verdict, values: Mapping, done: bool, rounds: Mapping, job_sd: float,
-                    settings: Settings, round_: int) -> VerdictRecord:  # fmt: skip
+def _verdict_record(v: sequential.Verdict, evidence: sequential.Evidence, done: bool, settings: Settings,
+                    round_: int) -> VerdictRecord:  # fmt: skip
     verdict = "undecided" if done and not v.decided else v.verdict
     finite = [x if math.isfinite(x) else None for x in (v.estimate, v.low, v.high)]
-    need = None if v.decided else sequential.runs_to_decide(v, values, rounds=rounds, job_sd=job_sd,
-                                                            schedule=settings.schedule)  # fmt: skip
+    need = None if v.decided else evidence.runs_to_decide(v, schedule=settings.schedule)
     return VerdictRecord(
         cells=tuple(v.question.cells), kind=v.question.kind, tolerance=v.question.tolerance, verdict=verdict,
         estimate=finite[0], low=finite[1], high=finite[2], runs=tuple(v.runs),

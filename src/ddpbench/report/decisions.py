@@ -167,6 +167,9 @@ def predicted_text(decision: Decision) -> str:
             "confidence interval, and holds as far as the model's held-out error does (the Predictions section).")
 
 
+WITHIN_ROUNDS = " (a comparison's judged within rounds: the effect each round had on every cell taken out)"
+
+
 def methodology_text(decision: Decision) -> str:
     """The methodology's sentence on the design's intervals: which rows carry them, at which per-look
     levels, and what they cover."""
@@ -174,7 +177,8 @@ def methodology_text(decision: Decision) -> str:
             f"comparisons and speedups against the baseline) carry its repeated confidence intervals instead, "
             f"interval_from = design in the CSVs: t-intervals on the logs at the per-look level "
             f"{1 - sequential.PRECISION_ALPHA:.1%} for a cell and {1 - sequential.LOOK_ALPHA:.2%} for a comparison, "
-            f"with the variation between rounds, so that each covers its own truth with probability ≥ "
+            f"with the variation between rounds{WITHIN_ROUNDS if 'within_sd' in decision.round_noise else ''}, so that "
+            f"each covers its own truth with probability ≥ "
             f"{sequential.LEVEL:.0%} however the design stopped (the level the CSVs state for them); a cell's covers "
             "the mean over the rounds it ran in. The other rows keep the intervals above, descriptive.")  # fmt: skip
 
@@ -205,7 +209,18 @@ def round_noise_text(decision: Decision) -> str:
              f"the rounds' means varied no more than their runs explain ({dof} degrees of freedom), so the estimate is 0 "
              "and the intervals are the runs' own")  # fmt: skip
     return (f"The intervals include the variation between rounds: {moved}; a question is decided only once its "
-            "cells ran in two rounds (or the design ended).")  # fmt: skip
+            f"cells ran in two rounds (or the design ended).{compared_within_rounds_text(noise)}")  # fmt: skip
+
+
+def compared_within_rounds_text(noise: dict) -> str:
+    """How comparisons were judged: within rounds (what each round did to every cell taken out) where
+    the decision records it."""
+    if "within_sd" not in noise:
+        return ""
+    return (f" Comparisons were judged within rounds: the effect each round had on every cell measured in it (a "
+            f"two-way fit of the cells' round means) is taken out of both sides, which leaves "
+            f"{100 * float(noise['within_sd']):.1f} % between one cell's rounds ({int(noise['within_dof'])} degrees of "
+            "freedom); a cell's own interval keeps it all.")  # fmt: skip
 
 
 def findings(decision: Decision | None) -> list[Finding]:
