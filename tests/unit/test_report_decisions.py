@@ -281,6 +281,8 @@ def test_the_decision_note_says_whether_the_intervals_include_the_variation_betw
     within = {"sd": 0.0312, "dof": 14, "within_sd": 0.0123, "within_dof": 9}
     text = decisions.round_noise_text(dataclasses.replace(decision, round_noise=within))
     assert "Comparisons were judged within rounds" in text and "leaves 1.2 % between one cell's rounds (9 degrees" in text
+    quiet = decisions.round_noise_text(dataclasses.replace(decision, round_noise={**within, "within_sd": 0.0}))
+    assert "leaves no variation between one cell's rounds beyond its runs' spread (9 degrees" in quiet
     assert decisions.WITHIN_ROUNDS in decisions.methodology_text(dataclasses.replace(decision, round_noise=within))
     assert decisions.WITHIN_ROUNDS not in decisions.methodology_text(blocked)
 

@@ -217,10 +217,12 @@ def compared_within_rounds_text(noise: dict) -> str:
     the decision records it."""
     if "within_sd" not in noise:
         return ""
+    sd, dof = float(noise["within_sd"]), int(noise["within_dof"])
+    left = (f"{100 * sd:.1f} % between one cell's rounds" if sd > 0 else
+            "no variation between one cell's rounds beyond its runs' spread")  # fmt: skip
     return (f" Comparisons were judged within rounds: the effect each round had on every cell measured in it (a "
-            f"two-way fit of the cells' round means) is taken out of both sides, which leaves "
-            f"{100 * float(noise['within_sd']):.1f} % between one cell's rounds ({int(noise['within_dof'])} degrees of "
-            "freedom); a cell's own interval keeps it all.")  # fmt: skip
+            f"two-way fit of the cells' round means) is taken out of both sides, which leaves {left} ({dof} degrees "
+            "of freedom); a cell's own interval keeps every round's effect.")  # fmt: skip
 
 
 def findings(decision: Decision | None) -> list[Finding]:
