@@ -74,6 +74,9 @@ class RoundFit:
     labels: tuple  # the rounds, the first the reference (effect 0)
     spread: dict  # cell -> (variance of its runs about their rounds' means, its degrees of freedom)
     noise: tuple  # (σ_int, its degrees of freedom)
+    cell_of: np.ndarray  # each row's cell, as an index into `cells`
+    round_of: np.ndarray  # each row's round, as an index into `labels`
+    cells: dict  # cell -> its index
 
     @classmethod
     def of(cls, values: dict, rounds: dict) -> RoundFit | None:
@@ -82,24 +85,28 @@ class RoundFit:
         rows, means, runs, spread = [], [], [], {}
         for cell in values:
             y, labels = cell_logs(values, rounds, cell)
-            if labels is None or len(np.unique(labels)) < 2:
+            if labels is None:
                 continue
-            groups = [(r, y[labels == r]) for r in np.unique(labels)]
-            rows += [(cell, r) for r, _ in groups]
-            means += [g.mean() for _, g in groups]
-            runs += [len(g) for _, g in groups]
+            found = np.unique(labels)
+            if len(found) < 2:
+                continue
+            groups = [y[labels == r] for r in found]
+            rows += [(cell, r) for r in found]
+            means += [g.mean() for g in groups]
+            runs += [len(g) for g in groups]
             dof = len(y) - len(groups)
-            spread[cell] = (sum(((g - g.mean()) ** 2).sum() for _, g in groups) / dof if dof else 0.0, dof)
+            spread[cell] = (sum(((g - g.mean()) ** 2).sum() for g in groups) / dof if dof else 0.0, dof)
         labels = tuple(sorted({r for _, r in rows}))
         if len(labels) < 2:
             return None
-        cells = list(dict.fromkeys(c for c, _ in rows))
-        ci, ri = {c: k for k, c in enumerate(cells)}, {r: k for k, r in enumerate(labels)}
-        design = np.zeros((len(rows), len(cells) + len(labels) - 1))
-        for i, (c, r) in enumerate(rows):
-            design[i, ci[c]] = 1.0
-            if ri[r]:
-                design[i, len(cells) + ri[r] - 1] = 1.0
+        ci = {c: k for k, c in enumerate(dict.fromkeys(c for c, _ in rows))}
+        ri = {r: k for k, r in enumerate(labels)}
+        cell_of = np.array([ci[c] for c, _ in rows])
+        round_of = np.array([ri[r] for _, r in rows])
+        design = np.zeros((len(rows), len(ci) + len(labels) - 1))
+        design[np.arange(len(rows)), cell_of] = 1.0
+        later = round_of > 0
+        design[np.flatnonzero(later), len(ci) + round_of[later] - 1] = 1.0
         pinv = np.linalg.pinv(design)
         means, runs = np.asarray(means), np.asarray(runs, dtype=float)
         leverage = np.einsum("ij,ji->i", design, pinv)
@@ -108,7 +115,7 @@ class RoundFit:
         dof = int(round(len(rows) - leverage.sum()))
         var = (float((resid**2).sum()) - float(((1 - leverage) * own).sum())) / dof if dof > 0 else 0.0
         noise = (math.sqrt(max(var, 0.0)), max(dof, 0))
-        return cls(tuple(rows), means, runs, pinv[len(cells):], labels, spread, noise)
+        return cls(tuple(rows), means, runs, pinv[len(ci):], labels, spread, noise, cell_of, round_of, ci)
 
     @property
     def effects(self) -> dict:
@@ -120,22 +127,19 @@ class RoundFit:
         each cell's runs with its rounds' shared effects taken out, the variance from the fit's
         weights (σ_int on every round mean, each cell's spread over its runs, Welch-Satterthwaite).
         None where a cell is not in the fit."""
-        cells = [c for c, _ in self.rows]
-        if a not in cells or b not in cells:
+        if a not in self.cells or b not in self.cells:
             return None
         lam = np.zeros(len(self.rows))
         for cell, sign in ((a, 1.0), (b, -1.0)):
-            mine = np.array([c == cell for c in cells])
+            mine = self.cell_of == self.cells[cell]
             lam[mine] = sign * self.runs[mine] / self.runs[mine].sum()
-        by_round = np.array([lam[[r == label for _, r in self.rows]].sum() for label in self.labels[1:]])
+        by_round = np.bincount(self.round_of, weights=lam, minlength=len(self.labels))[1:]
         omega = lam - by_round @ self.weights  # the effects the two cells' rounds had, taken out
         sd, dof_int = self.noise
+        per_cell = np.bincount(self.cell_of, weights=omega**2 / self.runs, minlength=len(self.cells))
+        spread = [self.spread[c] for c in self.cells]
         terms = [(sd**2 * float((omega**2).sum()), dof_int)]
-        for cell in dict.fromkeys(cells):
-            mine = np.array([c == cell for c in cells])
-            if np.any(omega[mine]):
-                var, dof = self.spread[cell]
-                terms.append((var * float((omega[mine] ** 2 / self.runs[mine]).sum()), dof))
+        terms += [(var * float(w), dof) for (var, dof), w in zip(spread, per_cell) if w > 0]
         total = sum(t for t, _ in terms)
         denom = sum(t**2 / d for t, d in terms if t > 0 and d > 0)
         return float(omega @ self.means), total, (total**2 / denom if denom > 0 else math.inf)

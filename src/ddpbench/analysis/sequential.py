@@ -190,14 +190,15 @@ class Evidence:
         return None if self.fit is None else self.fit.within(self.values, self.rounds)
 
     def judge(self, question: Question, alpha: float = LOOK_ALPHA, precision_alpha: float = PRECISION_ALPHA) -> Verdict:
-        plain = judge(question, self.values, alpha, precision_alpha, self.rounds, *self.noise)
         found = self.fit.contrast(*question.cells) if self.fit and question.kind == "comparison" else None
-        if found is None or min(plain.runs) < 2:
-            return plain
+        if found is None:  # (a cell in the fit ran in two rounds: it has 2+ runs)
+            return judge(question, self.values, alpha, precision_alpha, self.rounds, *self.noise)
         center, var, dof = found
-        if plain.runs[0] != plain.runs[1]:  # Hsu's rule, as the calibration of LOOK_ALPHA assumed
-            dof = min(dof, min(plain.runs) - 1)
-        return _verdict(question, center, var, dof, 1 - alpha, plain.runs)
+        fit = self.fit
+        runs = tuple(int(fit.runs[fit.cell_of == fit.cells[c]].sum()) for c in question.cells)
+        if runs[0] != runs[1]:  # Hsu's rule, as the calibration of LOOK_ALPHA assumed
+            dof = min(dof, min(runs) - 1)
+        return _verdict(question, center, var, dof, 1 - alpha, runs)
 
     def runs_to_decide(self, v: Verdict, alpha: float = LOOK_ALPHA, schedule: Sequence[int] = SCHEDULE) -> int | None:
         within = v.question.kind == "comparison" and self.fit is not None
