@@ -5,8 +5,8 @@ Every interval the design reports covers the mean over the rounds its cells ran 
 that is not the throughput at the start, nor at the end, and a cell's precision interval says
 nothing of it. So the rounds themselves are tested: from each cell's mean log throughput in each
 round it ran, a two-way fit (a level per cell, an effect per round: cells funded in different rounds
-still compare; `rounds.shared_effects`) gives each round's effect shared by all cells; a line through those effects gives
-the trend per round, and its t-interval on R - 2 degrees of freedom (R rounds) is taken from the
+still compare; `rounds.shared_effects`) gives each round's effect shared by all cells; a line
+through those effects gives the trend per round, and its t-interval on R - 2 degrees of freedom (R rounds) is taken from the
 effects' scatter about the line. Effects shared by a round that come and go (the machine busy in
 one round, quiet in the next) widen that interval instead of reading as a trend; only a steady
 change does not. Four rounds are the fewest it tests (two degrees of freedom).

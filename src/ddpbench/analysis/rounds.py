@@ -122,6 +122,10 @@ class RoundFit:
         """Round -> its shared effect on log throughput (the first round 0)."""
         return dict(zip(self.labels, [0.0, *map(float, self.weights @ self.means)]))
 
+    def count(self, cell: Cell) -> int:
+        """The runs of a cell in the fit."""
+        return int(self.runs[self.cell_of == self.cells[cell]].sum())
+
     def contrast(self, a: Cell, b: Cell) -> tuple[float, float, float] | None:
         """(a's mean log throughput less b's, within rounds; its variance; degrees of freedom):
         each cell's runs with its rounds' shared effects taken out, the variance from the fit's

@@ -33,8 +33,8 @@ by Welch-Satterthwaite. No question is decided while a cell of it has run in one
 (one round shows no such variation), and a comparison's two cells are funded in the same
 round. A comparison is judged within rounds (`Evidence`, rounds.RoundFit): the effect a round
 had on every cell measured in it cancels between the two cells instead of adding to both sides;
-what is left is the noise of one cell's round. What that means for a whole grid, with and without a job effect per cell and round,
-is `analysis.design_rates`.
+what is left is the noise of one cell's round. What that means for a whole grid, with and
+without a job effect per cell and round, is `analysis.design_rates`.
 
 Verdicts: `faster` / `slower` when the interval lies above / below 1, `equivalent` when it
 lies inside [1/(1 + margin), 1 + margin], else `open`, or `out of reach` when the runs it would
@@ -194,8 +194,7 @@ class Evidence:
         if found is None:  # (a cell in the fit ran in two rounds: it has 2+ runs)
             return judge(question, self.values, alpha, precision_alpha, self.rounds, *self.noise)
         center, var, dof = found
-        fit = self.fit
-        runs = tuple(int(fit.runs[fit.cell_of == fit.cells[c]].sum()) for c in question.cells)
+        runs = tuple(self.fit.count(c) for c in question.cells)
         if runs[0] != runs[1]:  # Hsu's rule, as the calibration of LOOK_ALPHA assumed
             dof = min(dof, min(runs) - 1)
         return _verdict(question, center, var, dof, 1 - alpha, runs)
@@ -225,7 +224,8 @@ class Round:
         """The between-round noise as the decision file keeps it: a cell's (sd, dof) and, where
         comparisons were judged within rounds, the noise left of one cell's round (within_sd, within_dof)."""
         fit = self.evidence.fit
-        return dict(zip(("sd", "dof"), self.round_noise)) | ({} if fit is None else dict(zip(("within_sd", "within_dof"), fit.noise)))
+        within = {} if fit is None else dict(zip(("within_sd", "within_dof"), fit.noise))
+        return dict(zip(("sd", "dof"), self.round_noise)) | within
 
 
 def plan_round(questions: Sequence[Question], values: dict, runs_left: int | None = None,
