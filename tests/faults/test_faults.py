@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from ddpbench.run import warm
+
 FLAGS = [
     "--synthetic-shape", "mnist", "--dataset-size", "64", "--test-size", "16", "--batch-size", "8",
     "--max-steps", "12", "--warmup-steps", "1", "--min-timed-s", "0", "--threads-per-rank", "1",
@@ -39,10 +41,11 @@ def launch(out, *flags, inject=None, timeout=240, preexec_fn=None):
 
 
 def processes_of(out: Path) -> list[int]:
-    """PIDs whose command line or environment names `out` or that run inside it (launcher,
-    torchrun, ranks; a workflow's jobs run in its directory with relative paths). The ranks forked
-    from the zygote carry the zygote's command line: the launcher's command in their environment
-    (sysinfo.LAUNCH_COMMAND_ENV) names them."""
+    """PIDs whose command line or environment names `out`, that run inside it or hold a file of it
+    open (launcher, torchrun, ranks; a workflow's jobs run in its directory with relative paths).
+    The ranks forked from a cold zygote carry the zygote's command line: the launcher's command in
+    their environment (sysinfo.LAUNCH_COMMAND_ENV) names them. A warm zygote's (ddpbench.run.warm)
+    carry its server's command line and starting environment: their output, train.log, names them."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and int(entry.name) != os.getpid():
@@ -54,7 +57,16 @@ def processes_of(out: Path) -> list[int]:
                 continue
             if str(out) in cmdline or str(out) in environ or cwd == str(out) or cwd.startswith(f"{out}/"):
                 found.append(int(entry.name))
+            elif any(target == str(out) or target.startswith(f"{out}/") for target in open_files(entry)):
+                found.append(int(entry.name))
     return found
+
+
+def open_files(process: Path) -> list[str]:
+    try:
+        return [os.readlink(fd) for fd in (process / "fd").iterdir()]
+    except OSError:  # gone, or not ours to read
+        return []
 
 
 def assert_no_process_left(out: Path, within_s: float = 15.0) -> None:
@@ -104,6 +116,7 @@ def test_the_kernel_out_of_memory_killer_is_recognised(tmp_path):
     try:
         summary, _ = launch(tmp_path / "run", "--strategy", "allreduce", inject="grow:1:5", preexec_fn=enter)
     finally:
+        warm.retire_all()  # a warm zygote's server started inside the group stays there until retired
         for _ in range(50):
             try:
                 group.rmdir()
@@ -171,3 +184,64 @@ def test_ctrl_c_stops_the_launcher_promptly_at_every_pause_point(tmp_path, pause
     assert took < 15, f"the launcher took {took:.1f} s to stop"  # its stop waits KILL_WAIT_S (10 s) at most
     assert_no_process_left(out)
     assert not (out / "summary.json").exists()
+
+
+def torchrun_of(out: Path) -> int:
+    """The pid of the cell's torchrun process (the launcher's child, ddpbench.run.torchrun)."""
+    for pid in processes_of(out):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if "ddpbench.run.torchrun" in cmdline:
+            return pid
+    raise AssertionError(f"no torchrun process for {out}")
+
+
+def test_a_warm_cell_whose_torchrun_is_killed_leaves_nothing_behind(tmp_path):
+    """A warm zygote is not in the launcher's process group (ddpbench.run.warm): SIGKILL to the
+    cell's torchrun alone, which no handler sees, still takes the zygote, the agent and the ranks
+    with it (the zygote's alive pipe, then their parent-death signals)."""
+    out = tmp_path / "run"
+    env = dict(os.environ, DDPBENCH_INJECT="hang:1:3", **{warm.FOLDER_ENV: str(tmp_path / "warm")})
+    proc = subprocess.Popen(launch_cmd(out, "--strategy", "allreduce"), env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "heartbeat_rank1").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert "cold start" not in (out / "train.log").read_text()  # it did start warm
+        os.kill(torchrun_of(out), signal.SIGKILL)
+        proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        warm.retire_all(tmp_path / "warm")
+    assert_no_process_left(out, within_s=30)
+    assert json.loads((out / "summary.json").read_text())["status"] == "failed"
+
+
+def test_a_warm_zygote_takes_each_cells_environment_and_a_bad_folder_starts_cold(tmp_path):
+    """Two cells forked from one server: each rank sees its own cell's environment (an injected
+    slowdown in the second only, recorded in env.env_vars); a folder others can enter is refused
+    and the cell starts cold, said in its log, and is measured all the same."""
+    folder = tmp_path / "warm"
+    env = {**os.environ, warm.FOLDER_ENV: str(folder)}
+    try:
+        runs = {}
+        for name, extra in (("a", {}), ("b", {"DDPBENCH_INJECT": "slow:1:1"})):
+            out = tmp_path / name
+            subprocess.run(launch_cmd(out, "--strategy", "allreduce"), env={**env, **extra}, check=True, timeout=240)
+            runs[name] = json.loads((out / "summary.json").read_text())
+            assert "cold start" not in (out / "train.log").read_text()
+        assert len(list(folder.glob("*.sock"))) == 1  # one server for both
+        assert "DDPBENCH_INJECT" not in runs["a"]["env"]["env_vars"]
+        assert runs["b"]["env"]["env_vars"]["DDPBENCH_INJECT"] == "slow:1:1"
+    finally:
+        warm.retire_all(folder)
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    out = tmp_path / "c"
+    subprocess.run(launch_cmd(out), env={**env, warm.FOLDER_ENV: str(shared)}, check=True, timeout=240)
+    assert json.loads((out / "summary.json").read_text())["status"] == "ok"
+    assert "a cold start (no warm zygote: " in (out / "train.log").read_text()
+    assert not list(shared.iterdir())

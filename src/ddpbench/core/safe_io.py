@@ -171,6 +171,21 @@ def make_dir(path: str | os.PathLike, *, root: str | os.PathLike | None = None) 
 real_dir = make_dir  # its earlier name
 
 
+def private_dir(path: str | os.PathLike) -> pathlib.Path:
+    """The folder `path`, made mode 0700 if missing, for what only this user may reach (sockets,
+    servers' logs); refused (UnsafePathError) unless it is a real folder, this user's, that no one
+    else can enter."""
+    full = _absolute(path)
+    try:
+        os.mkdir(full, 0o700)
+    except FileExistsError:
+        pass
+    info = os.lstat(full)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise UnsafePathError(f"{path} is not a private folder of this user's (a real folder, mode 0700)")
+    return pathlib.Path(path)
+
+
 # -- files ------------------------------------------------------------------------------------------
 
 

@@ -27,6 +27,7 @@ cell's setup fell from 2.0-2.3 s to 0.3 s and its launch from 4.5-5.0 s to 4.0-4
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import signal
@@ -84,8 +85,11 @@ def start_zygote(preload: list[str]) -> None:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if forks_ranks(argv):
-        start_zygote([*zygote_preload(argv), AGENT_MODULE])  # before anything here imports torch or starts a thread
-        raise SystemExit(run_agent_forked(argv))
+        preload = [*zygote_preload(argv), AGENT_MODULE]
+        zygote = warm_zygote(preload)
+        if zygote is None:
+            start_zygote(preload)  # before anything here imports torch or starts a thread
+        raise SystemExit(run_agent_forked(argv, zygote))
     from torch.distributed.run import parse_args, run
 
     try:
@@ -94,19 +98,38 @@ def main(argv: list[str] | None = None) -> None:
         freeze_for_exit()
 
 
-def run_agent_forked(argv: list[str]) -> int:
+def warm_zygote(preload: list[str]) -> int | None:
+    """The pid of a zygote forked from a server with `preload` imported (ddpbench.run.warm), or
+    None: a cold start (switched off, or not to be had here: said in the cell's log)."""
+    from ddpbench.run import warm
+
+    if not warm.enabled():
+        return None
+    try:
+        return warm.zygote(preload)
+    except (warm.Unavailable, OSError, ValueError) as err:
+        print(f"[ddpbench] a cold start (no warm zygote: {err})", file=sys.stderr, flush=True)
+        return None
+
+
+def run_agent_forked(argv: list[str], zygote: int | None = None) -> int:
     """Run torchrun's agent in a process forked from the zygote, which has torch imported, and
     return its exit code (128 + N for signal N, as a shell says). This process never imports
     torch: the agent's own import was 2 CPU s of every cell's 4-5.5. It stays the session's
     leader that the launcher waits for and signals; the launcher stops a cell by signalling its
     whole process group, which reaches the agent directly, so a signal is passed on to the
-    agent only when the launcher is gone (the parent-death signal: only this process gets it)."""
+    agent only when the launcher is gone (the parent-death signal: only this process gets it).
+    A warm zygote (`zygote`, its pid) is in a session of its own, out of that group's reach:
+    every signal is passed on to its group, the zygote and the agent."""
     import multiprocessing
 
     launcher = os.getppid()
 
     def pass_on(signum, frame):
-        if os.getppid() != launcher:
+        if zygote is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(zygote, signum)
+        elif os.getppid() != launcher:
             os.kill(agent.pid, signum)
 
     entry = importlib.import_module(ENTRY_MODULE).forked_agent  # pickled by name: not __main__'s copy
@@ -126,6 +149,10 @@ def forked_agent(argv: list[str]) -> None:
     that keeps it alive are inherited (Python 3.11-3.13), so it is told that one is running."""
     import uuid
     import multiprocessing.forkserver
+
+    from ddpbench.run import session
+
+    session.die_with_parent()  # the zygote: gone with a warm one's cell (ddpbench.run.warm)
 
     from torch.distributed.launcher.api import elastic_launch
     from torch.distributed.run import config_from_args, parse_args
