@@ -15,12 +15,16 @@ Under pytest-xdist (`-n 2`, what scripts/test.sh runs) on 2 cores, the work is h
 
 import os
 import pathlib
+import tempfile
 
 import pytest
 
 # The fault tests inject faults (DDPBENCH_INJECT); anywhere else a fault variable is refused without
 # this opt-in (ddpbench.run.faults.OPT_IN). Every process the tests start inherits it.
 os.environ["DDPBENCH_FAULTS"] = "1"
+# Cells start warm, as a user's do (ddpbench.run.warm), from servers of the suite's own, shared by
+# its workers and retired when the suite ends (`pytest_unconfigure`), not a user's.
+os.environ.setdefault("DDPBENCH_WARM_FOLDER", os.path.join(tempfile.gettempdir(), f"ddpbench-warm-tests-{os.getuid()}"))
 
 # wall and CPU seconds per part and file at the end of every run (--suite-times FILE saves them)
 pytest_plugins = ["suite_times"]
@@ -61,6 +65,13 @@ def unit_of(nodeid: str) -> str:
     if path.startswith("tests/integration/"):
         return "tests/integration"
     return nodeid if path in SPREAD else path
+
+
+def pytest_unconfigure(config):
+    if not hasattr(config, "workerinput"):  # the controller (or a run without workers): the suite is over
+        from ddpbench.run import warm
+
+        warm.retire_all()
 
 
 def pytest_configure(config):

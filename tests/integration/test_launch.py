@@ -176,6 +176,26 @@ def test_the_zygote_is_started_only_for_forked_harness_ranks():
     assert not torchrun.forks_ranks(["--start-method"])
 
 
+def test_a_single_node_agent_skips_only_the_first_rounds_random_skew(monkeypatch):
+    """torch elastic's random 0-0.3 s before a node's first rendezvous spreads many nodes; a
+    single-node cell's agent skips that one delay and keeps every other (torchrun.skip_join_skew)."""
+    import inspect
+
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous
+
+    from ddpbench.run import torchrun
+
+    source = inspect.getsource(dynamic_rendezvous.DynamicRendezvousHandler.next_rendezvous)
+    assert f"_delay(seconds={torchrun.FIRST_ROUND_SKEW!r})" in source  # the delay skipped is still torch's
+    waited = []
+    monkeypatch.setattr(dynamic_rendezvous, "_delay", waited.append)
+    torchrun.skip_join_skew()
+    dynamic_rendezvous._delay(torchrun.FIRST_ROUND_SKEW)
+    dynamic_rendezvous._delay(1)
+    dynamic_rendezvous._delay((0, 0.5))
+    assert waited == [1, (0, 0.5)]
+
+
 def test_the_zygote_imports_torch_dynamo_only_for_cells_that_import_it_anyway():
     from ddpbench.run import torchrun
     from ddpbench.strategies import names, strategy_traits

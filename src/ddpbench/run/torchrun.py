@@ -93,7 +93,10 @@ def main(argv: list[str] | None = None) -> None:
     from torch.distributed.run import parse_args, run
 
     try:
-        run(parse_args(argv))  # raises (ChildFailedError, SystemExit) when a rank fails
+        args = parse_args(argv)
+        if args.nnodes in ("1", "1:1"):
+            skip_join_skew()
+        run(args)  # raises (ChildFailedError, SystemExit) when a rank fails
     finally:
         freeze_for_exit()
 
@@ -107,7 +110,7 @@ def warm_zygote(preload: list[str]) -> int | None:
         return None
     try:
         return warm.zygote(preload)
-    except (warm.Unavailable, OSError, ValueError) as err:
+    except Exception as err:  # whatever stops it (another OS, a server gone), the cell still runs: cold
         print(f"[ddpbench] a cold start (no warm zygote: {err})", file=sys.stderr, flush=True)
         return None
 
@@ -164,9 +167,30 @@ def forked_agent(argv: list[str]) -> None:
     if args.standalone:  # as torch's run() does
         args.rdzv_backend, args.rdzv_endpoint, args.rdzv_id = "c10d", "localhost:0", str(uuid.uuid4())
     args.start_method = "forkserver"
+    if args.nnodes in ("1", "1:1"):
+        skip_join_skew()
     config, _, _ = config_from_args(args)
     # forked_rank is ENTRY_MODULE's here (this function came from it by name), so it pickles by name
     elastic_launch(config=config, entrypoint=forked_rank)(*args.training_script_args)
+
+
+def skip_join_skew() -> None:
+    """torch elastic delays a node's first rendezvous by a random 0-0.3 s so that many nodes do
+    not reach the store at once (dynamic_rendezvous's `next_rendezvous`, round 0); the one node of
+    a single-node cell meets nobody, and waited 0.15 s a run on average for nothing. Every other
+    delay (a failed state write's backoff, polling for other nodes) stays."""
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous
+
+    delay = dynamic_rendezvous._delay
+
+    def without_first_round_skew(seconds):
+        if seconds != FIRST_ROUND_SKEW:
+            delay(seconds)
+
+    dynamic_rendezvous._delay = without_first_round_skew
+
+
+FIRST_ROUND_SKEW = (0, 0.3)  # dynamic_rendezvous's argument to _delay for that skew (torch 2.1-2.15)
 
 
 def forked_rank(*argv: str) -> None:

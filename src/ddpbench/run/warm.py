@@ -211,7 +211,7 @@ def _start_server(where: Path, name: str, preload: list[str]) -> None:
     log) and wait until it listens; a server that exits first is said with its log's end."""
     import subprocess
 
-    env = {k: v for k, v in os.environ.items() if k not in PER_RUN_ENV}
+    env = import_environment(dict(os.environ))  # all it imports with; each zygote gets its cell's whole one
     log = where / f"{name}.log"
     with safe_io.open_log(log) as out:
         server = subprocess.Popen(
@@ -303,6 +303,7 @@ def serve(where: Path, name: str, preload: list[str]) -> None:
         raise SystemExit(f"this server's state does not match key {name}: not serving")
     for module in preload:
         __import__(module)
+    os.chdir("/")  # holds no cell's folder (each zygote goes to its own)
     path = where / f"{name}.sock"
     listener = socket.socket(socket.AF_UNIX)
     temporary = where / f"{name}.{os.getpid()}.tmp"
@@ -353,20 +354,18 @@ def _answer(conn: socket.socket, listener: socket.socket, name: str) -> None:
             return
         sys.stdout.flush()
         sys.stderr.flush()
-        settled_r, settled_w = os.pipe()  # closed by the child once it leads its own session
+        settled_r, settled_w = os.pipe()  # closed by the child once it is the cell's zygote
         pid = os.fork()
         if pid == 0:
             try:
-                os.setsid()
-                os.close(settled_w)
                 os.close(settled_r)
                 listener.close()
                 conn.close()
-                _become_zygote(request, fds)
+                _become_zygote(request, fds, settled_w)
             finally:
                 os._exit(1)
         os.close(settled_w)
-        os.read(settled_r, 1)  # so that the cell's signals reach the zygote's group from the start
+        os.read(settled_r, 1)  # answered once it leads its group: the cell's signals reach it from the start
         os.close(settled_r)
         _send(conn, {"pid": pid})
     except (OSError, ValueError, ConnectionError):
@@ -376,11 +375,13 @@ def _answer(conn: socket.socket, listener: socket.socket, name: str) -> None:
             os.close(fd)
 
 
-def _become_zygote(request: dict, fds: list[int]) -> None:
-    """In the forked child: take the cell's streams, environment, folder and umask, then run
-    multiprocessing's fork-server loop on the cell's listener and alive pipe (never returns)."""
+def _become_zygote(request: dict, fds: list[int], settled: int) -> None:
+    """In the forked child: lead a session of its own, take the cell's streams, environment,
+    folder and umask, say so (close `settled`), then run multiprocessing's fork-server loop on the
+    cell's listener and alive pipe (never returns)."""
     from multiprocessing import forkserver
 
+    os.setsid()
     stdin, stdout, stderr, listener_fd, alive_r = fds
     for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
         os.dup2(fd, target)
@@ -392,6 +393,7 @@ def _become_zygote(request: dict, fds: list[int]) -> None:
     os.umask(request["umask"])
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
         signal.signal(sig, signal.SIG_DFL)
+    os.close(settled)
     try:
         forkserver.main(listener_fd, alive_r, [], None, None)  # exits when the cell's T is gone
     except SystemExit:
