@@ -25,16 +25,19 @@ LISTEN = "0A"  # /proc/net/tcp's state column for a listening socket
 
 
 def cell_processes(out: Path) -> list[int]:
-    """The launcher, agent, zygote and ranks of the cell writing to `out` (their environment
-    names it: the launcher's command, sysinfo.LAUNCH_COMMAND_ENV)."""
+    """The processes of the cell writing to `out`: their environment names it (the launcher's
+    command, sysinfo.LAUNCH_COMMAND_ENV), or they write its train.log (a warm zygote's agent and
+    ranks keep their server's starting environment: ddpbench.run.warm)."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and int(entry.name) != os.getpid():
             try:
-                if str(out) in (entry / "environ").read_bytes().decode(errors="replace"):
-                    found.append(int(entry.name))
+                named = str(out) in (entry / "environ").read_bytes().decode(errors="replace")
+                writes = any(os.readlink(fd).startswith(f"{out}/") for fd in (entry / "fd").iterdir())
             except OSError:
                 continue
+            if named or writes:
+                found.append(int(entry.name))
     return found
 
 

@@ -2,7 +2,6 @@
 preloads nothing forks real zygotes here. tests/faults/test_faults.py runs warm cells end to end."""
 
 import os
-import socket
 import time
 from multiprocessing import forkserver
 
@@ -20,6 +19,22 @@ def test_the_key_follows_what_a_zygote_imports_with_not_what_each_run_is_given()
     assert warm.key(["json"], {**env, "OMP_NUM_THREADS": "2"}) != base  # read when torch loads its thread pool
     assert warm.key(["json"], {**env, "LD_PRELOAD": "/x.so"}) != base
     assert warm.key(["json", "csv"], env) != base
+
+
+def test_the_working_folder_is_in_the_key_only_where_it_holds_modules(tmp_path, monkeypatch):
+    plain, other = tmp_path / "plain", tmp_path / "other"
+    for folder in (plain, other):
+        (folder / "results").mkdir(parents=True)
+    monkeypatch.chdir(plain)
+    base = warm.key([], {})
+    monkeypatch.chdir(other)
+    assert warm.key([], {}) == base  # a folder without modules shadows nothing: one server for both
+    (other / "torch.py").write_text("")
+    assert warm.key([], {}) != base
+    (other / "torch.py").unlink()
+    (other / "pkg").mkdir()
+    (other / "pkg" / "__init__.py").write_text("")
+    assert warm.shadows_imports() and warm.key([], {}) != base
 
 
 def test_the_folder_must_be_private(tmp_path, monkeypatch):
@@ -40,16 +55,19 @@ def test_the_folder_must_be_private(tmp_path, monkeypatch):
 
 @pytest.fixture
 def client_state(tmp_path, monkeypatch):
-    """This process as a cell's torchrun would be, its fork-server state restored afterwards."""
-    monkeypatch.setenv(warm.FOLDER_ENV, str(tmp_path / "warm"))
+    """This process as a cell's torchrun would be, its fork-server state restored afterwards; the
+    servers' folder deeper than a Unix socket's address could name (108 bytes)."""
+    folder = tmp_path / ("deep" * 15) / "warm"
+    folder.parent.mkdir()
+    monkeypatch.setenv(warm.FOLDER_ENV, str(folder))
     state = forkserver._forkserver
     for name in ("_forkserver_address", "_forkserver_alive_fd", "ensure_running"):
         monkeypatch.setattr(state, name, getattr(state, name))
-    yield tmp_path / "warm"
+    yield folder
     if warm._keep_alive is not None:
         os.close(warm._keep_alive)
         warm._keep_alive = None
-    warm.retire_all(tmp_path / "warm")
+    warm.retire_all(folder)
 
 
 def wait_gone(pid: int, within_s: float = 10.0) -> bool:
@@ -86,8 +104,7 @@ def test_a_zygote_is_forked_in_its_own_session_with_the_cells_folder_and_goes_wi
 def test_the_server_forks_nothing_for_a_request_of_another_key(client_state):
     warm.zygote([])  # starts the server
     (path,) = client_state.glob("*.sock")
-    with socket.socket(socket.AF_UNIX) as sock:
-        sock.connect(str(path))
+    with warm._connect(path) as sock:
         r, w = os.pipe()
         warm._send(sock, {"key": "another", "env": {}, "cwd": "/", "umask": 0o22}, [r, w, r, w, r])
         answer, _ = warm._receive(sock)

@@ -19,11 +19,12 @@ as a spawned Z would. Nothing else is shared between cells: W is never used itse
 
 W is reused only where a cold zygote would be the same process: the key of a server is the
 interpreter, the modules it imports, the code's files, the environment a cold zygote would
-import with (`IMPORT_ENV`), the user, the namespaces, the cgroups, the CPU affinity, the nice
+import with (`IMPORT_ENV`), the working folder where it holds modules (`shadows_imports`), the user, the namespaces, the cgroups, the CPU affinity, the nice
 value and the resource limits. W is started by the first T that needs it (which then waits for
 it: a first run costs what a cold one does), inherits that T's cgroups (so a memory-limited
 cell's zygote stays limited), and exits after `IDLE_S` without a request, when its socket is
-removed, or when more than `MAX_SERVERS` servers share the folder (the oldest goes). Its folder
+removed, or when more than `MAX_SERVERS` servers share the folder (the least recently used
+goes). Its folder
 is private (mode 0700, this user's); it answers only this user (SO_PEERCRED), and reads JSON,
 never a pickle.
 
@@ -33,6 +34,7 @@ server that will not start) falls back to a cold start, said in train.log.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -47,6 +49,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 
 from ddpbench.core import safe_io
 
@@ -54,7 +57,7 @@ SWITCH_ENV = "DDPBENCH_WARM_START"  # "0": every cell starts cold
 FOLDER_ENV = "DDPBENCH_WARM_FOLDER"  # where the servers live (default: a private folder in the temp dir)
 IDLE_S = 120.0  # a server with no request for this long exits
 READY_S = 180.0  # how long the first run waits for its server's imports before starting cold
-MAX_SERVERS = 4  # servers kept per folder (about 0.3 GB each); the least recently used goes first
+MAX_SERVERS = 6  # servers kept per folder (0.3-0.7 GB each); the least recently used goes first
 #: The environment a zygote's imports can read (the interpreter's, the loader's, the locale, the
 #: thread pools', torch's and its libraries', the temp and cache folders, the harness's own) is in
 #: the key; the rest (a test's name, a job's id) is given to each zygote as is, never imported with.
@@ -110,6 +113,23 @@ def code_stamp(preload: list[str]) -> list:
     return stamp
 
 
+def shadows_imports(folder: str = ".") -> bool:
+    """Whether the working folder holds anything an import could take before the installed
+    packages (`python -m` puts it first on sys.path): a module, or a package with __init__.py. A
+    folder without either cannot (a namespace package loses to any regular one), so cells run from
+    any such folder (a workflow's, a test's) share their servers."""
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                if entry.name.endswith((".py", ".pyc", ".so")):
+                    return True
+                if entry.is_dir() and os.path.exists(os.path.join(entry.path, "__init__.py")):
+                    return True
+    except OSError:
+        return True
+    return False
+
+
 def fingerprint(preload: list[str], env: dict[str, str]) -> dict:
     """Everything a cold zygote's state depends on besides what each zygote is given (see the
     module's docstring)."""
@@ -125,7 +145,7 @@ def fingerprint(preload: list[str], env: dict[str, str]) -> dict:
         "preload": preload,
         "code": code_stamp(preload),
         "env": import_environment(env),
-        "cwd": os.getcwd(),
+        "cwd": os.getcwd() if shadows_imports() else None,
         "ids": [os.getuid(), os.getgid(), sorted(os.getgroups())],
         "cgroup": _read("/proc/self/cgroup"),
         "namespaces": namespaces,
@@ -196,10 +216,22 @@ def _receive(sock: socket.socket, max_fds: int = 0) -> tuple[dict, list[int]]:
     return json.loads(data[LENGTH.size :]), fds
 
 
+@contextlib.contextmanager
+def _short(path: Path) -> Iterator[str]:
+    """`path` by a name short enough for a Unix socket's address (108 bytes, however deep the
+    folder): through its folder's descriptor, /proc/self/fd/N/NAME."""
+    folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        yield f"/proc/self/fd/{folder}/{path.name}"
+    finally:
+        os.close(folder)
+
+
 def _connect(path: Path) -> socket.socket | None:
     sock = socket.socket(socket.AF_UNIX)
     try:
-        sock.connect(str(path))
+        with _short(path) as address:
+            sock.connect(address)
         return sock
     except (FileNotFoundError, ConnectionRefusedError):
         sock.close()
@@ -307,7 +339,8 @@ def serve(where: Path, name: str, preload: list[str]) -> None:
     path = where / f"{name}.sock"
     listener = socket.socket(socket.AF_UNIX)
     temporary = where / f"{name}.{os.getpid()}.tmp"
-    listener.bind(str(temporary))
+    with _short(temporary) as address:
+        listener.bind(address)
     os.chmod(temporary, 0o600)
     listener.listen()
     safe_io.move(temporary, path)  # listening before it is seen
