@@ -181,7 +181,9 @@ def skip_join_skew() -> None:
     delay (a failed state write's backoff, polling for other nodes) stays."""
     from torch.distributed.elastic.rendezvous import dynamic_rendezvous
 
-    delay = dynamic_rendezvous._delay
+    delay = getattr(dynamic_rendezvous, "_delay", None)  # torch's private helper: another torch may lack it
+    if delay is None:
+        return
 
     def without_first_round_skew(seconds):
         if seconds != FIRST_ROUND_SKEW:
