@@ -75,8 +75,10 @@ def test_a_disk_that_fills_during_a_cell_is_named_on_the_terminal_and_a_rerun_me
     assert litter(fs) == []
 
 
-def snakemake(workdir: Path, *extra: str, env=ENV) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(workdir),
+def snakemake(workdir: Path, *extra: str, env=ENV, verb: list[str] | None = None) -> subprocess.CompletedProcess:
+    """Snakemake on the grid in `workdir`, or `ddpbench VERB` with the same snakemake arguments."""
+    start = ["ddpbench", *verb] if verb else ["snakemake"]
+    cmd = [sys.executable, "-m", *start, "--snakefile", str(ROOT / "Snakefile"), "--directory", str(workdir),
            "--profile", str(ROOT / "profiles" / "default"), "--configfile", str(workdir / "grid.yaml"), "--cores", "2",
            *extra]  # fmt: skip
     proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=600)
@@ -131,20 +133,24 @@ def test_a_grid_on_a_full_disk_is_refused_then_named_then_completed_once_space_i
     assert {p: p.stat().st_mtime_ns for p in finished} == finished
     assert litter(fs) == []
 
-    # 4. A damaged summary (cut short): the next workflow run names it, moves it aside and
-    # measures it again; aggregating it meanwhile names it with its path as a failed row.
+    # 4. A damaged summary (cut short): aggregating it names it with its path as a failed row; the
+    # workflow names it when read and changes nothing; `ddpbench status` lists it and `--rerun`
+    # moves its folder aside (kept, under superseded/) and measures it again.
     damaged = next(p for p in (results / "runs").rglob("summary.json") if "world_size~2" in str(p))
-    damaged.write_text(damaged.read_text()[:100])
+    cut = damaged.read_text()[:100]
+    damaged.write_text(cut)
     listed = subprocess.run([sys.executable, "-m", "ddpbench.results.aggregate", str(damaged), "--runs", str(tmp_path / "r.csv"),
                              "--steps", str(tmp_path / "s.csv")], capture_output=True, text=True, env=ENV)  # fmt: skip
     assert listed.returncode == 0, listed.stderr
     with open(tmp_path / "r.csv", newline="") as f:
         (row,) = csv.DictReader(f)
     assert row["status"] == "failed" and row["failure_kind"] == "damaged" and str(damaged.parent) in row["reason"]
-    healed = snakemake(tmp_path)
+    healed = snakemake(tmp_path, verb=["status", "--rerun"])
     assert healed.returncode == 0, healed.said[-4000:]
-    assert "1 damaged run(s) will be measured again" in healed.said and str(damaged.parent.relative_to(tmp_path)) in healed.said
-    assert damaged.with_name("summary.json.damaged").exists()
+    assert re.search(r"damaged +" + re.escape(str(damaged.relative_to(tmp_path).parent)), healed.said), healed.said[-3000:]
+    assert "moved 1 damaged run(s)" in healed.said
+    (kept,) = (results / "superseded").rglob("summary.json")
+    assert kept.read_text() == cut
     assert json.loads(damaged.read_text())["status"] == "ok"
     rows = runs_table(results)
     assert len(rows) == 3 and {r["status"] for r in rows} <= {"ok", "skipped"}

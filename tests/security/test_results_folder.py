@@ -110,7 +110,10 @@ def test_a_results_root_that_is_itself_a_link_is_the_users_choice(tmp_path):
         safe_io.refuse_linked_folders(tmp_path / "results")
 
 
-def test_a_dry_run_names_a_damaged_run_and_changes_nothing(tmp_path):
+def test_reading_the_workflow_names_a_damaged_run_and_changes_nothing(tmp_path):
+    """Issue 70, item 5: nothing is moved while the workflow is read, dry run or not (a real run
+    would then measure the rest and list the damaged one as failed; `ddpbench status --rerun`
+    measures it again: tests/faults/test_storage_faults.py)."""
     work = workdir(tmp_path / "work")
     run = planned_run(work)
     run.mkdir(parents=True)
@@ -122,7 +125,8 @@ def test_a_dry_run_names_a_damaged_run_and_changes_nothing(tmp_path):
     before = files()
     proc = snakemake(work, "-n")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "1 damaged run(s) would be measured again" in proc.stdout + proc.stderr
+    said = proc.stdout + proc.stderr
+    assert "1 damaged run(s), listed as failed: `ddpbench status --rerun`" in said and str(run.relative_to(work)) in said
     assert files() == before
 
 

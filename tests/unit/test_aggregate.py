@@ -145,7 +145,7 @@ def test_command_line_requires_both_tables_and_describes_itself(tmp_path, capsys
     assert "Merge runs into two tidy tables" in capsys.readouterr().out
 
 
-def test_a_truncated_summary_is_a_named_damaged_row_and_heal_moves_it_aside_for_a_rerun(tmp_path):
+def test_a_truncated_summary_is_a_named_damaged_row_that_names_the_verb_that_reruns_it(tmp_path):
     good = make_run(tmp_path, "ddp", 2, 0)
     bad = make_run(tmp_path, "allreduce", 2, 1)
     bad.write_text(bad.read_text()[:40])  # cut mid-write, as a full disk or a crash leaves it
@@ -153,12 +153,12 @@ def test_a_truncated_summary_is_a_named_damaged_row_and_heal_moves_it_aside_for_
     row = read(tmp_path / "runs.csv")[1]
     assert row["status"] == "failed" and row["failure_kind"] == "damaged"
     assert str(bad.parent) in row["reason"] and "unreadable summary.json" in row["reason"]
-    assert "measures it again" in row["reason"]
+    assert "`ddpbench status --rerun` moves it aside and measures it again" in row["reason"]
     assert row["strategy"] == "allreduce" and row["repeat"] == "1"  # from its path
     assert bad.exists(), "aggregating only reads a result folder"
 
     assert aggregate.damage(good) is None and "unreadable" in aggregate.damage(bad)
-    assert aggregate.heal(bad) and not bad.exists() and bad.with_name("summary.json.damaged").exists()
+    assert aggregate.checked_summary(good)[1] is None and aggregate.checked_summary(good)[0]["status"] == "ok"
 
 
 def test_an_ok_summary_whose_step_files_are_missing_is_damaged(tmp_path):
@@ -224,3 +224,25 @@ def test_profile_table_only_when_a_run_was_profiled_and_a_stale_one_goes(tmp_pat
     assert got[0]["run_dir"] == str(profiled.parent) and got[0]["op"] == "gloo:all_reduce"
     assert aggregate.aggregate([plain], tmp_path / "t/runs.csv", tmp_path / "t/steps.csv") == (1, 6, 0)
     assert not table.exists()  # no run profiled any more: the earlier table is not left to mislead
+
+
+def test_status_lists_a_damaged_run_apart_and_rerun_redoes_it(tmp_path):
+    """Issue 70, item 5: a damaged run is for `ddpbench status --rerun` (nothing moves while the
+    workflow is read): its state is damaged, with what is wrong, whether its summary is cut short
+    or its step files are missing; the report's line names the verb."""
+    from ddpbench.plan import status
+
+    cut, partial, good = (make_run(tmp_path, s, 2, 0) for s in ("allreduce", "ddp", "single"))
+    cut.write_text(cut.read_text()[:40])
+    (partial.parent / "steps_rank1.csv").unlink()
+    now = {"code_fingerprint": "c", "lock_hash": "l", "off_lock": ""}
+    env = {"code_fingerprint": "c", "lock_hash": "l", "off_lock": ""}
+    good.write_text(json.dumps({**json.loads(good.read_text()), "env": env}))
+    planned = {str(p.parent): {} for p in (cut, partial, good)}
+    states = {s.run_dir: s for s in status.states({"runs": planned}, now)}
+    assert states[str(cut.parent)].state == "damaged" and "unreadable summary.json" in states[str(cut.parent)].reasons[0]
+    assert states[str(partial.parent)].state == "damaged" and "1 of 2 ranks' step files are missing" in states[str(partial.parent)].reasons[0]
+    assert states[str(good.parent)].state == "current"
+    said = status.report(list(states.values()), "results")
+    assert "0 stale, 2 damaged, 0 not yet run" in said and f"damaged {cut.parent}" in said
+    assert "rerun exactly the damaged runs: ddpbench status --rerun" in said

@@ -232,3 +232,22 @@ def test_a_verdict_is_final_at_the_look_that_reached_it(tmp_path):
     assert [v for v in rejudged.verdicts if set(v.cells) == {"a", "s"}][0].verdict != "slower"
     assert third.settled >= second.settled and third.stopped["s"] == "decided"
     assert design.Decision.from_json(third.to_json()) == third  # the round is written and read back
+
+
+def test_until_decided_defaults_are_written_once():
+    """Issue 70, item 5: the schema's defaults, the design's Settings and the analysis' are
+    study_config.UNTIL_DECIDED's (a default changed there changes them all)."""
+    from ddpbench.analysis import sequential
+    from ddpbench.core.study_config import UNTIL_DECIDED
+    from ddpbench.plan import config_schema
+
+    props = config_schema.UNTIL_DECIDED["properties"]
+    assert set(props) == set(UNTIL_DECIDED)
+    assert {k: v["default"] for k, v in props.items()} == {k: list(v) if isinstance(v, tuple) else v for k, v in UNTIL_DECIDED.items()}
+    assert design.Settings.from_config({}) == design.Settings()
+    s = design.Settings()
+    assert (s.first, s.cap, s.precision, s.margin, s.compare) == (UNTIL_DECIDED["first"], UNTIL_DECIDED["max_per_cell"],
+                                                                 UNTIL_DECIDED["precision"], UNTIL_DECIDED["margin"],
+                                                                 tuple(UNTIL_DECIDED["compare"]))  # fmt: skip
+    assert (sequential.TARGET, sequential.MARGIN) == (UNTIL_DECIDED["precision"], UNTIL_DECIDED["margin"])
+    assert design.Settings.from_config({"max_per_cell": 20, "budget": "1m"}) == design.Settings(cap=20, budget_s=60.0)

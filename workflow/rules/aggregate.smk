@@ -1,7 +1,7 @@
 # Merge every run's summary.json and per-rank step files into two tidy tables. The
 # summary paths go through stdin (printf is a shell builtin), so grids of any size fit.
-# A damaged run (unreadable summary, missing step files) is a failed row naming it; the
-# next workflow run measures it again (plan.smk: heal_damaged_runs).
+# A damaged run (unreadable summary, missing step files) is a failed row naming it;
+# `ddpbench status --rerun` measures it again (plan.smk: name_damaged_runs).
 # --log: output to the log, the result line (or a full disk's explanation) to the terminal;
 # --results: no folder below the results folder is followed if a link (docs/security.md).
 

@@ -1,5 +1,5 @@
 """The checks and handlers around a whole workflow run (no rules), on the grid that
-common.smk planned: runs made by other code (ddpbench.plan.status), damaged runs healed,
+common.smk planned: runs made by other code (ddpbench.plan.status), damaged runs named,
 the plan's warnings (ddpbench.plan.preflight) at include time, and again last in a dry
 run; and the onstart/onerror handlers the Snakefile calls: the results folder's space, the
 invocation record, the saved plan and the progress counter.
@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import yaml
-from snakemake.cli import get_argument_parser
 from snakemake.exceptions import WorkflowError
 from snakemake.logging import logger
 
@@ -34,7 +33,7 @@ from ddpbench.plan.preflight import PREFIX as PLAN_PREFIX
 from ddpbench.plan.preflight import warnings as plan_warnings
 from ddpbench.plan.status import PLAN_ENV, stale_runs, write_plan
 from ddpbench.results import progress
-from ddpbench.results.aggregate import damage, heal
+from ddpbench.results.aggregate import damage
 from ddpbench.run import faults
 
 
@@ -128,45 +127,22 @@ def record_invocation():
         log.write(f"{stamp}\t{code_fingerprint()}\t{shlex.join(sys.argv)}\n")
 
 
-def dry_run():
-    """Whether this is `snakemake -n` (the workflow object knows only after the Snakefile is read)."""
-    try:
-        args, _ = get_argument_parser().parse_known_args(sys.argv[1:])
-    except SystemExit:  # not Snakemake's command line (the API)
-        return False
-    return bool(getattr(args, "dryrun", False))
-
-
-def heal_damaged_runs():
+def name_damaged_runs():
     """Before Snakemake decides what to run: a finished run whose files are damaged (an
-    unreadable summary.json, an ok one whose step files are missing) has its summary moved
-    aside (summary.json.damaged), so this workflow run measures it again; each is named.
-    A dry run changes nothing on disk: it only names them.
+    unreadable summary.json, an ok one whose step files are missing) is named, with the verb
+    that measures it again. Reading the workflow changes nothing on disk (Snakemake takes such
+    a summary for a finished run; the report lists the run as failed).
     """
     damaged = [
-        (s, what)
+        f"{s.parent}: {what}"
         for s in map(Path, STUDY.summaries())
         if s.exists() and (what := damage(s))
     ]
-    if damaged and dry_run():
-        named = "; ".join(f"{s.parent}: {what}" for s, what in damaged[:5])
+    if damaged:
         logger.warning(
-            f"ddpbench: {len(damaged)} damaged run(s) would be measured again (a real "
-            f"run moves their summary aside; this dry run does not): {named}"
-        )
-        return
-    healed, stuck = [], []
-    for summary, what in damaged:
-        (healed if heal(summary) else stuck).append(f"{summary.parent}: {what}")
-    if healed:
-        logger.warning(
-            f"ddpbench: {len(healed)} damaged run(s) will be measured again "
-            f"(summary moved aside to summary.json.damaged): " + "; ".join(healed[:5])
-        )
-    if stuck:
-        logger.warning(
-            f"ddpbench: {len(stuck)} damaged run(s) could not be moved aside; delete their "
-            "summary.json to measure them again: " + "; ".join(stuck[:5])
+            f"ddpbench: {len(damaged)} damaged run(s), listed as failed: `ddpbench status "
+            "--rerun` (with this command's snakemake arguments) moves them aside and measures "
+            "them again: " + "; ".join(damaged[:5])
         )
 
 
@@ -237,7 +213,7 @@ if workflow.is_main_process:
         raise WorkflowError(f"ddpbench: {faults.refusal()}")
     check_stale_runs()
     if not os.environ.get(PLAN_ENV):  # ddpbench.plan.status only reads
-        heal_damaged_runs()
+        name_damaged_runs()
         print_plan()
         # The command line's -n is known now, whether jobs were planned only at exit.
         if getattr(workflow.output_settings, "dryrun", False):

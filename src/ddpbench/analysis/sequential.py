@@ -56,6 +56,7 @@ from scipy import special  # the t distribution's functions: scipy.stats would a
 
 from ddpbench.analysis.intervals import add_variance, welch_variance
 from ddpbench.analysis.rounds import RoundFit, cell_logs, round_noise, round_weight
+from ddpbench.core.study_config import UNTIL_DECIDED
 
 SCHEDULE = (3, 5, 8, 11, 14, 20, 28, 40)
 # calibrate_look_alpha(SCHEDULE, reps=400_000, seed=0) -> 0.00836, at its smallest where the
@@ -74,8 +75,8 @@ LOOK_ALPHA = 0.0083
 # for 4 % more runs on a quiet machine.
 PRECISION_ALPHA = 0.015
 LEVEL = 0.95  # the family-wise level LOOK_ALPHA delivers
-TARGET = 0.05  # default relative precision of a cell's throughput
-MARGIN = 0.05  # default equivalence margin of a comparison
+TARGET = UNTIL_DECIDED["precision"]  # default relative precision of a cell's throughput
+MARGIN = UNTIL_DECIDED["margin"]  # default equivalence margin of a comparison
 
 Cell = Hashable
 

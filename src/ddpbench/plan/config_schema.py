@@ -422,28 +422,30 @@ UNTIL_DECIDED = {
     "properties": {
         "budget": {
             "anyOf": [{"type": "number", "minimum": 0}, {"type": "string", "pattern": r"^\s*(\d+(\.\d+)?\s*[smh]\s*)+$"}],
-            "default": 0,
             "description": "wall time of the runs (90s, 10m, 1h30m, or seconds), the first round included: the plan "
                            "refuses a design whose first round it estimates above it, naming a budget that pays it; "
                            "later rounds are cut to what is left (0: none)",
         },
-        "max_runs": {"type": "integer", "minimum": 0, "default": 0, "description": "the most runs in all, the first round included (0: none)"},
-        "first": {"type": "integer", "minimum": 3, "maximum": 40, "default": 3, "description": "runs of every cell before the first look"},
-        "max_per_cell": {"type": "integer", "minimum": 3, "maximum": 40, "default": 40,
+        "max_runs": {"type": "integer", "minimum": 0, "description": "the most runs in all, the first round included (0: none)"},
+        "first": {"type": "integer", "minimum": 3, "maximum": 40, "description": "runs of every cell before the first look"},
+        "max_per_cell": {"type": "integer", "minimum": 3, "maximum": 40,
                          "description": "the most runs of one cell (the looks are calibrated up to 40)"},
-        "precision": {"type": "number", "minimum": 0, "maximum": 1, "default": study_config.PRECISION,
+        "precision": {"type": "number", "minimum": 0, "maximum": 1,
                       "description": "relative half-width sought for each cell's throughput (0: not asked)"},
-        "margin": {"type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": 0.05,
+        "margin": {"type": "number", "exclusiveMinimum": 0, "maximum": 1,
                    "description": "two cells whose throughputs are within a factor 1 + margin of each other (the "
                                   "ratio in [1/(1 + margin), 1 + margin]) are equivalent"},
-        "speedup": {"type": "boolean", "default": True, "description": "compare every cell with its baseline cell"},
-        "compare": {"type": "array", "uniqueItems": True, "items": {"type": "string"}, "default": ["strategy"],
+        "speedup": {"type": "boolean", "description": "compare every cell with its baseline cell"},
+        "compare": {"type": "array", "uniqueItems": True, "items": {"type": "string"},
                     "description": "axes along which cells equal in every other axis are compared with each other"},
-        "predict": {"type": "boolean", "default": False,
+        "predict": {"type": "boolean",
                     "description": "predict, then measure: the first round measures the step model's parts only; a "
                                    "comparison its predictions answer is not measured (docs/report.md)"},
     },
 }  # fmt: skip
+# Its defaults are written once, in core.study_config (the design and the analysis read them there).
+for _key, _default in study_config.UNTIL_DECIDED.items():
+    UNTIL_DECIDED["properties"][_key]["default"] = list(_default) if isinstance(_default, tuple) else _default
 
 
 def coerce_typed_strings(value: Any, schema: dict[str, Any], defs: dict[str, Any] | None = None) -> Any:

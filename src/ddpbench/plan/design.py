@@ -46,6 +46,7 @@ from ddpbench.analysis.sequential import Question
 from ddpbench.core import bounded, run_record
 from ddpbench.core.layout import Layout
 from ddpbench.core.safe_io import atomic_write_text
+from ddpbench.core.study_config import UNTIL_DECIDED as DEFAULTS
 
 UNITS = {"s": 1, "m": 60, "h": 3600}
 # A decision holds a grid's counts and its questions' verdicts: kilobytes to a few MB, nested 4
@@ -75,31 +76,25 @@ def parse_duration(text: Any) -> float:
 class Settings:
     """The design's config (`until_decided:`); budgets of 0 mean none."""
 
-    first: int = 3
-    cap: int = 40
+    first: int = DEFAULTS["first"]
+    cap: int = DEFAULTS["max_per_cell"]
     budget_s: float = 0.0
-    budget_runs: int = 0
-    precision: float = sequential.TARGET  # 0: no precision questions
-    margin: float = sequential.MARGIN
-    speedup: bool = True
-    compare: tuple = ("strategy",)
+    budget_runs: int = DEFAULTS["max_runs"]
+    precision: float = DEFAULTS["precision"]  # 0: no precision questions
+    margin: float = DEFAULTS["margin"]
+    speedup: bool = DEFAULTS["speedup"]
+    compare: tuple = tuple(DEFAULTS["compare"])
     # predict, then measure: the first round measures only the step model's parts (stepmodel.anchors)
     # and the comparisons its predictions answer are not measured (module doc)
-    predict: bool = False
+    predict: bool = DEFAULTS["predict"]
 
     @classmethod
     def from_config(cls, section: Mapping[str, Any]) -> Settings:
-        s = cls(
-            first=int(section.get("first", cls.first)),
-            cap=int(section.get("max_per_cell", cls.cap)),
-            budget_s=parse_duration(section.get("budget", 0)),
-            budget_runs=int(section.get("max_runs", 0)),
-            precision=float(section.get("precision", cls.precision)),
-            margin=float(section.get("margin", cls.margin)),
-            speedup=bool(section.get("speedup", True)),
-            compare=tuple(section.get("compare", cls.compare)),
-            predict=bool(section.get("predict", False)),
-        )
+        """The settings of an `until_decided:` section (a key it lacks: study_config.UNTIL_DECIDED's)."""
+        got = {**DEFAULTS, **section}
+        s = cls(int(got["first"]), int(got["max_per_cell"]), parse_duration(got["budget"]), int(got["max_runs"]),
+                float(got["precision"]), float(got["margin"]), bool(got["speedup"]), tuple(got["compare"]),
+                bool(got["predict"]))  # fmt: skip
         if not 3 <= s.first <= s.cap:
             raise ValueError(f"until_decided.first {s.first} must be at least 3 and at most max_per_cell {s.cap}")
         return s

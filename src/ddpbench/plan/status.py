@@ -3,7 +3,7 @@ exactly those. It works from what the results folder holds (each run's summary.j
 from Snakemake's private metadata, so it holds in a fresh checkout too.
 
     ddpbench status [SNAKEMAKE ARGS]          # e.g. --configfile configs/tiny.yaml
-    ddpbench status --rerun [SNAKEMAKE ARGS]  # move the stale runs aside, run them again
+    ddpbench status --rerun [SNAKEMAKE ARGS]  # move the stale and damaged runs aside, run them again
     ddpbench status --rerun-failed [SNAKEMAKE ARGS]  # the failed and timed-out ones too
 
 The current plan (every run the config asks for, with the cell parameters it would run
@@ -15,9 +15,13 @@ summary.json records
 - other cell parameters than the plan gives its folder: "settings" (a strategy setting the
   strategy does not read is never compared: changing it reruns nothing);
 - another lock hash, or other off-lock packages than this environment has: "environment".
-`--rerun` moves each stale run folder under RESULTS/superseded/<UTC time>/ (nothing measured
-is lost), then runs Snakemake with the same arguments, which redoes exactly those runs and
-the tables and report after them. A failed or timed-out run is a measurement too (Snakemake
+A run is damaged when its files are (results.aggregate.damage): a summary.json that cannot be
+read (cut short by a full disk or a crash), or one that says ok while ranks' step files are
+missing. The workflow names damaged runs when it is read and changes nothing (Snakemake would
+take their summary for a finished run); the report lists them as failed.
+`--rerun` moves each stale and damaged run folder under RESULTS/superseded/<UTC time>/ (nothing
+measured is lost), then runs Snakemake with the same arguments, which redoes exactly those runs
+and the tables and report after them. A failed or timed-out run is a measurement too (Snakemake
 never redoes it by itself: the grid goes on past it); `--rerun-failed` also moves those aside
 and redoes them, e.g. after a hang whose cause is gone. The moved run keeps its reason.
 
@@ -43,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from ddpbench.core import run_record, safe_io, sysinfo
+from ddpbench.results.aggregate import checked_summary
 
 PLAN_ENV = "DDPBENCH_PLAN_OUT"  # where the workflow writes its plan when asked (a dry run)
 
@@ -50,7 +55,7 @@ PLAN_ENV = "DDPBENCH_PLAN_OUT"  # where the workflow writes its plan when asked 
 @dataclass(frozen=True)
 class RunState:
     run_dir: str
-    state: str  # current | stale | missing | failed
+    state: str  # current | stale | damaged | missing | failed
     reasons: tuple[str, ...] = ()
 
 
@@ -81,10 +86,9 @@ def run_state(run_dir: str, planned: dict[str, Any], now: dict[str, Any]) -> Run
     path = Path(run_dir) / "summary.json"
     if not path.is_file():
         return RunState(run_dir, "missing")
-    try:
-        summary = run_record.read_summary(path)
-    except (OSError, ValueError):
-        return RunState(run_dir, "failed", ("unreadable summary.json",))
+    summary, what = checked_summary(path)
+    if what:
+        return RunState(run_dir, "damaged", (what,))
     env = summary.get(run_record.ENV_BLOCK) or {}
     params = {**(summary.get("params") or {}), "world_size": summary.get("world_size"), "nodes": summary.get("nodes", 1)}
     reasons = []
@@ -136,17 +140,22 @@ def supersede(stale: list[RunState], results: str, cwd: Path) -> Path:
     return root
 
 
+REDONE = ("stale", "damaged")  # what --rerun moves aside and measures again
+
+
 def report(all_states: list[RunState], results: str) -> str:
-    counts = {k: sum(s.state == k for s in all_states) for k in ("current", "stale", "missing", "failed")}
+    counts = {k: sum(s.state == k for s in all_states) for k in ("current", *REDONE, "missing", "failed")}
     lines = [
         f"[ddpbench] {results}: {len(all_states)} planned runs: {counts['current']} current, {counts['stale']} stale, "
-        f"{counts['missing']} not yet run, {counts['failed']} failed or timed out"
+        + (f"{counts['damaged']} damaged, " if counts["damaged"] else "")
+        + f"{counts['missing']} not yet run, {counts['failed']} failed or timed out"
     ]
     for s in all_states:
-        if s.state in ("stale", "failed"):
-            lines.append(f"{s.state:<6} {s.run_dir}  ({'; '.join(s.reasons)})")
-    if counts["stale"]:
-        lines.append("rerun exactly the stale runs: ddpbench status --rerun [the same snakemake arguments]")
+        if s.state in (*REDONE, "failed"):
+            lines.append(f"{s.state:<7} {s.run_dir}  ({'; '.join(s.reasons)})")
+    if counts["stale"] or counts["damaged"]:
+        redo = " and ".join(k for k in REDONE if counts[k])
+        lines.append(f"rerun exactly the {redo} runs: ddpbench status --rerun [the same snakemake arguments]")
     if counts["failed"]:
         lines.append("rerun the failed ones too: ddpbench status --rerun-failed [the same snakemake arguments]")
     return "\n".join(lines)
@@ -265,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         epilog="Any other argument goes to snakemake (the plan's dry run, and the rerun).",
         allow_abbrev=False,  # a snakemake flag such as --unlock must not be taken for ours
     )
-    parser.add_argument("--rerun", action="store_true", help="move the stale runs aside and run snakemake")
+    parser.add_argument("--rerun", action="store_true", help="move the stale and damaged runs aside and run snakemake")
     parser.add_argument(
         "--rerun-failed", action="store_true", help="--rerun, moving the failed and timed-out runs aside as well"
     )
@@ -283,13 +292,13 @@ def main(argv: list[str] | None = None) -> int:
     print(report(all_states, plan["results"]), flush=True)
     if plan.get("design"):
         print(f"[ddpbench] {plan['design']}", flush=True)
-    redo = ("stale", "failed") if args.rerun_failed else ("stale",)
+    redo = (*REDONE, "failed") if args.rerun_failed else REDONE
     moved = [s for s in all_states if s.state in redo]
     if not (args.rerun or args.rerun_failed):
         return 0
     if moved:
         where = supersede(moved, plan["results"], cwd)
-        what = " and ".join(f"{sum(s.state == k for s in moved)} {k}" for k in redo)
+        what = " and ".join(f"{n} {k}" for k in redo if (n := sum(s.state == k for s in moved)))
         print(f"[ddpbench] moved {what} run(s) to {where}; rerunning them", flush=True)
     return subprocess.run([sys.executable, "-m", "snakemake", *snakemake_args], cwd=cwd).returncode
 

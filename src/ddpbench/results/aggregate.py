@@ -20,9 +20,8 @@ when no run has a profile.
 A damaged run (a summary.json that cannot be read, or one that says ok while ranks' step
 files are missing) becomes a row with status "failed", failure_kind "damaged" and a reason
 naming the file, its parameters taken from the name~value folders of its path, so nothing
-that was scheduled silently disappears from the tables. The next workflow run moves its
-summary aside while planning (`heal`), so Snakemake measures it again instead of keeping
-the hole. Both files are written atomically; a write that fails for lack of space names
+that was scheduled silently disappears from the tables. The workflow names it when read, and
+`ddpbench status --rerun` moves its folder aside and measures it again (plan.status). Both files are written atomically; a write that fails for lack of space names
 the file and the free space.
 
 A run folder is untrusted input (safe_io): a run's identity columns (LEADING_RUN_COLUMNS)
@@ -75,12 +74,12 @@ def path_values(run_dir: pathlib.Path) -> dict[str, str]:
 
 def load_summary(path: pathlib.Path) -> dict[str, Any]:
     """The run's summary, or a failed one naming what is damaged (see `damage`)."""
-    summary, what = _read_summary(path)
+    summary, what = checked_summary(path)
     if what is None:
         return summary
     failed = {"status": "failed", "failure": {"kind": "damaged", "reason": what},
-              "reason": f"damaged run {path.parent}: {what}; the next workflow run moves it aside "
-                        f"(summary.json{DAMAGED_SUFFIX}) and measures it again"}  # fmt: skip
+              "reason": f"damaged run {path.parent}: {what}; `ddpbench status --rerun` moves it aside "
+                        "and measures it again"}  # fmt: skip
     if summary is not None:  # readable: its own parameters still name the run
         failed.update(params=summary.get("params"), world_size=summary.get("world_size"), nodes=summary.get("nodes"))
     return failed
@@ -90,10 +89,11 @@ def damage(path: pathlib.Path) -> str | None:
     """What is wrong with a finished run's files, or None: a summary.json that cannot be
     read (cut short by a full disk or a crash), or one that says ok while ranks' step
     files are missing."""
-    return _read_summary(path)[1]
+    return checked_summary(path)[1]
 
 
-def _read_summary(path: pathlib.Path) -> tuple[dict[str, Any] | None, str | None]:
+def checked_summary(path: pathlib.Path) -> tuple[dict[str, Any] | None, str | None]:
+    """(the summary, None), or (what could be read of it, what is damaged: see `damage`)."""
     if path.exists() and not safe_io.inside(path, path.parent):
         return None, "unreadable summary.json: not a regular file inside its run folder"
     try:
@@ -106,22 +106,6 @@ def _read_summary(path: pathlib.Path) -> tuple[dict[str, Any] | None, str | None
         if found < expected:
             return summary, f"summary.json says ok but {expected - found} of {expected} ranks' step files are missing"
     return summary, None
-
-
-DAMAGED_SUFFIX = ".damaged"
-
-
-def heal(path: pathlib.Path) -> bool:
-    """Move a damaged run's summary aside (summary.json.damaged, kept for inspection), so the
-    workflow sees the run as not done and measures it again. The workflow calls this while
-    planning, before Snakemake decides what to run; False if it could not be moved."""
-    try:
-        safe_io.move(path, path.with_name(path.name + DAMAGED_SUFFIX))
-    except FileNotFoundError:
-        return True
-    except OSError:
-        return False
-    return True
 
 
 def run_row(summary_path: pathlib.Path) -> dict[str, Any]:
