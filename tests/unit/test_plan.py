@@ -65,7 +65,7 @@ def test_the_time_estimate_learns_only_from_summaries_it_can_place(tmp_path):
     """Summaries without a host (or failed) are not this host's runs: the default stays (the
     learning itself: test_plan_estimate.py)."""
     cells, results = [cell(min_timed_s=5.0)], tmp_path / "results"
-    assert "12 s a run, a default" in estimate.time_estimate(cells, 3, 3, results, now=QUIET)  # 6 + 1.2 x 5
+    assert "9 s a run, a default" in estimate.time_estimate(cells, 3, 3, results, now=QUIET)  # 3 + 1.2 x 5
     runs = results / "runs" / "a"
     for i, s in enumerate((20.0, 30.0, 40.0)):
         (runs / f"repeat~{i}").mkdir(parents=True)
@@ -74,22 +74,24 @@ def test_the_time_estimate_learns_only_from_summaries_it_can_place(tmp_path):
     (runs / "repeat~9").mkdir()
     (runs / "repeat~9" / "summary.json").write_text(json.dumps({"status": "failed"}))
     line = estimate.time_estimate(cells, 3, 10, results, now=QUIET)
-    assert "12 s a run, a default, no run of this host in" in line and "about 2 min" in line, line
+    assert "9 s a run, a default, no run of this host in" in line and "about 2 min" in line, line
 
 
 def test_the_default_estimate_counts_what_a_link_cell_adds(tmp_path):
     one_node, on_link = cell(min_timed_s=1.0), cell(min_timed_s=1.0, link="100mbit")
     line = estimate.time_estimate([one_node], 3, 3, tmp_path / "results", now=QUIET)
-    assert "7 s a run, a default" in line and ": 6 s fixed + the steps" in line, line
+    assert "4 s a run, a default" in line and ": 3 s fixed + the steps" in line, line
+    # a cell over a link starts cold (6 s) and adds the link's 4 s: (4.2 + 3 x 11.2) / 4 s a run
     line = estimate.time_estimate([one_node, on_link, on_link, on_link], 3, 90, tmp_path / "results", now=QUIET)
-    assert "10 s a run, a default" in line and "6 s fixed (+ 4 s a cell over a link)" in line and "about 15 min" in line
+    assert "9 s a run, a default" in line and "3 s (warm CPU cells) to 6 s fixed (+ 4 s a cell over a link)" in line
+    assert "about 14 min" in line, line
 
 
 def test_the_default_estimate_counts_what_compiling_adds(tmp_path):
     eager, compiled = cell(min_timed_s=1.0), cell(min_timed_s=1.0, compile="model")
     line = estimate.time_estimate([eager, compiled], 3, 6, tmp_path / "results", now=QUIET)
-    assert "12 s a run, a default" in line and "6 s fixed (+ 10 s a compiled cell)" in line, line
-    assert "about 73 s" in line  # 6 x (6 + 10 / 2 + 1.2)
+    assert "9 s a run, a default" in line and "3 s fixed (+ 10 s a compiled cell)" in line, line
+    assert "about 55 s" in line  # 6 x (3 + 10 / 2 + 1.2)
 
 
 def test_the_default_estimate_counts_a_heavy_models_steps(tmp_path):
@@ -107,7 +109,7 @@ def test_the_default_estimate_counts_a_heavy_models_steps(tmp_path):
     line = estimate.time_estimate([one] + [four] * 6, 3, 21, tmp_path / "results", now=QUIET)  # 30 min measured for its 21 runs on 2 cores
     cores = os.cpu_count()
     per_run = estimate.FIXED_RUN_S + (estimate.compute_s(one, cores) + 6 * estimate.compute_s(four, cores)) / 7
-    assert f"({per_run:.0f} s a run, a default" in line and "6 s fixed + the steps" in line, line
+    assert f"({per_run:.0f} s a run, a default" in line and f"{estimate.FIXED_RUN_S:g} s fixed + the steps" in line, line
     # imagenette's FLOPs follow the image's area
     assert catalog.forward_flops("densenet121", "imagenette", 80) == catalog.forward_flops("densenet121", "imagenette") / 4
 

@@ -132,6 +132,16 @@ def test_with_no_history_the_default_is_used_and_named(tmp_path):
     assert f"{estimate.FIXED_RUN_S:g} s fixed + the steps" in line and "busy" not in line
 
 
+def test_a_cell_that_cannot_start_warm_costs_a_cold_start_by_default(tmp_path):
+    """CPU cells on one node start warm (run.warm); a CUDA cell or one over a link starts cold."""
+    p = cell(**GPT, batch_size=32, dataset_size=2048)
+    assert estimate.default_run_s(p, 2)[0] == estimate.FIXED_RUN_S < estimate.COLD_RUN_S
+    assert estimate.default_run_s({**p, "device": "cuda"}, 2)[0] == estimate.COLD_RUN_S
+    assert estimate.default_run_s({**p, "link": "1gbit"}, 2)[0] == estimate.COLD_RUN_S + estimate.LAB_RUN_S
+    line = estimate.time_estimate([p, {**p, "device": "cuda"}], 3, 6, tmp_path / "results", host=HOST, now=QUIET)
+    assert f"{estimate.FIXED_RUN_S:g} s (warm CPU cells) to {estimate.COLD_RUN_S:g} s fixed" in line, line
+
+
 def test_a_cell_the_launcher_skips_costs_a_skip_not_a_run(tmp_path):
     ddp_alone = cell(**GPT, batch_size=32, dataset_size=2048, world_size=1)
     line = estimate.time_estimate([ddp_alone], 1, 10, tmp_path / "results", host=HOST, now=QUIET)

@@ -32,9 +32,15 @@ from ddpbench.plan import catalog
 from ddpbench.strategies import strategy_traits
 
 # Seconds a run costs beyond its steps' FLOPs when this host has measured none: launch, imports,
-# process group, data. Conservative: ok runs' fixed cost on the 2-core VM was 2.3-5 s for the mlp
-# (median 3.6 s at p = 2) and 6 s for gpt_tiny when quiet, up to 13 s when busy (2026-11-27).
-FIXED_RUN_S = 6.0
+# process group, data. A CPU cell on one node starts warm (run.warm: its ranks forked from a server
+# that imported torch once): its fixed part was 1.3 s quiet and 1.6 s busy for the default grid's
+# mlp, the workflow's first cell 2.5-3.5 s more, as a cold one (2026-11-29, benchmarks/measured/
+# cpu-2026-11-29/run_length.txt and warm_start.txt); conservative, as the 6 s before it was.
+FIXED_RUN_S = 3.0
+# ... and a cell that starts cold (CUDA, or over a link): ok runs' fixed cost on the 2-core VM was
+# 2.3-5 s for the mlp (median 3.6 s at p = 2) and 6 s for gpt_tiny when quiet, up to 13 s when
+# busy (2026-11-27, before the warm start).
+COLD_RUN_S = 6.0
 # ... and what a cell over a link adds (a second launcher per node, the namespaces, the bandwidth
 # probe): lab cells cost 5-11 s fixed against 3 s for one node (the interconnect preset, docs/clusters.md).
 LAB_RUN_S = 4.0
@@ -246,6 +252,12 @@ def _kind(p: dict[str, Any]) -> tuple[str, bool, bool]:
     return str(p.get("device", "cpu")), str(p.get("link", NO_LINK)) != NO_LINK, str(p.get("compile", "none")) != "none"
 
 
+def _fixed_default(p: dict[str, Any]) -> float:
+    """A run's fixed seconds before any is measured: a CPU cell on one node starts warm (run.warm)."""
+    device, on_link, _ = _kind(p)
+    return FIXED_RUN_S if device == "cpu" and not on_link else COLD_RUN_S
+
+
 def _median(values: Iterable[float | None]) -> float | None:
     known = [v for v in values if v is not None]
     return statistics.median(known) if known else None
@@ -297,10 +309,11 @@ def _model_pace(p: dict[str, Any], runs: list[MeasuredRun]) -> float | None:
 
 
 def default_run_s(p: dict[str, Any], cores: int) -> tuple[float, float]:
-    """(fixed, steps) seconds of a run of cell `p` with nothing measured: FIXED_RUN_S (+ a link's,
-    a compile's) and compute_s's FLOPs at CPU_FORWARD_FLOPS_PER_S, min_timed_s at least."""
-    on_link, compiled = _kind(p)[1:]
-    fixed = FIXED_RUN_S + on_link * LAB_RUN_S + compiled * COMPILE_RUN_S
+    """(fixed, steps) seconds of a run of cell `p` with nothing measured: FIXED_RUN_S, or COLD_RUN_S
+    for a cell that cannot start warm (+ a link's, a compile's), and compute_s's FLOPs at
+    CPU_FORWARD_FLOPS_PER_S, min_timed_s at least."""
+    _, on_link, compiled = _kind(p)
+    fixed = _fixed_default(p) + on_link * LAB_RUN_S + compiled * COMPILE_RUN_S
     return fixed, max(MIN_TIMED_OVERSHOOT * float(p["min_timed_s"]), compute_s(p, cores))
 
 
@@ -393,7 +406,8 @@ def _learned_source(pool: list[MeasuredRun], results: Path, run_s: tuple, counts
     text = (f"learned from {len(pool)} run(s) of this host ({'; '.join(where)}): {run_s[0]:.1f} s fixed (their "
             f"launch cost + the untimed steps) + {run_s[1]:.1f} s of timed steps, at {pace}")
     if unlike:
-        text += f"; {unlike} cell(s) of another device from the default, {FIXED_RUN_S:g} s fixed + FLOPs at {default}"
+        text += (f"; {unlike} cell(s) of another device from the default, {FIXED_RUN_S:g} s fixed on a CPU "
+                 f"({COLD_RUN_S:g} s elsewhere) + FLOPs at {default}")  # fmt: skip
     return text
 
 
@@ -402,7 +416,9 @@ def _default_source(cells: list[dict[str, Any]], results: Path) -> str:
     compiled = any(_kind(p)[2] for p in cells)
     lab = f" (+ {LAB_RUN_S:g} s a cell over a link)" if on_link else ""
     lab += f" (+ {COMPILE_RUN_S:g} s a compiled cell)" if compiled else ""
-    return (f"a default, no run of this host in {results} or the results folders beside it yet: {FIXED_RUN_S:g} s "
+    fixed = sorted({_fixed_default(p) for p in cells}) or [FIXED_RUN_S]
+    fixed_text = f"{fixed[0]:g} s" if len(fixed) == 1 else f"{fixed[0]:g} s (warm CPU cells) to {fixed[-1]:g} s"
+    return (f"a default, no run of this host in {results} or the results folders beside it yet: {fixed_text} "
             f"fixed{lab} + the steps, the longer of {MIN_TIMED_OVERSHOOT:g} x min_timed_s and the model's FLOPs at "
             f"{CPU_FORWARD_FLOPS_PER_S / 1e9:g} GFLOP/s a CPU thread")  # fmt: skip
 
