@@ -274,6 +274,54 @@ def test_no_module_spells_a_run_record_column():
     assert not found, found
 
 
+# The components whose code writes summary.json (the ranks, the launcher, the lab, the strategies);
+# the analysis and the report read runs.csv through the columns above.
+WRITERS = ("run", "strategies", "core", "cluster", "comm")
+# Field names that are also keys of another record in a writer, each with that record.
+OTHER_RECORDS = {
+    "micro_batches": "a cell parameter (core.params) as well as the pipeline's extra field",
+    "host": "an energy reading's and a process sample's host", "cores": "a peak record's",
+    "other_cpu_frac": "a measured peak's record (core.peaks)", "backend": "a cell parameter",
+    "torch": "a package's version key", "torchvision": "a model family's package", "python": "the warm key's",
+    "cuda": "a device name",
+}  # fmt: skip
+
+
+def _literal_keys(tree: ast.AST):
+    """String constants used as keys: in a dict display, a subscript, or .get/.pop/.setdefault."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            yield from (k for k in node.keys if isinstance(k, ast.Constant))
+        elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            yield node.slice
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args \
+                and node.func.attr in ("get", "pop", "setdefault") and isinstance(node.args[0], ast.Constant):  # fmt: skip
+            yield node.args[0]
+
+
+def test_the_run_record_is_typed_where_it_is_written():
+    """Issue 70, item 4: a writer fills summary.json's extra and env blocks through
+    run_record.extra(...) and run_record.env(...), whose keywords must be fields of Extra and Env
+    (a TypeError otherwise); a field's name as a literal key in a writer would bypass that check."""
+    from ddpbench.core import run_record as R
+
+    fields = {R.field(c) for ns in (R.Extra, R.Env) for c in R.columns(ns).values()}
+    found = []
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        rel = path.relative_to(PACKAGE_DIR).as_posix()
+        if rel == "core/run_record.py" or rel.split("/")[0] not in WRITERS:
+            continue
+        for key in _literal_keys(ast.parse(path.read_text())):
+            if isinstance(key.value, str) and key.value in fields and key.value not in OTHER_RECORDS:
+                found.append(f"{rel}:{key.lineno} {key.value!r}")
+    assert not found, found
+    with pytest.raises(TypeError, match="extra.*compile_seconds"):
+        R.extra(compile_s=1.0, compile_seconds=1.0)
+    with pytest.raises(TypeError, match="env.*hostname"):
+        R.env(host="h", hostname="h")
+    assert R.env(**{R.ENV_VARS: {}}) == {R.ENV_VARS: {}}
+
+
 # -- one command line: the `ddpbench` verbs (issue 56, point 6) -----------------------------------
 
 # The package's top level: the package, `python -m ddpbench VERB` and the `ddpbench` command (its

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ddpbench.results import progress
-from ddpbench.core import safe_io
+from ddpbench.core import run_record, safe_io
 from ddpbench.core.run_output import write_json
 from ddpbench.core.run_record import EXTRA_BLOCK, read_summary
 
@@ -256,8 +256,8 @@ class TwoNodeLab:
         finally:
             _terminate([p for p in (receiver, sender) if p is not None])
         seconds = got["seconds"]
-        return {"link_probe_bytes": got["bytes"], "link_probe_s": seconds,
-                "link_achieved_bps": got["bytes"] * 8 / seconds if seconds > 0 else None}  # fmt: skip
+        return run_record.extra(link_probe_bytes=got["bytes"], link_probe_s=seconds,
+                                link_achieved_bps=got["bytes"] * 8 / seconds if seconds > 0 else None)  # fmt: skip
 
     def node_env(self, node: int, base: dict | None = None) -> dict:
         env = dict(os.environ if base is None else base)
@@ -440,7 +440,7 @@ def _tag_link(out: Path, link: Link, measured: dict | None = None) -> dict:
     summary (atomically) and return the summary."""
     path = out / "summary.json"
     summary = read_summary(path)
-    summary.setdefault(EXTRA_BLOCK, {}).update(link_rate_bps=link.rate_bps, **(measured or {}))
+    summary.setdefault(EXTRA_BLOCK, {}).update(run_record.extra(link_rate_bps=link.rate_bps, **(measured or {})))
     write_json(path, summary)
     return summary
 

@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ddpbench.core import run_record
+
 POWERCAP_ENV = "DDPBENCH_POWERCAP_ROOT"  # a tree laid out as the kernel's (the tests'), else /sys/class/powercap
 POWERCAP = Path("/sys/class/powercap")
 # Shortest windows for a reading within about 5 % (MLPerf's power rules state 5 %): NVML's energy counter
@@ -158,15 +160,14 @@ def fields(readings: list[dict[str, Any]], samples_per_s: float | None, tokens_p
     power = sum(j / w for part in parts.values() for j, w in part)
     window = min(w for part in parts.values() for _, w in part)
     sources = [name for name, part in (("rapl", cpu), ("nvml", gpu)) if part]
-    out: dict[str, Any] = {
-        "energy_j": round(sum(j for part in parts.values() for j, _ in part), 4),
-        "energy_cpu_j": round(sum(j for j, _ in parts["cpu"]), 4) if cpu else None,
-        "energy_gpu_j": round(sum(j for j, _ in parts["gpu"]), 4) if gpu else None,
-        "power_w": round(power, 3),
-        "energy_window_s": round(window, 4),
-        "energy_source": "+".join(sources),
-        "energy_short_window": any(window < MIN_WINDOW_S[s] for s in sources),
-        "energy_per_sample_j": power / samples_per_s if samples_per_s else None,
-        "energy_per_token_j": power / tokens_per_s if tokens_per_s else None,
-    }
-    return out
+    return run_record.extra(
+        energy_j=round(sum(j for part in parts.values() for j, _ in part), 4),
+        energy_cpu_j=round(sum(j for j, _ in parts["cpu"]), 4) if cpu else None,
+        energy_gpu_j=round(sum(j for j, _ in parts["gpu"]), 4) if gpu else None,
+        power_w=round(power, 3),
+        energy_window_s=round(window, 4),
+        energy_source="+".join(sources),
+        energy_short_window=any(window < MIN_WINDOW_S[s] for s in sources),
+        energy_per_sample_j=power / samples_per_s if samples_per_s else None,
+        energy_per_token_j=power / tokens_per_s if tokens_per_s else None,
+    )

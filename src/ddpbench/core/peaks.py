@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddpbench.core import safe_io, sysinfo
+from ddpbench.core import run_record, safe_io, sysinfo
 
 
 @dataclass(frozen=True)
@@ -98,11 +98,6 @@ def _positive(x: Any) -> float | None:
     return v if math.isfinite(v) and v > 0 else None
 
 
-MFU_FIELDS = ("train_flops_per_sample", "achieved_flops_per_s", "peak_flops_measured", "peak_flops_datasheet",
-              "peak_flops_datasheet_source", "mfu_measured", "mfu_datasheet",
-              "hardware_flops_per_sample", "hfu_measured", "hfu_datasheet")  # fmt: skip
-
-
 def mfu_fields(
     flops_per_sample: float | None,
     samples_per_s: float | None,
@@ -112,7 +107,7 @@ def mfu_fields(
     datasheet_source: str | None = None,
     hardware_flops_per_sample: float | None = None,
 ) -> dict[str, Any]:
-    """summary.json's MFU fields (MFU_FIELDS): each null where a factor is unknown. Peaks are per
+    """summary.json extra's MFU fields (MFU_FIELDS): each null where a factor is unknown. Peaks are per
     rank (one device each): the whole run's reference is world x peak. The HFU counts the FLOPs the
     hardware did, the recompute of activation checkpointing included (`hardware_flops_per_sample`;
     without checkpointing the model's, so HFU = MFU)."""
@@ -125,18 +120,21 @@ def mfu_fields(
     def mfu(peak, flops_per_s=achieved):
         return flops_per_s / (peak * world) if flops_per_s and peak and world > 0 else None
 
-    return {
-        "train_flops_per_sample": per_sample,
-        "achieved_flops_per_s": achieved,
-        "peak_flops_measured": measured,
-        "peak_flops_datasheet": sheet,
-        "peak_flops_datasheet_source": datasheet_source if sheet else None,
-        "mfu_measured": mfu(measured),
-        "mfu_datasheet": mfu(sheet),
-        "hardware_flops_per_sample": hardware,
-        "hfu_measured": mfu(measured, done),
-        "hfu_datasheet": mfu(sheet, done),
-    }
+    return run_record.extra(
+        train_flops_per_sample=per_sample,
+        achieved_flops_per_s=achieved,
+        peak_flops_measured=measured,
+        peak_flops_datasheet=sheet,
+        peak_flops_datasheet_source=datasheet_source if sheet else None,
+        mfu_measured=mfu(measured),
+        mfu_datasheet=mfu(sheet),
+        hardware_flops_per_sample=hardware,
+        hfu_measured=mfu(measured, done),
+        hfu_datasheet=mfu(sheet, done),
+    )
+
+
+MFU_FIELDS = tuple(mfu_fields(None, None, 1, None, None))
 
 
 # -- which measured peak a run used, and which one to keep ---------------------------------------------
@@ -144,7 +142,6 @@ def mfu_fields(
 # Other processes took more than this share of the machine's CPU while the peak was measured: busy (the
 # runs' own threshold, so a peak and a run are called busy alike).
 BUSY_CPU_FRAC = sysinfo.BUSY_CPU_FRAC
-PEAK_FIELDS = ("peak_flops_matrix_n", "peak_flops_other_cpu_frac", "peak_flops_busy", "peak_flops_measured_utc")
 
 
 def is_busy(other_cpu_frac: float | None, device_type: str) -> bool:
@@ -197,12 +194,15 @@ def peak_fields(peak: dict[str, Any] | None) -> dict[str, Any]:
     without a measured peak (and the load's for a peak kept before the load was recorded)."""
     peak = peak if isinstance(peak, dict) and _positive(peak.get("flops_per_s")) else {}
     busy = peak.get("busy")
-    return {
-        "peak_flops_matrix_n": peak.get("matrix_n"),
-        "peak_flops_other_cpu_frac": peak.get("other_cpu_frac"),
-        "peak_flops_busy": bool(busy) if busy is not None else None,
-        "peak_flops_measured_utc": peak.get("measured_utc"),
-    }
+    return run_record.extra(
+        peak_flops_matrix_n=peak.get("matrix_n"),
+        peak_flops_other_cpu_frac=peak.get("other_cpu_frac"),
+        peak_flops_busy=bool(busy) if busy is not None else None,
+        peak_flops_measured_utc=peak.get("measured_utc"),
+    )
+
+
+PEAK_FIELDS = tuple(peak_fields(None))
 
 
 # -- where a measured peak is kept -------------------------------------------------------------------

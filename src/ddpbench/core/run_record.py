@@ -11,6 +11,10 @@ elsewhere; tests/unit/test_run_record.py checks each value is its prefix and its
 The rest of summary.json (its metrics, the timeline) is core.run_output's; the env block's
 keys are written by core.sysinfo (PROVENANCE_KEYS), the extra block's by run.cell and what
 it gathers (the strategy's own fields, flops, autobatch, transforms) and cluster.netlab.
+Every writer fills them through `extra(...)` and `env(...)`, whose keywords must be fields named
+here: the record is typed where it is written, not only where it is read (a field's name as a
+literal key in a writer is refused by tests/unit/test_structure.py). A new field is one line
+here and its keyword where it is measured.
 """
 
 from __future__ import annotations
@@ -152,6 +156,8 @@ class Extra:
     powersgd_compression_rate: Final = "extra_powersgd_compression_rate"
     # A netlab cell's link (cluster.netlab).
     link_achieved_bps: Final = "extra_link_achieved_bps"  # bits/s the probe measured at the cell's start
+    link_probe_bytes: Final = "extra_link_probe_bytes"  # what the probe sent
+    link_probe_s: Final = "extra_link_probe_s"  # and in how long
     link_rate_bps: Final = "extra_link_rate_bps"  # bits/s the link was shaped to (none when unshaped)
 
     def __init__(self) -> None:
@@ -217,6 +223,33 @@ def columns(namespace: type) -> dict[str, str]:
     return {k: v for k, v in vars(namespace).items() if isinstance(v, str) and not k.startswith("_")}
 
 
+def _record(namespace: type, fields: dict[str, Any], also: tuple = ()) -> dict[str, Any]:
+    unknown = sorted(set(fields) - set(columns(namespace)) - set(also))
+    if unknown:
+        raise TypeError(f"not a field of summary.json's {namespace.__name__.lower()} (core.run_record."
+                        f"{namespace.__name__}): {', '.join(unknown)}")  # fmt: skip
+    return fields
+
+
+def extra(**fields: Any) -> dict[str, Any]:
+    """Fields of summary.json's `extra` block as a writer fills them: each keyword must be a field
+    `Extra` names (a TypeError naming the others), so a writer cannot drift from the record its
+    readers read (tests/unit/test_structure.py refuses a field's name as a literal key in a writer)."""
+    return _record(Extra, fields)
+
+
+def env(**fields: Any) -> dict[str, Any]:
+    """Fields of summary.json's `env` block as a writer fills them (its variables too: ENV_VARS),
+    each checked as `extra`'s are."""
+    return _record(Env, fields, (ENV_VARS,))
+
+
+def field(column: str) -> str:
+    """The summary.json field of a runs.csv column: field(Extra.compile_s) == "compile_s" (a reader
+    of a summary's extra or env block names the field through its column)."""
+    return column.removeprefix(EXTRA_PREFIX).removeprefix(ENV_PREFIX)
+
+
 def numbers_text(values: Iterable[float | int], digits: int = 6) -> str:
     """A list of numbers as one text field of summary.json's extra and a runs.csv cell (lists are not
     flattened into runs.csv): space-separated, integers as written, floats to `digits` significant
@@ -243,6 +276,6 @@ def read_summary(path: str | Path) -> dict[str, Any]:
 
 __all__ = [
     "EXTRA_BLOCK", "ENV_BLOCK", "EXTRA_PREFIX", "ENV_PREFIX", "ENV_VARS", "ENV_VAR_PREFIX", "Extra", "Env",
-    "extra_column", "env_column", "env_var_column", "is_env_column", "env_label", "columns", "numbers_text",
+    "extra_column", "env_column", "env_var_column", "is_env_column", "env_label", "columns", "extra", "env", "field", "numbers_text",
     "text_numbers", "read_summary",
 ]  # fmt: skip

@@ -22,7 +22,8 @@ from typing import Any
 from ddpbench import PACKAGE_DIR, REPO_ROOT
 from ddpbench.core import safe_io
 from ddpbench.core.container import image_identity
-from ddpbench.core.run_record import ENV_VARS
+from ddpbench.core import run_record
+from ddpbench.core.run_record import ENV_VARS, Env
 
 #: Environment variables recorded in env.env_vars: the ones that select threads and
 #: devices or tune the communication libraries, and an injected fault or slowdown
@@ -38,13 +39,11 @@ LAUNCH_COMMAND_ENV = "DDPBENCH_LAUNCH_COMMAND"
 TIMELINE_ENV = "DDPBENCH_TIMELINE"
 #: The lock's hash for a copy of ddpbench that has no uv.lock beside it.
 LOCK_HASH_ENV = "DDPBENCH_LOCK_HASH"
-#: Every key of a summary's env block, whoever wrote it (a rank or the launcher).
-PROVENANCE_KEYS = (
-    "started_utc", "ended_utc", "host", "cores", "ram_gb", "cpu_model", "os", "kernel", "glibc",
-    "python", "torch", *VERSIONED_PACKAGES, "cuda", "cudnn", "nccl", "gpu_name", "backend",
-    "threads_per_rank", ENV_VARS, "lock_hash", "off_lock", "code_fingerprint", "git_commit",
-    "git_diff_hash", "container_image", "command", "job_id",
-)  # fmt: skip
+#: The env fields a rank's run adds to `environment`'s (run.cell: the load, the user's model, the MFU's records).
+RUN_ENV_FIELDS = {run_record.field(c) for c in (Env.user_model_digest, Env.loadavg_start, Env.loadavg_end,
+                                                Env.other_cpu_s, Env.other_cpu_frac, Env.peak_flops, Env.flop_count)}  # fmt: skip
+#: Every key of a summary's env block, whoever wrote it (a rank or the launcher): `environment`'s.
+PROVENANCE_KEYS = (*(k for k in run_record.columns(Env) if k not in RUN_ENV_FIELDS), ENV_VARS)
 # Which workflow invocation (job) a run belongs to: the workflow sets it once per `snakemake` call
 # (workflow/rules/common.smk); runs started otherwise record null. Compare estimates the between-job
 # noise from cells measured in several jobs (`--job-noise estimate`, docs/compare.md).
@@ -164,15 +163,15 @@ def other_cpu(readings: list[dict[str, Any]], timed_wall_s: float | None) -> dic
     for r in readings:
         start, end = r.get("start"), r.get("end")
         if not start or not end or start["machine_busy_s"] is None or end["machine_busy_s"] is None:
-            return {"other_cpu_s": None, "other_cpu_frac": None}
+            return run_record.env(other_cpu_s=None, other_cpu_frac=None)
         busy, own = hosts.setdefault(start["host"], [0.0, 0.0])
         # Every rank of a host read the same machine counter: keep the widest window.
         hosts[start["host"]] = [max(busy, end["machine_busy_s"] - start["machine_busy_s"]), own + end["own_s"] - start["own_s"]]
     if not hosts or not timed_wall_s:
-        return {"other_cpu_s": None, "other_cpu_frac": None}
+        return run_record.env(other_cpu_s=None, other_cpu_frac=None)
     other = sum(max(0.0, busy - own) for busy, own in hosts.values())
     capacity = timed_wall_s * (os.cpu_count() or 1) * len(hosts)  # /proc/stat counts every core
-    return {"other_cpu_s": round(other, 3), "other_cpu_frac": round(other / capacity, 4)}
+    return run_record.env(other_cpu_s=round(other, 3), other_cpu_frac=round(other / capacity, 4))
 
 
 def utc_iso(epoch_s: float) -> str:
@@ -502,33 +501,33 @@ def environment(
         except Exception:  # NCCL not built in
             nccl = None
     commit, diff_hash = _safe(git_provenance) or (None, None)
-    env = {
-        "started_utc": _safe(utc_iso, process_started() if started is None else started),
-        "ended_utc": _safe(utc_iso, time.time()),
-        "host": socket.gethostname(),
-        "cores": usable_cores(),
-        "ram_gb": _safe(lambda: round(psutil.virtual_memory().total / 2**30, 2)),
-        "cpu_model": _safe(cpu_model),
-        "os": _safe(os_name),
-        "kernel": _safe(platform.release) or None,
-        "glibc": _safe(glibc),
-        "python": platform.python_version(),
-        "torch": torch.__version__ if torch else _safe(torch_version),
+    fields = run_record.env(
+        started_utc=_safe(utc_iso, process_started() if started is None else started),
+        ended_utc=_safe(utc_iso, time.time()),
+        host=socket.gethostname(),
+        cores=usable_cores(),
+        ram_gb=_safe(lambda: round(psutil.virtual_memory().total / 2**30, 2)),
+        cpu_model=_safe(cpu_model),
+        os=_safe(os_name),
+        kernel=_safe(platform.release) or None,
+        glibc=_safe(glibc),
+        python=platform.python_version(),
+        torch=torch.__version__ if torch else _safe(torch_version),
         **{name: _safe(package_version, name) for name in VERSIONED_PACKAGES},  # without importing them
-        "cuda": torch.version.cuda if cuda else None,
-        "cudnn": _safe(torch.backends.cudnn.version) if cuda else None,
-        "nccl": nccl,
-        "gpu_name": _safe(torch.cuda.get_device_name, 0) if cuda else None,
-        "backend": backend,
-        "threads_per_rank": threads_per_rank,
-        ENV_VARS: {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)},
-        "lock_hash": _safe(_cached_lock_hash),
-        "off_lock": _safe(_cached_off_lock),
-        "code_fingerprint": _safe(code_fingerprint),
-        "git_commit": commit,
-        "git_diff_hash": diff_hash,
-        "container_image": _safe(image_identity),
-        "command": _safe(command_line) if command is None else command,
-        "job_id": os.environ.get(JOB_ID_ENV),
-    }
-    return env
+        cuda=torch.version.cuda if cuda else None,
+        cudnn=_safe(torch.backends.cudnn.version) if cuda else None,
+        nccl=nccl,
+        gpu_name=_safe(torch.cuda.get_device_name, 0) if cuda else None,
+        backend=backend,
+        threads_per_rank=threads_per_rank,
+        **{ENV_VARS: {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)}},
+        lock_hash=_safe(_cached_lock_hash),
+        off_lock=_safe(_cached_off_lock),
+        code_fingerprint=_safe(code_fingerprint),
+        git_commit=commit,
+        git_diff_hash=diff_hash,
+        container_image=_safe(image_identity),
+        command=_safe(command_line) if command is None else command,
+        job_id=os.environ.get(JOB_ID_ENV),
+    )
+    return {k: fields[k] for k in PROVENANCE_KEYS}  # in Env's order, every key (a KeyError if one is missing)

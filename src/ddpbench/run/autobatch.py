@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ddpbench.core import timers
+from ddpbench.core import run_record, timers
 from ddpbench.strategies.base import SGD, task_loss
 
 MAX_BATCH = 2**16
@@ -166,13 +166,13 @@ def agree(found: dict[str, Any], device: torch.device) -> dict[str, Any]:
 
 def extra(found: dict[str, Any]) -> dict[str, Any]:
     """summary.json's extra keys (scalars: the aggregate tables drop lists)."""
-    return {
-        "auto_batch": found["chosen"],
-        "auto_batch_tried": ",".join(map(str, found["tried"])),
-        "auto_batch_method": found["method"],
-        "auto_batch_need_mb": found["need_mb"],
-        "auto_batch_budget_gb": found["budget_gb"],
-    }
+    return run_record.extra(
+        auto_batch=found["chosen"],
+        auto_batch_tried=",".join(map(str, found["tried"])),
+        auto_batch_method=found["method"],
+        auto_batch_need_mb=found["need_mb"],
+        auto_batch_budget_gb=found["budget_gb"],
+    )
 
 
 __all__ = ["search", "agree", "extra", "trial_step", "cpu_budget_bytes"]

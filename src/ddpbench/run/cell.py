@@ -10,13 +10,14 @@ import csv
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.distributed as dist
 
 from ddpbench import strategies
 from ddpbench.core import energy, run_output, safe_io, sysinfo
+from ddpbench.core.run_record import env as env_fields, extra as extra_fields
 from ddpbench.core.params import CellParams, is_user_model
 from ddpbench.core import timers
 from ddpbench.run import autobatch, diagnose, flops, models, precision, profiling, transforms, user_model
@@ -168,11 +169,8 @@ def finish_rank(
     it held and peaked at (read before evaluation allocates), the test set, the parameter spread,
     the profiled steps, the FLOP count, its steps file, and the gather of its payload to rank 0."""
     params, strategy, model = cell.ctx.params, cell.strategy, cell.model
-    held = {
-        "param_bytes": base.parameter_bytes(strategy.held_module(model)),
-        "grad_bytes": run.grad_bytes or 0,
-        "optimizer_state_bytes": strategy.optimizer_state_bytes(cell.optimizer),
-    }
+    held = Held(base.parameter_bytes(strategy.held_module(model)), run.grad_bytes or 0,
+                strategy.optimizer_state_bytes(cell.optimizer))  # fmt: skip
     peaks = {"peak_rss_mb": timers.peak_rss_mb(), "cuda_max_allocated_mb": timers.cuda_max_allocated_mb(device)}
     bare = strategy.bare(model)
     with transforms.eager(params):
@@ -200,6 +198,14 @@ def finish_rank(
         counted = flops.measure(bare, cell.data, cell.ctx, cell.per_rank_batch, out)
     write_steps(out / f"steps_rank{ranks.rank}.csv", run.records)
     return RankResult(bare, flat, spread, strategy_extra, counted, gather_to_rank0(payload))
+
+
+class Held(NamedTuple):
+    """Bytes one rank holds for training, counted from its own tensors (shards)."""
+
+    param_bytes: int
+    grad_bytes: int
+    optimizer_state_bytes: int
 
 
 def merge_start_marks(marks: dict[str, float], payloads: list[dict[str, Any]]) -> None:
@@ -262,46 +268,45 @@ def summary_extra(
     the run was measured, what each rank held, the model's health, the strategy's own fields, and
     an approximate strategy's replay of single (run here, untimed, after everything else)."""
     flat, payloads = result.flat, result.payloads
-    held_per_rank = [p["held"] for p in payloads]
-    state_bytes = [h["optimizer_state_bytes"] for h in held_per_rank]
+    held_per_rank: list[Held] = [p["held"] for p in payloads]
+    state_bytes = [h.optimizer_state_bytes for h in held_per_rank]
     short = stats["timed_steps"] < params.min_timed_steps or (stats.get("timed_wall_s") or 0.0) < params.min_timed_s
     scaler = run.scaler if run.scaler and run.scaler.enabled else None
-    extra = {
-        "steps_per_epoch": len(cell.sampler),
-        "first_timed_step": cell.first_timed,
-        "steps_run": run.steps,
-        "measurement_short": short,  # max_steps or the timeout stopped it before the minimums
-        "comm_volume": cell.strategy.comm_volume,
-        "oversubscribed": device.type == "cpu" and oversubscribed(threads or 1, ranks.local_world),
-        "forked_from_threads": forked_from_threads,
-        "model_parameters": flat.numel(),
-        "param_sample": models.parameter_sample(flat),
-        **dict(zip(("training_health", "training_health_reason"),
-                   run_output.training_health([r["loss"] for r in sorted(run.records, key=lambda r: r["step"])]))),  # fmt: skip
-        "param_rank_max_abs_diff": result.spread,
-        "optimizer_impl": base.optimizer_implementation(cell.optimizer),  # fused | foreach | for-loop
-        "optimizer_state_bytes": max(state_bytes),  # the largest rank's
-        "optimizer_state_bytes_total": sum(state_bytes),
+    health, health_reason = run_output.training_health([r["loss"] for r in sorted(run.records, key=lambda r: r["step"])])
+    extra = extra_fields(
+        steps_per_epoch=len(cell.sampler),
+        first_timed_step=cell.first_timed,
+        steps_run=run.steps,
+        measurement_short=short,  # max_steps or the timeout stopped it before the minimums
+        comm_volume=cell.strategy.comm_volume,
+        oversubscribed=device.type == "cpu" and oversubscribed(threads or 1, ranks.local_world),
+        forked_from_threads=forked_from_threads,
+        model_parameters=flat.numel(),
+        param_sample=models.parameter_sample(flat),
+        training_health=health,
+        training_health_reason=health_reason,
+        param_rank_max_abs_diff=result.spread,
+        optimizer_impl=base.optimizer_implementation(cell.optimizer),  # fused | foreach | for-loop
+        optimizer_state_bytes=max(state_bytes),  # the largest rank's
+        optimizer_state_bytes_total=sum(state_bytes),
         # Bytes each rank holds for training, counted from its own tensors (shards): the largest rank's.
-        "param_bytes": max(h["param_bytes"] for h in held_per_rank),
-        "grad_bytes": max(h["grad_bytes"] for h in held_per_rank),
-        "held_bytes": max(sum(h.values()) for h in held_per_rank),
-        "held_bytes_per_rank": [sum(h.values()) for h in held_per_rank],
+        param_bytes=max(h.param_bytes for h in held_per_rank),
+        grad_bytes=max(h.grad_bytes for h in held_per_rank),
+        held_bytes=max(sum(h) for h in held_per_rank),
+        held_bytes_per_rank=[sum(h) for h in held_per_rank],
         **cell.transformed,  # blocks, checkpointed_blocks, compiled_blocks
         **compile_record(params, [p["records"] for p in payloads]),
-        "loss_scale_final": scaler.scale if scaler else None,
-        "skipped_steps": scaler.skipped if scaler else 0,
+        loss_scale_final=scaler.scale if scaler else None,
+        skipped_steps=scaler.skipped if scaler else 0,
         **flops.fields(result.counted, stats.get("samples_per_s"), ranks.world),
         **energy.fields([p["energy"] for p in payloads], stats.get("samples_per_s"), stats.get("tokens_per_s")),
         **result.strategy_extra,
         **(autobatch.extra(cell.auto) if cell.auto else {}),
-    }
+    )
     if cell.initial is not None:
         with transforms.eager(params):
-            extra.update(
-                deviation_from_single(cell.initial, result.bare, cell.data, params, device, run.steps, cell.global_batch)
-            )
-        extra["accuracy_reached"] = stats["test_acc"]
+            replay = deviation_from_single(cell.initial, result.bare, cell.data, params, device, run.steps, cell.global_batch)
+        extra.update(extra_fields(**replay, accuracy_reached=stats["test_acc"]))
     return extra
 
 
@@ -313,9 +318,9 @@ def summary_env(
     the FLOP count's provenance."""
     backend = dist.get_backend() if dist.is_initialized() else None
     env = sysinfo.environment(backend, threads, started=wall_clock(t_start))
-    env.update(loadavg_start=load_start, loadavg_end=sysinfo.loadavg())
+    env.update(env_fields(loadavg_start=load_start, loadavg_end=sysinfo.loadavg()))
     if is_user_model(params.model):  # the user's code is outside the package's code fingerprint
-        env["user_model_digest"] = user_model.source_digest(params.model, params.model_path)
+        env.update(env_fields(user_model_digest=user_model.source_digest(params.model, params.model_path)))
     cpu = sysinfo.other_cpu([p["cpu"] for p in result.payloads], timed_wall(result.payloads))
     env.update(cpu, **flops.provenance(result.counted))
     return env
@@ -343,14 +348,14 @@ def compile_record(params: CellParams, records: list[list[dict[str, Any]]]) -> d
     median timed step on the slowest rank (the compile happens in it, and it is never timed), and
     the graphs dynamo compiled in rank 0 (none recompiled in a timed step: the stance forbids it)."""
     if params.compile == "none":
-        return {"compile_s": None, "compiled_graphs": None}
+        return extra_fields(compile_s=None, compiled_graphs=None)
     extra_s = []
     for rank in records:
         first = [r["total_s"] for r in rank if r["step"] == 0]
         timed = sorted(r["total_s"] for r in rank if r["timed"])
         if first and timed:
             extra_s.append(max(0.0, first[0] - timed[len(timed) // 2]))
-    return {"compile_s": max(extra_s) if extra_s else None, "compiled_graphs": transforms.compiled_graphs()}
+    return extra_fields(compile_s=max(extra_s) if extra_s else None, compiled_graphs=transforms.compiled_graphs())
 
 
 def deviation_from_single(
@@ -381,12 +386,12 @@ def deviation_from_single(
     a, b = models.flat_parameters(trained), models.flat_parameters(initial)
     loss, _, n = run.tail(1)  # the last step, as train_loss_final
     _, t_correct, t_n = evaluate(initial, data, Ranks(), device, max(global_batch, 64))
-    return {
-        "param_deviation_from_single": worst,
-        "param_deviation_from_single_l2": float((a - b).norm() / b.norm().clamp_min(1e-12)),
-        "single_train_loss_final": loss / n if n else None,
-        "single_test_acc": t_correct / t_n if t_n else None,
-    }
+    return extra_fields(
+        param_deviation_from_single=worst,
+        param_deviation_from_single_l2=float((a - b).norm() / b.norm().clamp_min(1e-12)),
+        single_train_loss_final=loss / n if n else None,
+        single_test_acc=t_correct / t_n if t_n else None,
+    )
 
 
 def profile_steps(model, optimizer, strategy, ctx, loader, sampler, step, global_batch, bare) -> dict[str, Any]:

@@ -39,7 +39,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ddpbench.core import peaks, safe_io, sysinfo
+from ddpbench.core import peaks, run_record, safe_io, sysinfo
 from ddpbench.run import transforms
 from ddpbench.run.data import TensorData
 from ddpbench.strategies.base import Context
@@ -395,4 +395,4 @@ def provenance(result: dict[str, Any] | None) -> dict[str, Any]:
     """summary.json env's record of how the MFU's figures were measured: `peak_flops` (the matmul
     benchmark, its file, the datasheet figure) and `flop_count` (the counted step)."""
     result = result or {}
-    return {"peak_flops": result.get("peak"), "flop_count": result.get("count")}
+    return run_record.env(peak_flops=result.get("peak"), flop_count=result.get("count"))

@@ -40,6 +40,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch import nn
 
+from ddpbench.core import run_record
 from ddpbench.core.params import CellParams
 from ddpbench.strategies.base import blocks, task_loss
 
@@ -95,9 +96,9 @@ def apply(model: nn.Module, params: CellParams) -> dict[str, Any]:
     if compiled:
         _blocks_hand_ddp_their_gradients()
         _graphs["at_apply"] = _dynamo_graphs() or 0
-    return {"blocks": len(units), "checkpointed_blocks": done["activation_checkpointing"],
-            "compiled_blocks": done["compile"], "compiled_loss": compiled,
-            "compile_backend": compile_backend() if compiled else None}  # fmt: skip
+    return run_record.extra(blocks=len(units), checkpointed_blocks=done["activation_checkpointing"],
+                            compiled_blocks=done["compile"], compiled_loss=compiled,
+                            compile_backend=compile_backend() if compiled else None)  # fmt: skip
 
 
 def loss(params: CellParams) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:

@@ -42,6 +42,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from ddpbench.core import run_record
 from ddpbench.core.run_record import numbers_text
 from ddpbench.core.timers import interval_union
 from ddpbench.strategies.base import Context, Strategy, allreduce_bytes, nbytes, timed_blocking
@@ -207,7 +208,7 @@ def bucket_fields(steps: list[tuple[list[float], list[int]]]) -> dict[str, str]:
     count = Counter(len(f) for f, _ in steps).most_common(1)[0][0]
     kept = [(f, n) for f, n in steps if len(f) == count]
     medians = [statistics.median(f[i] for f, _ in kept) for i in range(count)]
-    return {"bucket_ready": numbers_text(medians, 4), "bucket_bytes": numbers_text([int(v) for v in kept[-1][1]])}
+    return run_record.extra(bucket_ready=numbers_text(medians, 4), bucket_bytes=numbers_text([int(v) for v in kept[-1][1]]))
 
 
 STRATEGY = DDP()

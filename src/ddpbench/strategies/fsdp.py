@@ -36,6 +36,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ddpbench.core import run_record
 from ddpbench.strategies.base import Context, Strategy, blocks, timed_blocking
 
 SETTINGS = ()  # the strategy-specific cell parameters it reads
@@ -75,9 +76,9 @@ class FSDP(Strategy):
             # average (its fsdp ended 0.90 away from single; 2.11's and 2.15's do): a sum, then a division.
             for unit in [*units, model]:
                 unit.set_force_sum_reduction_for_comms(True)
-        ctx.state["fsdp_units"] = len(units)
+        ctx.state["units"] = len(units)
         if ctx.instrument:
-            ctx.state["fsdp_comm_counted"] = count_collectives(model, units, ctx, mesh.get_group())
+            ctx.state["comm_counted"] = count_collectives(model, units, ctx, mesh.get_group())
         return model
 
     def accumulating(self, model, ctx, last):
@@ -99,12 +100,12 @@ class FSDP(Strategy):
         return plain
 
     def extra(self, model, ctx):
-        return {
-            "fsdp_units": ctx.state.get("fsdp_units"),
-            "fsdp_comm_counted": ctx.state.get("fsdp_comm_counted"),
-            "reshard_after_forward": self.reshard_after_forward,
-            "exposed_comm_measured": ctx.device.type == "cpu",
-        }
+        return run_record.extra(
+            fsdp_units=ctx.state.get("units"),
+            fsdp_comm_counted=ctx.state.get("comm_counted"),
+            reshard_after_forward=self.reshard_after_forward,
+            exposed_comm_measured=ctx.device.type == "cpu",
+        )
 
 
 def whole(t) -> torch.Tensor:

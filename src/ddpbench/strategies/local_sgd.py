@@ -12,6 +12,7 @@ next, including it), round_comm_s (mean time of one averaging), steps_per_round.
 import torch
 import torch.distributed as dist
 
+from ddpbench.core import run_record
 from ddpbench.strategies.base import Strategy, allreduce_bytes, buckets, nbytes
 
 SETTINGS = ("bucket_mb", "sync_period")  # the strategy-specific cell parameters it reads
@@ -46,13 +47,13 @@ class LocalSGD(Strategy):
     def extra(self, model, ctx):
         sync_s, ends = ctx.state.get("sync_s", []), ctx.state.get("round_ends", [])
         rounds = len(sync_s)
-        return {
-            "rounds": rounds,
-            "steps_per_round": ctx.params.sync_period,
+        return run_record.extra(
+            rounds=rounds,
+            steps_per_round=ctx.params.sync_period,
             # The first round includes start-up (first step, warm-up): measure from its end.
-            "round_time_s": (ends[-1] - ends[0]) / (rounds - 1) if rounds > 1 else None,
-            "round_comm_s": sum(sync_s) / rounds if rounds else None,
-        }
+            round_time_s=(ends[-1] - ends[0]) / (rounds - 1) if rounds > 1 else None,
+            round_comm_s=sum(sync_s) / rounds if rounds else None,
+        )
 
 
 STRATEGY = LocalSGD()

@@ -27,6 +27,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 
+from ddpbench.core import run_record
 from ddpbench.core.params import SEQUENTIAL_LAYERS
 from ddpbench.strategies.base import Strategy, make_optimizer, nbytes
 
@@ -180,13 +181,13 @@ class Pipeline(Strategy):
         per_stage = [torch.zeros_like(idle) for _ in range(ctx.world)]
         dist.all_gather(per_stage, idle)
         fractions = [float(t) for t in per_stage]
-        return {
-            "stages": ctx.world,
-            "micro_batches": ctx.params.micro_batches,
-            "bubble_fraction": sum(fractions) / len(fractions),
-            "bubble_fraction_max": max(fractions),
-            "bubble_fraction_ideal": ideal_bubble_fraction(ctx.world, ctx.params.micro_batches),
-        }
+        return run_record.extra(
+            stages=ctx.world,
+            micro_batches=ctx.params.micro_batches,
+            bubble_fraction=sum(fractions) / len(fractions),
+            bubble_fraction_max=max(fractions),
+            bubble_fraction_ideal=ideal_bubble_fraction(ctx.world, ctx.params.micro_batches),
+        )
 
 
 STRATEGY = Pipeline()

@@ -18,6 +18,7 @@ hook measures that time as exposed. On NCCL the buckets overlap as usual."""
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
 
+from ddpbench.core import run_record
 from ddpbench.strategies.ddp import DDP
 
 SETTINGS = ("bucket_mb", "powersgd_rank", "powersgd_start_iter")  # the strategy-specific cell parameters it reads
@@ -55,9 +56,9 @@ class PowerSGD(DDP):
 
     def extra(self, model, ctx):
         state = ctx.state.get("powersgd")
-        out = {**super().extra(model, ctx), "powersgd_start_iter_effective": self.start_iter(ctx)}
+        out = {**super().extra(model, ctx), **run_record.extra(powersgd_start_iter_effective=self.start_iter(ctx))}
         if state is not None and state.total_numel_after_compression:
-            out["powersgd_compression_rate"] = state.compression_stats()[0]
+            out.update(run_record.extra(powersgd_compression_rate=state.compression_stats()[0]))
         return out
 
 
