@@ -25,6 +25,7 @@ FLAGS = [
 ]  # fmt: skip
 HERE = Path(__file__).resolve().parent
 ADAMW = "optimizer=adamw,lr=0.001,weight_decay=0.01"
+NHWC = "memory_format=channels_last"
 ACCUM = {2: (2, 3), 4: (2,)}  # grad_accum -> world sizes whose ranks each get >= grad_accum samples
 RTOL = 1e-5
 PRECISION_STEPS = 30
@@ -40,8 +41,24 @@ def launch(root, world, cells, flags=FLAGS):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
 
 
+def nhwc_strategies():
+    """The exact strategies that take channels_last (FSDP2 refuses a non-contiguous parameter: the
+    plan says so, core.params.check_training_setup)."""
+    from ddpbench.core.params import CellConflict, check_training_setup
+
+    def takes(s):
+        try:
+            check_training_setup({"strategy": s, "device": "cpu", "memory_format": "channels_last"})
+        except CellConflict:
+            return False
+        return True
+
+    return [s for s in exact_strategies() if takes(s)]
+
+
 def exact_cells(world):
     cells = [f"{s}:mlp:{ADAMW}" for s in exact_strategies()]
+    cells += [f"{s}:simple_cnn:{NHWC}" for s in nhwc_strategies() if world == 2]
     cells += [f"{s}:mlp:grad_accum={k}" for s in exact_strategies() for k, worlds in ACCUM.items() if world in worlds]
     return cells
 
@@ -49,7 +66,7 @@ def exact_cells(world):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("options")
-    launch(root / "w1", 1, ["single:mlp", f"single:mlp:{ADAMW}"])
+    launch(root / "w1", 1, ["single:mlp", f"single:mlp:{ADAMW}", "single:simple_cnn"])
     for world in (2, 3):
         launch(root / f"w{world}", world, exact_cells(world))
     return root
@@ -79,6 +96,18 @@ def test_adamw_ends_where_single_ends(strategy, world, runs):
     summary = json.loads((cell_dir(runs / f"w{world}", f"{strategy}:mlp:{ADAMW}") / "summary.json").read_text())
     fused = base.fused_adamw_supported([torch.zeros(1)])
     assert summary["extra"]["optimizer_impl"] == ("fused" if fused else "foreach")
+
+
+@pytest.mark.parametrize("strategy", nhwc_strategies())
+def test_channels_last_ends_where_contiguous_single_ends(strategy, runs):
+    """Issue 70, item 3: memory_format channels_last (a whole-model converter, run.transforms) on a
+    convolutional model, every exact strategy at world size 2, ends where single ends with the
+    contiguous layout: the same arithmetic in other kernels, and each batch laid out as the model."""
+    path = cell_dir(runs / "w2", f"{strategy}:simple_cnn:{NHWC}")
+    ours, single = params(path), params(cell_dir(runs / "w1", "single:simple_cnn"))
+    assert max(float((ours[k] - single[k]).abs().max() / single[k].abs().max()) for k in single) <= RTOL
+    summary = json.loads((path / "summary.json").read_text())
+    assert summary["params"]["memory_format"] == "channels_last" and summary["extra"]["converted"] == "memory_format"
 
 
 @pytest.mark.parametrize("world, accum", [(w, k) for k, worlds in ACCUM.items() for w in worlds])

@@ -57,7 +57,7 @@ def test_checkpointing_changes_no_result_and_keeps_the_names(mode):
     plain, checkpointed = model(), model()
     record = transforms.apply(checkpointed, CellParams(activation_checkpointing=mode))
     assert record == {"blocks": 5, "checkpointed_blocks": 5 if mode == "full" else 3, "compiled_blocks": 0,
-                      "compiled_loss": False, "compile_backend": None}  # fmt: skip
+                      "compiled_loss": False, "compile_backend": None, "converted": ""}  # fmt: skip
     assert list(checkpointed.state_dict()) == list(plain.state_dict())
     ours, ref = train_two_steps(checkpointed), train_two_steps(plain)
     assert all(torch.equal(ours[k], ref[k]) for k in ref)
@@ -186,6 +186,8 @@ def test_a_compiled_cells_loss_is_compiled_and_equals_the_eager_one(quick_compil
 
 
 def test_the_axes_take_only_their_values():
+    with pytest.raises(ParamError, match="memory_format"):
+        CellParams(memory_format="nhwc")
     with pytest.raises(ParamError, match="compile"):
         CellParams(compile="max-autotune")
     with pytest.raises(ParamError, match="activation_checkpointing"):
@@ -216,3 +218,66 @@ def test_the_seam_checkpoints_then_compiles_each_block_then_wraps(quick_compile,
         for got, want in zip(train_two_steps(prepared.unwrapped).values(), train_two_steps(plain).values()):
             torch.testing.assert_close(got, want)
     assert transforms.wrapped(model(), {}, lambda inner: inner, keep_unwrapped=False).unwrapped is None
+
+
+def small_cnn() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 8, 3, stride=2),
+                         nn.ReLU(), nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(32, 4))  # fmt: skip
+
+
+def train_cnn(m: nn.Module, params: CellParams, steps: int = 3) -> dict[str, torch.Tensor]:
+    opt = torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
+    g = torch.Generator().manual_seed(1)
+    for _ in range(steps):
+        x, y = transforms.to_device(torch.randn(6, 3, 12, 12, generator=g), torch.randint(0, 4, (6,), generator=g),
+                                    torch.device("cpu"), params)  # fmt: skip
+        opt.zero_grad()
+        nn.functional.cross_entropy(m(x), y).backward()
+        opt.step()
+    return {k: v.detach().clone() for k, v in m.state_dict().items()}
+
+
+def test_channels_last_converts_the_model_and_every_batch_and_trains_as_contiguous_does():
+    """Issue 70, item 3: a whole-model converter (MODEL_CONVERTERS, before the block steps) with
+    channels_last its first user: the convolution weights and each batch in NHWC, the names and
+    values of the state dict unchanged, three steps of training equal to the contiguous twin's
+    (the same arithmetic in another kernel: to float32 rounding)."""
+    last, plain = CellParams(memory_format="channels_last"), CellParams()
+    assert [name for name, _ in transforms.MODEL_CONVERTERS] == ["memory_format"] and transforms.converters(plain) == ()
+    a, b = small_cnn(), small_cnn()
+    record = transforms.apply(b, last)
+    assert record["converted"] == "memory_format" and transforms.apply(small_cnn(), plain)["converted"] == ""
+    assert b[0].weight.is_contiguous(memory_format=torch.channels_last) and not b[0].weight.is_contiguous()
+    x, _ = transforms.to_device(torch.randn(2, 3, 5, 5), torch.zeros(2), torch.device("cpu"), last)
+    assert x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
+    flat, _ = transforms.to_device(torch.randn(2, 7), torch.zeros(2), torch.device("cpu"), last)
+    assert flat.is_contiguous()  # only 4-d batches have a channel layout
+    ours, theirs = train_cnn(b, last), train_cnn(a, plain)
+    assert ours.keys() == theirs.keys()
+    for k in theirs:
+        torch.testing.assert_close(ours[k], theirs[k], rtol=1e-5, atol=1e-6, msg=k)
+
+
+def test_a_token_model_reads_no_memory_format():
+    """The layout has no 4-d tensor to act on in a token model: two such cells that differ only
+    there are one measurement (core.params.effective_params)."""
+    from ddpbench.core.params import effective_params
+
+    token = {"strategy": "ddp", "dataset": "synthetic_tokens", "model": "gpt_tiny", "memory_format": "channels_last"}
+    assert effective_params(token)["memory_format"] == "contiguous"
+    image = {"strategy": "ddp", "dataset": "synthetic", "model": "resnet18", "memory_format": "channels_last"}
+    assert effective_params(image)["memory_format"] == "channels_last"
+
+
+def test_a_fully_sharded_strategy_refuses_channels_last_before_any_run():
+    """FSDP2's fully_shard refuses a non-contiguous parameter (torch 2.15: "FSDP does not support
+    non-contiguous parameters yet"), and channels_last convolution weights are: the plan refuses the
+    cell naming both keys, instead of a rank failing at its wrap."""
+    from ddpbench.core.params import CellConflict, check_training_setup
+
+    for strategy in ("fsdp", "fsdp_grad_op"):
+        with pytest.raises(CellConflict, match="memory_format.*contiguous"):
+            check_training_setup({"strategy": strategy, "device": "cpu", "memory_format": "channels_last"})
+    check_training_setup({"strategy": "zero", "device": "cpu", "memory_format": "channels_last"})
+    check_training_setup({"strategy": "fsdp", "device": "cpu", "memory_format": "contiguous"})

@@ -63,6 +63,7 @@ PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 OPTIMIZERS = ("sgd", "adamw")
 COMPILE_MODES = ("none", "model")
 CHECKPOINTING = ("none", "full", "selective")
+MEMORY_FORMATS = ("contiguous", "channels_last")
 # Between the nodes of a multi-node cell: none (the machine's own network, or a cluster's),
 # or two network namespaces on this machine joined by a veth pair (ddpbench.cluster.netlab),
 # unshaped or shaped to a token-bucket rate.
@@ -97,6 +98,8 @@ def effective_params(values: Mapping[str, Any], nodes: int | None = None) -> dic
         unread += ("momentum",)  # SGD's: AdamW's betas are fixed
     if values.get("dataset", "synthetic") not in TOKEN_DATASETS:
         unread += ("vocab_size", "seq_len")
+    else:
+        unread += ("memory_format",)  # a token model has no 4-d tensor to lay out
     if not is_user_model(values.get("model", "mlp")):
         unread += ("model_path",)
     return {k: (defaults[k] if k in unread else v) for k, v in values.items()}
@@ -170,6 +173,11 @@ class CellParams:
     activation_checkpointing: str = _p(
         "none", "recompute activations in the backward instead of keeping them: none, full (every block), selective "
         "(every other block); the MFU counts the model's FLOPs, the HFU the recompute too", choices=CHECKPOINTING,
+    )
+    memory_format: str = _p(
+        "contiguous", "layout of an image model's convolution weights and batches: contiguous (NCHW) or channels_last "
+        "(NHWC, what cuDNN's and oneDNN's fastest convolutions read; the model converted whole before training, each "
+        "batch as it reaches the device; token models have no such tensors)", choices=MEMORY_FORMATS,
     )
     bucket_mb: float = _p(25.0, "bucket size in MiB (bucketed_allreduce; DDP bucket_cap_mb)", exclusive_minimum=0.0, maximum=65536.0)
     timeout_s: float = _p(600.0, "process-group timeout and wall-clock limit of the cell", exclusive_minimum=0.0, maximum=604800.0)
@@ -477,14 +485,22 @@ def check_model_data(values: Mapping[str, Any]) -> None:
 
 
 def check_training_setup(values: Mapping[str, Any]) -> None:
-    """Refuse a precision the cell's device cannot run, and the precision, accumulation or
-    optimizer a strategy has no meaning for (CellConflict naming the key and the strategy)."""
+    """Refuse a precision the cell's device cannot run, the precision, accumulation or optimizer a
+    strategy has no meaning for, and a layout it cannot shard (CellConflict naming the key and the
+    strategy)."""
     strategy, precision = values["strategy"], values.get("precision", "fp32")
     if precision == "tf32" and values["device"] != "cuda":
         raise CellConflict(
             ("precision", "device"),
             "precision tf32 is a mode of CUDA's matrix multiplications (TensorFloat-32 tensor cores); "
             f"device {values['device']} has no such mode: use fp32 or bf16",
+        )
+    fully_sharded = strategy_traits(strategy).sharding in ("zero2", "zero3")  # FSDP2's fully_shard
+    if values.get("memory_format", "contiguous") == "channels_last" and fully_sharded:
+        raise CellConflict(
+            ("memory_format", "strategy"),
+            f"strategy {strategy} shards each parameter with FSDP2 (fully_shard), which refuses a non-contiguous "
+            "one, and channels_last convolution weights are: use memory_format contiguous with it",
         )
     if strategy == PIPELINE:
         if int(values.get("grad_accum", 1)) > 1:

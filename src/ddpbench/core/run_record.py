@@ -86,6 +86,7 @@ class Extra:
     held_bytes: Final = "extra_held_bytes"
     held_bytes_per_rank: Final = "extra_held_bytes_per_rank"
     # Compiling, checkpointing and mixed precision (run.transforms, run.cell).
+    converted: Final = "extra_converted"  # the whole-model converters applied (run.transforms.MODEL_CONVERTERS), space-separated
     blocks: Final = "extra_blocks"
     checkpointed_blocks: Final = "extra_checkpointed_blocks"
     compiled_blocks: Final = "extra_compiled_blocks"

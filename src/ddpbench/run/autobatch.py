@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import copy
 import gc
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -68,23 +68,28 @@ def cpu_budget_bytes(memory_budget_gb: float, local_ranks: int) -> int:
     return int(psutil.virtual_memory().available * 0.5 / max(1, local_ranks))
 
 
-def trial_step(model: nn.Module, shape: tuple[int, ...], batch: int, device: torch.device, tokens: bool = False) -> None:
+Place = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+
+def trial_step(model: nn.Module, shape: tuple[int, ...], batch: int, device: torch.device, tokens: bool = False,
+               place: Place | None = None) -> None:  # fmt: skip
     """One training step at `batch` on a copy of `model` (its memory freed afterwards);
-    `tokens`: shape is (seq_len,) and the inputs are token ids, a target per position."""
+    `tokens`: shape is (seq_len,) and the inputs are token ids, a target per position; `place`: how
+    a batch reaches the device as the cell's model reads it (run.transforms.to_device)."""
     net = copy.deepcopy(model).to(device)
     opt = SGD(net.parameters(), lr=0.0, momentum=0.9)  # the harness's optimizer: the same state, no torch._dynamo
     if tokens:
-        x = torch.zeros(batch, *shape, dtype=torch.long, device=device)
-        y = torch.zeros(batch, *shape, dtype=torch.long, device=device)
+        x, y = torch.zeros(batch, *shape, dtype=torch.long), torch.zeros(batch, *shape, dtype=torch.long)
     else:
-        x = torch.zeros(batch, *shape, device=device)
-        y = torch.zeros(batch, dtype=torch.long, device=device)
+        x, y = torch.zeros(batch, *shape), torch.zeros(batch, dtype=torch.long)
+    x, y = place(x, y) if place else (x.to(device), y.to(device))
     task_loss(net(x), y).backward()
     opt.step()
     del net, opt, x, y
 
 
-def _trial_need(model: nn.Module, shape: tuple[int, ...], batch: int, device: torch.device, tokens: bool) -> int | None:
+def _trial_need(model: nn.Module, shape: tuple[int, ...], batch: int, device: torch.device, tokens: bool,
+                place: Place | None) -> int | None:  # fmt: skip
     """Bytes one trial step at `batch` needs beyond what is held already; None when CUDA
     runs out of memory. The out-of-memory error's traceback holds the trial's tensors:
     memory is released only after the handler has let it go."""
@@ -95,7 +100,7 @@ def _trial_need(model: nn.Module, shape: tuple[int, ...], batch: int, device: to
         before = torch.cuda.memory_allocated(device)
         out_of_memory = False
         try:
-            trial_step(model, shape, batch, device, tokens)
+            trial_step(model, shape, batch, device, tokens, place)
             torch.cuda.synchronize(device)
         except torch.cuda.OutOfMemoryError:
             out_of_memory = True
@@ -106,13 +111,13 @@ def _trial_need(model: nn.Module, shape: tuple[int, ...], batch: int, device: to
         return torch.cuda.max_memory_allocated(device) - before
     before = _rss()
     _reset_peak()
-    trial_step(model, shape, batch, device, tokens)
+    trial_step(model, shape, batch, device, tokens, place)
     return max(0, _peak_since_reset() - before)
 
 
 def search(
     model: nn.Module, shape: tuple[int, ...], device: torch.device, memory_budget_gb: float, limit: int, local_ranks: int,
-    tokens: bool = False,
+    tokens: bool = False, place: Place | None = None,
 ) -> dict[str, Any]:
     """This rank's largest fitting power-of-two batch <= limit: {chosen, tried, method, need_mb}."""
     limit = max(1, min(limit, MAX_BATCH))
@@ -129,7 +134,7 @@ def search(
             if needs[b1] + slope * (batch - b1) > budget:
                 break  # predicted not to fit: not tried
         tried.append(batch)
-        need = _trial_need(model, shape, batch, device, tokens)
+        need = _trial_need(model, shape, batch, device, tokens, place)
         if need is None:  # out of memory
             break
         if budget and need > budget:

@@ -156,7 +156,8 @@ def choose_batch_size(
     limit = len(data.train) // ranks.world
     with transforms.eager(params):  # trial steps of other batch sizes compile nothing
         found = autobatch.search(
-            model, data.shape, device, params.memory_budget_gb, limit, ranks.local_world, tokens=data.kind == "tokens"
+            model, data.shape, device, params.memory_budget_gb, limit, ranks.local_world, tokens=data.kind == "tokens",
+            place=lambda x, y: transforms.to_device(x, y, device, params),
         )
     auto = autobatch.agree(found, device)
     return auto["chosen"] * (1 if params.scaling == "weak" else ranks.world), auto
@@ -174,7 +175,7 @@ def finish_rank(
     peaks = {"peak_rss_mb": timers.peak_rss_mb(), "cuda_max_allocated_mb": timers.cuda_max_allocated_mb(device)}
     bare = strategy.bare(model)
     with transforms.eager(params):
-        test = evaluate(bare, cell.data, ranks, device, cell.per_rank_batch)
+        test = evaluate(bare, cell.data, ranks, device, cell.per_rank_batch, params)
     marks["evaluation_done"] = time.time()
     flat = models.flat_parameters(bare)
     payload = {
@@ -385,7 +386,7 @@ def deviation_from_single(
     worst = max(float((ours[k] - ref[k]).abs().max() / ref[k].abs().max().clamp_min(1e-12)) for k in ref)
     a, b = models.flat_parameters(trained), models.flat_parameters(initial)
     loss, _, n = run.tail(1)  # the last step, as train_loss_final
-    _, t_correct, t_n = evaluate(initial, data, Ranks(), device, max(global_batch, 64))
+    _, t_correct, t_n = evaluate(initial, data, Ranks(), device, max(global_batch, 64), params)
     return extra_fields(
         param_deviation_from_single=worst,
         param_deviation_from_single_l2=float((a - b).norm() / b.norm().clamp_min(1e-12)),
@@ -422,13 +423,14 @@ def profile_steps(model, optimizer, strategy, ctx, loader, sampler, step, global
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, data: datamod.Data, ranks: Ranks, device: torch.device, batch: int):
+def evaluate(model: torch.nn.Module, data: datamod.Data, ranks: Ranks, device: torch.device, batch: int,
+             params: CellParams):  # fmt: skip
     """This rank's share of the test set: (loss sum, correct, samples)."""
     was_training = model.training
     model.eval()
     loss_sum, correct, n = 0.0, 0, 0
     for x, y in datamod.test_batches(data, ranks.rank, ranks.world, max(batch, 64)):
-        x, y = x.to(device), y.to(device)
+        x, y = transforms.to_device(x, y, device, params)
         out = model(x)
         loss_sum += float(base.task_loss(out, y, reduction="sum"))
         correct += float(base.task_correct(out, y))

@@ -357,7 +357,7 @@ def measure(model: nn.Module, data, ctx: Context, batch: int, out: Path) -> dict
         try:
             x, y = real_batch(data.train, min(batch, COUNT_BATCH))
             result["count"]["batch"] = len(x)
-            x, y, key, folder = x.to(ctx.device), y.to(ctx.device), count_key(ctx.params, data, len(x)), peaks.results_folder(out)
+            (x, y), key, folder = transforms.to_device(x, y, ctx.device, ctx.params), count_key(ctx.params, data, len(x)), peaks.results_folder(out)
 
             def model_flops():  # without the recompute of checkpointed blocks
                 with transforms.without_recompute():

@@ -197,7 +197,7 @@ def train_loop(
             _start_timing(ctx, result)
         timer.begin()
         x, y = next(batches)
-        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        x, y = transforms.to_device(x, y, device, ctx.params, non_blocking=True)
         timer.lap("data")
         if fault and fault[0] == "slow":  # charged to forward: a slower rank
             time.sleep(faults.slow_seconds(fault[1], time.perf_counter() - step_start))

@@ -1,7 +1,13 @@
 """The model as it is trained beyond its layers, the one seam where a model is changed before
-training (`apply`, then `wrapped`, in torchtitan's `parallelize` order): activation checkpointing and
-torch.compile applied to each block (BLOCK_STEPS over strategies.base.blocks: a GPT's transformer
-blocks, a ResNet's, an MLP's layers), then the strategy's wrap.
+training (`apply`, then `wrapped`, in torchtitan's `parallelize` order): whole-model converters
+(MODEL_CONVERTERS, torchtitan's ModelConverter: the model converted, and here its batches too),
+then activation checkpointing and torch.compile applied to each block (BLOCK_STEPS over
+strategies.base.blocks: a GPT's transformer blocks, a ResNet's, an MLP's layers), then the
+strategy's wrap.
+
+- `memory_format: channels_last` converts the model's 4-d tensors (convolution weights) to NHWC,
+  and every batch to the same layout as it reaches the device (`to_device`, the one place a batch
+  moves): the values are the same, the convolution kernels that read them are not.
 
 Each block's forward is replaced on the instance by a method bound to it:
 - `activation_checkpointing: full` runs every block's forward under torch.utils.checkpoint
@@ -33,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import functools
 import os
 import types
 from typing import Any, Callable, Iterator
@@ -79,9 +86,53 @@ BLOCK_STEPS: tuple[tuple[str, Callable[[CellParams, int, int], Step | None]], ..
 )
 
 
+@dataclasses.dataclass(frozen=True)
+class Converter:
+    """A whole-model change (torchtitan's ModelConverter): `convert` changes the model in place before
+    the block steps; `batch` lays out each batch as the converted model reads it."""
+
+    convert: Callable[[nn.Module], Any]
+    batch: Callable[[torch.Tensor], torch.Tensor]
+
+
+def _channels_last(params: CellParams) -> Converter | None:
+    if params.memory_format != "channels_last":
+        return None
+    nhwc = torch.channels_last
+    return Converter(lambda model: model.to(memory_format=nhwc),
+                     lambda x: x.contiguous(memory_format=nhwc) if x.dim() == 4 else x)  # fmt: skip
+
+
+#: Whole-model converters, in this order, before BLOCK_STEPS: each entry says, for a cell, its
+#: Converter or None. An axis that changes the whole model (a layout, float8 linears) is one more
+#: entry here and a CellParams field.
+MODEL_CONVERTERS: tuple[tuple[str, Callable[[CellParams], Converter | None]], ...] = (
+    ("memory_format", _channels_last),
+)
+
+
+@functools.lru_cache(maxsize=16)
+def converters(params: CellParams) -> tuple[tuple[str, Converter], ...]:
+    """The cell's converters (name, Converter), in MODEL_CONVERTERS' order."""
+    return tuple((name, c) for name, of in MODEL_CONVERTERS if (c := of(params)) is not None)
+
+
+def to_device(x: torch.Tensor, y: torch.Tensor, device: torch.device, params: CellParams,
+              non_blocking: bool = False) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """A batch on the device as the cell's model reads it (its converters' layout): the one place a
+    batch moves (training, evaluation, the FLOP count)."""
+    x, y = x.to(device, non_blocking=non_blocking), y.to(device, non_blocking=non_blocking)
+    for _, c in converters(params):
+        x = c.batch(x)
+    return x, y
+
+
 def apply(model: nn.Module, params: CellParams) -> dict[str, Any]:
-    """Apply BLOCK_STEPS to `model`'s blocks in place as `params` asks; what was done, for the
-    run's record (extra: the block counts)."""
+    """Apply MODEL_CONVERTERS to `model`, then BLOCK_STEPS to its blocks, in place as `params` asks;
+    what was done, for the run's record (extra: the converters, the block counts)."""
+    applied = converters(params)
+    for _, c in applied:
+        c.convert(model)
     units = blocks(model)
     done = {name: 0 for name, _ in BLOCK_STEPS}
     for i, block in enumerate(units):
@@ -98,7 +149,8 @@ def apply(model: nn.Module, params: CellParams) -> dict[str, Any]:
         _graphs["at_apply"] = _dynamo_graphs() or 0
     return run_record.extra(blocks=len(units), checkpointed_blocks=done["activation_checkpointing"],
                             compiled_blocks=done["compile"], compiled_loss=compiled,
-                            compile_backend=compile_backend() if compiled else None)  # fmt: skip
+                            compile_backend=compile_backend() if compiled else None,
+                            converted=" ".join(name for name, _ in applied))  # fmt: skip
 
 
 def loss(params: CellParams) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
