@@ -210,6 +210,12 @@ def test_the_zygote_imports_torch_dynamo_only_for_cells_that_import_it_anyway():
     assert "torch._dynamo" not in torchrun.zygote_preload(["-m", "ddpbench.run.train", "--strategy", "ring_allreduce"])
     vgg = torchrun.zygote_preload(["-m", "ddpbench.run.train", "--strategy", "allreduce", "--model", "vgg11"])
     assert vgg[2:] == ["torchvision.models"]  # which imports torch._dynamo
+    assert "torch._dynamo" in torchrun.zygote_preload([*head, "--strategy", "allreduce", "--compile", "model"])
+    # the cell is read typed, as the rank reads it (issue 70, item 2): its values, or none at all
+    cell = torchrun.cell_of([*head, "--strategy", "zero", "--batch-size", "auto", "--scaling", "weak", "--memory-format", "channels_last"])
+    assert (cell.strategy, cell.batch_size, cell.memory_format, cell.model) == ("zero", "auto", "channels_last", "mlp")
+    assert torchrun.cell_of([*head, "--strategy", "nope"]) is None
+    assert torchrun.zygote_preload([*head, "--strategy", "nope"]) == [torchrun.FORKED_MODULE, torchrun.ENTRY_MODULE]
 
 
 # Loaded by every Python process of a launch (PYTHONPATH): each rank records at exit

@@ -52,22 +52,37 @@ def forks_ranks(argv: list[str]) -> bool:
     return _after(argv, "--start-method") == "fork" and _after(argv, "-m") == FORKED_MODULE
 
 
+def cell_of(argv: list[str]):
+    """The cell torchrun's arguments start (the flags after `-m MODULE`) as the rank reads them: a typed
+    CellParams (core.params, no torch), or None where a flag's value is one the rank refuses."""
+    import argparse
+
+    from ddpbench.core.params import CellParams, ParamError
+
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    CellParams.add_arguments(parser)
+    flags, _ = parser.parse_known_args(argv[argv.index("-m") + 2 :] if "-m" in argv else [])
+    try:
+        return CellParams.from_namespace(flags)
+    except (ParamError, ValueError):
+        return None
+
+
 def zygote_preload(argv: list[str]) -> list[str]:
     """The modules the zygote imports for the cell in torchrun's arguments: the harness, and
     torch._dynamo where the cell imports it anyway (its strategy's wrap, torch's AdamW, compile, a
     torchvision model: torchvision.models imports it; 1.7-1.8 s a rank on 2 cores, paid once
     here). Not for the others: they never import it, and a process that has it starts 1.3 s
     later and exits slower (ddpbench.run.quick_exit)."""
-    from ddpbench.core.params import TORCHVISION_MODELS, CellParams
-    from ddpbench.strategies import names, strategy_traits
+    from ddpbench.core.params import TORCHVISION_MODELS
+    from ddpbench.strategies import strategy_traits
 
-    cell = argv[argv.index("-m") + 2 :] if "-m" in argv else []
-    strategy = _after(cell, "--strategy") or CellParams.strategy
-    adamw = _after(cell, "--optimizer") == "adamw"
-    torchvision = (_after(cell, "--model") or CellParams.model) in TORCHVISION_MODELS
-    compiled = _after(cell, "--compile") not in (None, "none")
-    dynamo = adamw or compiled or (strategy in names() and strategy_traits(strategy).imports_dynamo)
-    extra = ["torchvision.models"] if torchvision else ["torch._dynamo"] if dynamo else []
+    cell = cell_of(argv)
+    if cell is None:  # the rank refuses it at once, naming the flag: nothing to preload for it
+        return [FORKED_MODULE, ENTRY_MODULE]
+    compiled, adamw = cell.compile != "none", cell.optimizer == "adamw"
+    dynamo = adamw or compiled or strategy_traits(cell.strategy).imports_dynamo
+    extra = ["torchvision.models"] if cell.model in TORCHVISION_MODELS else ["torch._dynamo"] if dynamo else []
     return [FORKED_MODULE, ENTRY_MODULE, *extra]
 
 
