@@ -10,19 +10,17 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ddpbench.core.params import CellParams
+from ddpbench.core.params import SAME_AT_BASELINE, CellParams
 from ddpbench.core.run_record import Env
 from ddpbench.strategies import STRATEGY_SETTINGS, names as strategy_names, strategy_settings
 
 # seed may be varied per repeat by the workflow, so it is never part of a cell's identity.
 NOT_AXES = ("seed",)
 LAUNCH_AXES = ("world_size", "nodes")
-# Settings that cannot change a single-worker `single` run: ignored when no baseline
-# matches exactly (e.g. the workflow ran `single` once instead of once per bucket size).
-IRRELEVANT_AT_BASELINE = (
-    "scaling", "bucket_mb", "powersgd_rank", "powersgd_start_iter", "sync_period", "micro_batches",
-    "timeout_s", "data_root", "link", "profile_steps",
-)  # fmt: skip
+# Settings that cannot change a single-worker `single` run (as each cell parameter declares:
+# core.params.SAME_AT_BASELINE): ignored when no baseline matches exactly (e.g. the workflow ran
+# `single` once instead of once per bucket size).
+IRRELEVANT_AT_BASELINE = SAME_AT_BASELINE
 BASELINE_STRATEGY = "single"
 TIME = "epoch_time_s"  # the time of a fixed amount of work: speedup is its ratio
 

@@ -85,28 +85,33 @@ class ParamError(ValueError):
         super().__init__(f"invalid value for '{name}' ({flag}): {value!r}; allowed: {allowed}")
 
 
+def _always(values: Mapping[str, Any]) -> bool:
+    return True
+
+
 def effective_params(values: Mapping[str, Any], nodes: int | None = None) -> dict[str, Any]:
-    """`values` with the strategy settings its strategy does not read at their defaults (and
-    the link at none for a one-node cell, momentum at its default for adamw): two cells that differ only there are one measurement
-    (one run folder, one set of runs), and a change to such a setting changes none of that
-    strategy's runs. `nodes`: the cell's, where `values` (cell parameters only) lacks it."""
+    """`values` with every setting the cell does not read at its default: its strategy's unread
+    settings, and each field whose `read_if` (declared on the field: the link for a one-node cell,
+    momentum for adamw, the token settings for images, ...) is false for the cell. Two cells that
+    differ only there are one measurement (one run folder, one set of runs), and a change to such a
+    setting changes none of those runs. `nodes`: the cell's, where `values` (cell parameters only) lacks it."""
     defaults = {f.name: f.default for f in dataclasses.fields(CellParams)}
-    unread = unread_settings(values["strategy"])
-    if int(values.get("nodes", 1) if nodes is None else nodes) == 1:
-        unread += ("link",)  # a link joins nodes: one node's cells are one measurement whatever it is
-    if values.get("optimizer", "sgd") == "adamw":
-        unread += ("momentum",)  # SGD's: AdamW's betas are fixed
-    if values.get("dataset", "synthetic") not in TOKEN_DATASETS:
-        unread += ("vocab_size", "seq_len")
-    else:
-        unread += ("memory_format",)  # a token model has no 4-d tensor to lay out
-    if not is_user_model(values.get("model", "mlp")):
-        unread += ("model_path",)
+    cell = {**values, "nodes": values.get("nodes", 1) if nodes is None else nodes}
+    unread = {*unread_settings(values["strategy"])}
+    unread |= {f.name for f in dataclasses.fields(CellParams) if not f.metadata.get("read_if", _always)(cell)}
     return {k: (defaults[k] if k in unread else v) for k, v in values.items()}
 
 
 def _p(default: Any, help: str, **checks: Any) -> Any:
+    """A field with its help and what it declares of itself: its checks (choices, minimum, pattern, ...);
+    `read_if`, the cells that read it at all (a predicate of the cell's values: elsewhere it is one
+    measurement whatever it says, effective_params); `baseline=False`, that a single-worker `single`
+    run does not read it (SAME_AT_BASELINE)."""
     return field(default=default, metadata={"help": help, **checks})
+
+
+def _tokens(values: Mapping[str, Any]) -> bool:
+    return values.get("dataset", "synthetic") in TOKEN_DATASETS
 
 
 @dataclass(frozen=True)
@@ -121,7 +126,7 @@ class CellParams:
     batch_size: int | str = _p(
         64, "global batch (scaling=strong) or per-rank batch (scaling=weak); 'auto' searches", minimum=1, maximum=2**20, auto=True
     )
-    scaling: str = _p("strong", "strong: global batch fixed; weak: per-rank batch fixed", choices=SCALINGS)
+    scaling: str = _p("strong", "strong: global batch fixed; weak: per-rank batch fixed", choices=SCALINGS, baseline=False)
     model: str = _p(
         "mlp", "network to train: a built-in one, or your own as module.path:function (docs/models.md)",
         pattern="|".join(MODELS) + "|" + USER_MODEL_PATTERN,
@@ -134,11 +139,13 @@ class CellParams:
     synthetic_shape: str = _p(
         "cifar10", "shape and classes of the synthetic data (imagenette: 3 x image_size px, 10 classes)", choices=SYNTHETIC_SHAPES
     )
-    data_root: str = _p("data", "folder holding real datasets (prepared beforehand, never downloaded by a rank)")
+    data_root: str = _p("data", "folder holding real datasets (prepared beforehand, never downloaded by a rank)", baseline=False)
     image_size: int = _p(160, "side of the square images for imagenette", minimum=8, maximum=4096)
-    vocab_size: int = _p(256, "synthetic_tokens: tokens in the vocabulary", minimum=2, maximum=2**20)
-    seq_len: int = _p(128, "synthetic_tokens: tokens per sequence (the GPT models' context)", minimum=2, maximum=2**16)
-    model_path: str = _p(".", "folder put first on the import path for a model given as module.path:function")
+    vocab_size: int = _p(256, "synthetic_tokens: tokens in the vocabulary", minimum=2, maximum=2**20, read_if=_tokens)
+    seq_len: int = _p(128, "synthetic_tokens: tokens per sequence (the GPT models' context)", minimum=2, maximum=2**16,
+                      read_if=_tokens)  # fmt: skip
+    model_path: str = _p(".", "folder put first on the import path for a model given as module.path:function",
+                         read_if=lambda v: is_user_model(v.get("model", "mlp")))  # fmt: skip
     dataset_size: int = _p(4096, "training samples used (a subset of the dataset)", minimum=1, maximum=10**9)
     test_size: int = _p(512, "held-out samples for test loss/accuracy (0: none)", minimum=0, maximum=10**8)
     epochs: int = _p(1, "passes over the training subset at least (the run goes on until the timing minimums are met)", minimum=1, maximum=10**6)
@@ -148,13 +155,14 @@ class CellParams:
     min_timed_s: float = _p(1.0, "... and until the timed steps last at least this many seconds (bounded by max_steps, timeout_s)", minimum=0.0, maximum=86400.0)
     profile_steps: int = _p(
         0, "after the timed steps (never among them), steps run under torch.profiler: the top operators by self time "
-        "(profile.csv) and the profiler's overhead (0: off)", minimum=0, maximum=10**4,
+        "(profile.csv) and the profiler's overhead (0: off)", minimum=0, maximum=10**4, baseline=False,
     )
     num_workers: int = _p(0, "DataLoader worker processes per rank", minimum=0, maximum=256)
     threads_per_rank: int = _p(0, "torch/OpenMP threads per rank (0: cores // local processes, at least 1)", minimum=0, maximum=1024)
     seed: int = _p(0, "seed for data, initial weights and sampling", minimum=0, maximum=2**63 - 1)
     lr: float = _p(0.05, "learning rate", exclusive_minimum=0.0, maximum=1000.0)
-    momentum: float = _p(0.9, "SGD momentum (sgd only)", minimum=0.0, maximum=1.0)
+    momentum: float = _p(0.9, "SGD momentum (sgd only)", minimum=0.0, maximum=1.0,
+                         read_if=lambda v: v.get("optimizer", "sgd") != "adamw")  # AdamW's betas are fixed
     optimizer: str = _p("sgd", "sgd (with momentum) or adamw (decoupled weight decay, betas 0.9/0.999)", choices=OPTIMIZERS)
     weight_decay: float = _p(0.0, "weight decay: added to the gradient (sgd), decoupled (adamw)", minimum=0.0, maximum=10.0)
     precision: str = _p(
@@ -178,9 +186,11 @@ class CellParams:
         "contiguous", "layout of an image model's convolution weights and batches: contiguous (NCHW) or channels_last "
         "(NHWC, what cuDNN's and oneDNN's fastest convolutions read; the model converted whole before training, each "
         "batch as it reaches the device; token models have no such tensors)", choices=MEMORY_FORMATS,
+        read_if=lambda v: not _tokens(v),
     )
     bucket_mb: float = _p(25.0, "bucket size in MiB (bucketed_allreduce; DDP bucket_cap_mb)", exclusive_minimum=0.0, maximum=65536.0)
-    timeout_s: float = _p(600.0, "process-group timeout and wall-clock limit of the cell", exclusive_minimum=0.0, maximum=604800.0)
+    timeout_s: float = _p(600.0, "process-group timeout and wall-clock limit of the cell", exclusive_minimum=0.0, maximum=604800.0,
+                          baseline=False)  # fmt: skip
     powersgd_rank: int = _p(2, "PowerSGD matrix approximation rank", minimum=1, maximum=4096)
     powersgd_start_iter: int = _p(10, "PowerSGD: steps of plain all-reduce before compression starts", minimum=1, maximum=10**6)
     sync_period: int = _p(4, "local_sgd: steps between parameter averaging", minimum=1, maximum=10**6)
@@ -190,6 +200,7 @@ class CellParams:
         NO_LINK, "network between the 2 nodes of a cell: none (this machine's or the cluster's), or two network namespaces "
         "on this machine joined by a veth link, unshaped or shaped to a rate (root; nodes 2)", pattern=LINK_PATTERN,
         pattern_text="none, unshaped or a rate like 10gbit, 1gbit, 100mbit, 500kbit",
+        read_if=lambda v: int(v.get("nodes", 1)) > 1, baseline=False,  # a link joins nodes
     )
 
     def __post_init__(self) -> None:
@@ -326,6 +337,12 @@ AUTO_NEEDS_WEAK = (
     "weak when batch_size is 'auto': auto picks the largest per-rank batch that fits one "
     "device, so the global batch grows with world size (weak scaling, not speedup)"
 )
+
+
+# Settings that cannot change a single-worker `single` run (declared `baseline=False`, and every
+# strategy's own settings): analysis.tables ignores them where no baseline matches exactly.
+SAME_AT_BASELINE = tuple(f.name for f in dataclasses.fields(CellParams)
+                         if f.metadata.get("baseline") is False or f.name in unread_settings("single"))  # fmt: skip
 
 
 def check_auto_batch_scaling(batch_size: Any, scaling: Any) -> None:
