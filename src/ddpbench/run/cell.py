@@ -157,7 +157,7 @@ def choose_batch_size(
     with transforms.eager(params):  # trial steps of other batch sizes compile nothing
         found = autobatch.search(
             model, data.shape, device, params.memory_budget_gb, limit, ranks.local_world, tokens=data.kind == "tokens",
-            place=lambda x, y: transforms.to_device(x, y, device, params),
+            place=transforms.batch_mover(device, params),
         )
     auto = autobatch.agree(found, device)
     return auto["chosen"] * (1 if params.scaling == "weak" else ranks.world), auto

@@ -166,6 +166,7 @@ def train_loop(
     timer = timers.StepTimer(ctx.clock, ctx.instrument, on_lap=heartbeat.lap if heartbeat else None)
     recorder = StepRecorder(ctx.clock, ctx.rank)
     meter, device, instrument = ctx.meter, ctx.device, ctx.instrument
+    move = transforms.batch_mover(device, ctx.params, non_blocking=True)
     first_timed = 1 + ctx.params.warmup_steps if first_timed is None else first_timed
     fault = faults.injection(ctx.rank, ctx.params)
     step_start = time.perf_counter()  # a slow rank's step, its own sleep left out, from here
@@ -197,7 +198,7 @@ def train_loop(
             _start_timing(ctx, result)
         timer.begin()
         x, y = next(batches)
-        x, y = transforms.to_device(x, y, device, ctx.params, non_blocking=True)
+        x, y = move(x, y)
         timer.lap("data")
         if fault and fault[0] == "slow":  # charged to forward: a slower rank
             time.sleep(faults.slow_seconds(fault[1], time.perf_counter() - step_start))

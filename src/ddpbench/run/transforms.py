@@ -117,14 +117,25 @@ def converters(params: CellParams) -> tuple[tuple[str, Converter], ...]:
     return tuple((name, c) for name, of in MODEL_CONVERTERS if (c := of(params)) is not None)
 
 
+def batch_mover(device: torch.device, params: CellParams, non_blocking: bool = False):
+    """(x, y) -> the batch on the device as the cell's model reads it (its converters' layout): the
+    one place a batch moves (training, evaluation, the FLOP count). The converters are looked up
+    once here, not in every training step."""
+    layouts = [c.batch for _, c in converters(params)]
+
+    def move(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = x.to(device, non_blocking=non_blocking), y.to(device, non_blocking=non_blocking)
+        for layout in layouts:
+            x = layout(x)
+        return x, y
+
+    return move
+
+
 def to_device(x: torch.Tensor, y: torch.Tensor, device: torch.device, params: CellParams,
               non_blocking: bool = False) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """A batch on the device as the cell's model reads it (its converters' layout): the one place a
-    batch moves (training, evaluation, the FLOP count)."""
-    x, y = x.to(device, non_blocking=non_blocking), y.to(device, non_blocking=non_blocking)
-    for _, c in converters(params):
-        x = c.batch(x)
-    return x, y
+    """One batch moved as `batch_mover` moves them."""
+    return batch_mover(device, params, non_blocking)(x, y)
 
 
 def apply(model: nn.Module, params: CellParams) -> dict[str, Any]:
