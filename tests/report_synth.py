@@ -12,6 +12,7 @@ import itertools
 import numpy as np
 import pandas as pd
 
+from ddpbench import analysis
 from ddpbench.core.params import CellParams
 
 STEP_COLUMNS = [
@@ -377,3 +378,16 @@ def make_token_runs(slowdown=None, longer=0.8, comm_longer=0.5, repeats=3, noise
         r["train_loss_final"], r["test_loss"], r["test_acc"] = final_loss, final_loss + 0.1, 0.6
         frames.append(r)
     return pd.concat(frames, ignore_index=True)
+
+
+class Answers:
+    """A sequential design's answers for hand-made tables (analysis.DesignAnswers' `compare`, which
+    the analysis calls for the pairs of cells a finding or study compares): `rule(a, b)` gives the
+    design's Comparison of two cells by their axis values, None where it did not ask."""
+
+    def __init__(self, rule):
+        self.rule = rule
+
+    def compare(self, a, b, xa, xb):
+        return self.rule(a, b) or analysis.Comparison.measured(xa, xb, source=analysis.Source.DESCRIPTIVE)
+

@@ -9,7 +9,6 @@ from scipy import optimize, stats
 from report_synth import make_comm, make_runs
 
 from ddpbench import analysis as A
-from ddpbench.analysis.cells import NO_COMPARISON
 from ddpbench.analysis.cost_model import (
     _cost_bootstrap,
     _cost_core,
@@ -328,15 +327,15 @@ def test_comparison_finds_a_1_5x_difference():
     r = cmp.iloc[0]
     assert (r["strategy_a"], r["strategy_b"], r["n_a"], r["n_b"]) == ("ddp", "gather_scatter", 4, 4)
     assert r["ratio"] == pytest.approx(1.5, rel=0.05) and r["ratio_ci_low"] > 1 and r["ratio_ci_level"] == 0.95
-    assert r["verdict"] == "A faster"
+    assert r["verdict"] == "faster"
     flipped = A.comparisons_table(_strategies({"a": [1000.0, 1010, 990], "b": [1500.0, 1490, 1510]})).iloc[0]
-    assert flipped["verdict"] == "B faster" and flipped["ratio_ci_high"] < 1
+    assert flipped["verdict"] == "slower" and flipped["ratio_ci_high"] < 1
 
 
 def test_comparison_with_overlapping_noise_finds_no_difference():
     runs = _strategies({"allreduce": [1000.0, 1150.0, 900.0], "ddp": [1050.0, 950.0, 1100.0]})
     r = A.comparisons_table(runs).iloc[0]
-    assert r["ratio_ci_low"] < 1 < r["ratio_ci_high"] and r["verdict"] == "no detectable difference"
+    assert r["ratio_ci_low"] < 1 < r["ratio_ci_high"] and r["verdict"] == "no difference"
 
 
 def test_comparisons_pair_only_equal_settings_and_world_sizes():
@@ -346,7 +345,7 @@ def test_comparisons_pair_only_equal_settings_and_world_sizes():
     assert sorted(map(tuple, cmp[["world_size", "strategy_a", "strategy_b"]].values.tolist())) == [
         (2, "a", "b"), (2, "a", "c"), (2, "b", "c"), (4, "a", "b")]  # fmt: skip
     p4 = cmp[cmp["world_size"] == 4].iloc[0]
-    assert p4["verdict"] == NO_COMPARISON and p4["n_b"] == 1
+    assert p4["verdict"] == A.Verdict.NO_INTERVAL and p4["n_b"] == 1
 
 
 def _cost_rows(factor, m=4e6, alpha=1e-3, bw=1e9, calls=4, t_comp=1.0, t_sync=0.01, sizes=(1, 2, 4, 8), law=None):
@@ -660,16 +659,16 @@ def test_comparison_ratio_and_interval_by_hand():
     assert (r["strategy_a"], r["strategy_b"], r["n_a"], r["n_b"]) == ("a", "b", 2, 3)
     ratio = r[["ratio", "ratio_ci_low", "ratio_ci_high"]].tolist()
     assert ratio == pytest.approx([2.0, 2 * np.exp(-half), 2 * np.exp(half)])
-    assert r["verdict"] == A.NO_DIFFERENCE and r["unstable"] and r["unstable_cause"].startswith("a: ")
+    assert r["verdict"] == A.Verdict.NO_DIFFERENCE and r["unstable"] and r["unstable_cause"].startswith("a: ")
 
 
 def test_verdict_by_interval():
-    assert A.verdict(A.Interval(1.5, 1.01, 2.0)) == "A faster"
-    assert A.verdict(A.Interval(0.5, 0.4, 0.99)) == "B faster"
-    assert A.verdict(A.Interval(1.0, 1.0, 1.2)) == A.NO_DIFFERENCE  # touching 1 is no difference
-    assert A.verdict(A.Interval(1.0, 0.8, 1.0)) == A.NO_DIFFERENCE
-    assert A.verdict(A.Interval(1.0, np.nan, 2.0)) == NO_COMPARISON
-    assert A.verdict(A.Interval(1.0, 2.0, np.nan)) == NO_COMPARISON
+    assert A.verdict_of(1.01, 2.0) == "faster"
+    assert A.verdict_of(0.4, 0.99) == "slower"
+    assert A.verdict_of(1.0, 1.2) == A.Verdict.NO_DIFFERENCE  # touching 1 is no difference
+    assert A.verdict_of(0.8, 1.0) == A.Verdict.NO_DIFFERENCE
+    assert A.verdict_of(np.nan, 2.0) == A.Verdict.NO_INTERVAL
+    assert A.verdict_of(2.0, np.nan) == A.Verdict.NO_INTERVAL
 
 
 def test_comparisons_skip_failed_and_untimed_runs():
@@ -1000,7 +999,7 @@ def test_comparisons_table_is_welch_log_ratio_and_stability_of_each_pair():
         iv = A.welch_log_ratio(a["samples_per_s"], b["samples_per_s"])
         got = row[["ratio", "ratio_ci_low", "ratio_ci_high", "ratio_ci_level"]].to_numpy(float)
         np.testing.assert_array_equal(got, [iv.estimate, iv.low, iv.high, iv.level])
-        assert row["verdict"] == A.verdict(iv) and (row["n_a"], row["n_b"]) == (len(a), len(b))
+        assert row["verdict"] == A.verdict_of(iv.low, iv.high) and (row["n_a"], row["n_b"]) == (len(a), len(b))
         causes = [f"{row[f'strategy_{s}']}: {A.stability(side)[1]}" for s, side in (("a", a), ("b", b)) if A.stability(side)[0]]
         assert row["unstable"] == bool(causes) and row["unstable_cause"] == "; ".join(causes)
         assert row["versions_differ"] == (set(version[a.index]) != set(version[b.index]))
@@ -1074,7 +1073,7 @@ def test_memory_savings_against_ddp_with_the_comparisons_interval():
     row = cmp[(cmp["strategy_a"] == "ddp") & (cmp["strategy_b"] == "fsdp") & (cmp["grad_accum"] == 1)].iloc[0]
     assert fsdp["ratio"] == pytest.approx(1 / row["ratio"])
     assert (fsdp["ratio_ci_low"], fsdp["ratio_ci_high"]) == pytest.approx((1 / row["ratio_ci_high"], 1 / row["ratio_ci_low"]))
-    assert fsdp["verdict"] == "B faster" and row["verdict"] == "A faster"  # fsdp 1.5x slower: ddp faster
+    assert fsdp["verdict"] == "slower" and row["verdict"] == "faster"  # fsdp 1.5x slower: ddp faster
     assert fsdp["peak_kind"] == "peak RSS" and fsdp["peak_mib"] == cells.set_index(["strategy", "grad_accum"]).loc[("fsdp", 1), "peak_rss_mb"]
     # one rank has nothing to shard; no ddp, no saving; no counts, nothing
     assert not (pd.to_numeric(s["world_size"]) == 1).any()
@@ -1090,9 +1089,9 @@ def test_axis_effects_pair_each_cell_with_its_twin():
     cells = A.cell_stats(runs)
     e = A.axis_effects(runs, cells, "precision", "fp32")
     assert len(e) == 10 and set(e["precision"]) == {"bf16"} and set(e["reference_value"]) == {"fp32"}
-    assert np.allclose(e["ratio"], 1.25) and set(e["verdict"]) == {"A faster"} and np.allclose(e["held_ratio"], 1.0)
+    assert np.allclose(e["ratio"], 1.25) and set(e["verdict"]) == {"faster"} and np.allclose(e["held_ratio"], 1.0)
     accum = A.axis_effects(runs, cells, "grad_accum", 1)
-    assert len(accum) == 10 and np.allclose(accum["ratio"], 1.0) and set(accum["verdict"]) == {A.NO_DIFFERENCE}
+    assert len(accum) == 10 and np.allclose(accum["ratio"], 1.0) and set(accum["verdict"]) == {A.Verdict.NO_DIFFERENCE}
     assert A.axis_effects(runs, cells, "precision", "tf32").empty  # no twin measured
 
 

@@ -14,6 +14,7 @@ from ddpbench import analysis as A
 from ddpbench import PACKAGE_DIR, cli
 from ddpbench.analysis import compare as C
 from ddpbench.analysis import compare_cells, provenance
+from ddpbench.analysis.comparison import Verdict
 from ddpbench.report import compare_page as P
 from report_synth import make_runs
 
@@ -62,14 +63,14 @@ def test_a_30_percent_slowdown_is_slower_and_trips_the_gate(tmp_path, capsys):
     cmp = C.compare_frames(A.load_runs_frame(base), A.load_runs_frame(new), C.parse_gate(["5%"]))
     for metric in ("samples_per_s", "step_time_median_s", "epoch_time_s", "exposed_comm_s", "speedup"):
         r = row(cmp, metric, **DDP4)
-        assert r["verdict"] == C.SLOWER, (metric, r)
+        assert r["verdict"] == Verdict.SLOWER, (metric, r)
         assert r["slowdown"] == pytest.approx(0.3, abs=0.03)
     assert row(cmp, "samples_per_s", **DDP4)["ratio"] == pytest.approx(1 / 1.3, rel=0.03)
     assert row(cmp, "samples_per_s", **DDP4)["gate_failed"]
     assert set(cmp.failed_gate["strategy"]) == {"ddp"} and set(cmp.failed_gate["world_size"]) == {4}
     # every other cell: the same distribution, nothing detected at this seed
     others = cmp.matched[~((cmp.matched["strategy"] == "ddp") & (cmp.matched["world_size"] == 4))]
-    assert (others["verdict"] == C.NO_DIFFERENCE).all()
+    assert (others["verdict"] == Verdict.NO_DIFFERENCE).all()
 
     b, n = write_set(tmp_path / "base", base), write_set(tmp_path / "new", new)
     out = tmp_path / "cmp"
@@ -94,8 +95,8 @@ def test_two_percent_inside_the_noise_is_no_detectable_difference_and_the_gate_p
     base, new = sides(noise=0.03)
     new = slow_down(new, 1.02)
     cmp = C.compare_frames(A.load_runs_frame(base), A.load_runs_frame(new), C.parse_gate(["5%"]))
-    assert row(cmp, "samples_per_s", **DDP4)["verdict"] == C.NO_DIFFERENCE
-    assert (cmp.matched["verdict"] == C.NO_DIFFERENCE).mean() > 0.8
+    assert row(cmp, "samples_per_s", **DDP4)["verdict"] == Verdict.NO_DIFFERENCE
+    assert (cmp.matched["verdict"] == Verdict.NO_DIFFERENCE).mean() > 0.8
     assert cmp.failed_gate.empty and len(cmp.unjudged)
     b, n = write_set(tmp_path / "base", base), write_set(tmp_path / "new", new)
     assert P.main([str(b), str(n), "--out", str(tmp_path / "o"), "--fail-on-slowdown", "5%"]) == P.EXIT_CANNOT_JUDGE
@@ -115,12 +116,12 @@ def test_the_gate_needs_the_whole_interval_beyond_the_threshold():
     new = slow_down(new, 1.07, (new["strategy"] == "ddp") & (new["world_size"] == 4))
     cmp = C.compare_frames(A.load_runs_frame(base), A.load_runs_frame(new), C.parse_gate(["5%"]))
     r = row(cmp, "epoch_time_s", **DDP4)
-    if r["verdict"] == C.SLOWER:
+    if r["verdict"] == Verdict.SLOWER:
         assert r["ratio_ci_low"] < 1.05 and not r["gate_failed"]
-    assert C.gate_failed(dict(metric="epoch_time_s", verdict=C.SLOWER, ratio_ci_low=1.06, ratio_ci_high=1.2), 0.05)
-    assert not C.gate_failed(dict(metric="epoch_time_s", verdict=C.SLOWER, ratio_ci_low=1.04, ratio_ci_high=1.2), 0.05)
-    assert C.gate_failed(dict(metric="samples_per_s", verdict=C.SLOWER, ratio_ci_low=0.8, ratio_ci_high=0.95), 0.05)
-    assert not C.gate_failed(dict(metric="samples_per_s", verdict=C.SLOWER, ratio_ci_low=0.8, ratio_ci_high=0.96), 0.05)
+    assert C.gate_failed(dict(metric="epoch_time_s", verdict=Verdict.SLOWER, ratio_ci_low=1.06, ratio_ci_high=1.2), 0.05)
+    assert not C.gate_failed(dict(metric="epoch_time_s", verdict=Verdict.SLOWER, ratio_ci_low=1.04, ratio_ci_high=1.2), 0.05)
+    assert C.gate_failed(dict(metric="samples_per_s", verdict=Verdict.SLOWER, ratio_ci_low=0.8, ratio_ci_high=0.95), 0.05)
+    assert not C.gate_failed(dict(metric="samples_per_s", verdict=Verdict.SLOWER, ratio_ci_low=0.8, ratio_ci_high=0.96), 0.05)
 
 
 @pytest.mark.parametrize("spec, expected", [
@@ -295,8 +296,8 @@ def test_same_distribution_gives_false_verdicts_at_most_at_the_stated_rate(repea
     cmp = C.compare_frames(base, new, job_noise=0)  # no job effect simulated: the repeats' interval alone
     for metric in ("samples_per_s", "speedup"):
         v = cmp.matched.loc[cmp.matched["metric"] == metric, "verdict"]
-        assert len(v) >= 500 and (v.isin([C.FASTER, C.SLOWER, C.NO_DIFFERENCE])).all()
-        n, false = len(v), int(v.isin([C.FASTER, C.SLOWER]).sum())
+        assert len(v) >= 500 and (v.isin([Verdict.FASTER, Verdict.SLOWER, Verdict.NO_DIFFERENCE])).all()
+        n, false = len(v), int(v.isin([Verdict.FASTER, Verdict.SLOWER]).sum())
         assert false <= stats.binom.ppf(0.999, n, 0.05), (metric, false, n)
         # not vacuously conservative (Welch at 3 vs 3 equal spreads is somewhat conservative: about 3.4 %)
         assert false >= stats.binom.ppf(0.001, n, 0.025), (metric, false, n)
@@ -328,7 +329,7 @@ def test_between_job_noise_is_in_the_interval_so_an_unchanged_rerun_stays_unchan
         m = C.compare_frames(base, new, job_noise=job_noise).matched
         for metric in ("samples_per_s", "speedup"):
             v = m.loc[m["metric"] == metric, "verdict"]
-            n, false = len(v), int(v.isin([C.FASTER, C.SLOWER]).sum())
+            n, false = len(v), int(v.isin([Verdict.FASTER, Verdict.SLOWER]).sum())
             assert n >= 500
             if within:
                 assert stats.binom.ppf(0.001, n, 0.01) <= false <= stats.binom.ppf(0.999, n, 0.05), (metric, false, n)
@@ -343,7 +344,7 @@ def test_job_noise_widens_the_interval_and_a_real_slowdown_still_shows():
     wide = C.compare_frames(A.load_runs_frame(base), A.load_runs_frame(new)).matched
     t, w = (x[x["metric"] == "samples_per_s"] for x in (tight, wide))
     assert ((w["ratio_ci_high"] - w["ratio_ci_low"]) > (t["ratio_ci_high"] - t["ratio_ci_low"])).all()
-    assert (w["verdict"] == C.SLOWER).all() and (w["ratio"] == t["ratio"]).all()
+    assert (w["verdict"] == Verdict.SLOWER).all() and (w["ratio"] == t["ratio"]).all()
     with pytest.raises(ValueError, match="job_noise"):
         C.compare_frames(A.load_runs_frame(base), A.load_runs_frame(new), job_noise=-0.1)
 
@@ -368,7 +369,7 @@ def test_ignore_matches_cells_across_the_changed_setting_and_names_it_first(tmp_
     assert C.compare_frames(b, n).matched.empty  # bucket_mb is a grid key: nothing matches
     cmp = C.compare_frames(b, n, ignore=["bucket_mb"])
     assert "bucket_mb" not in cmp.axes
-    assert row(cmp, "samples_per_s", **DDP4)["verdict"] == C.SLOWER
+    assert row(cmp, "samples_per_s", **DDP4)["verdict"] == Verdict.SLOWER
     first = cmp.provenance.iloc[0]
     assert first["column"] == "bucket_mb" and first["differs"] and (first["base"], first["new"]) == ("25", "0.02")
     bs, ns = write_set(tmp_path / "b", base), write_set(tmp_path / "n", new)

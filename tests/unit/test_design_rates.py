@@ -76,7 +76,7 @@ def test_the_per_question_claims_hold_with_and_without_a_job_effect_and_blocking
 
 def test_a_false_call_is_one_the_truth_contradicts():
     q = R.sequential.Question(("a", "b"), 0.15)
-    v = lambda verdict: R.sequential.Verdict(q, verdict, 1.0, 0.9, 1.1, (3, 3))  # noqa: E731
+    v = lambda verdict: R.sequential.Judgement(q, R.Verdict(verdict), 1.0, 0.9, 1.1, (3, 3))  # noqa: E731
     assert R._false_call(v("faster"), 1.0, 0.15) and R._false_call(v("faster"), 0.9, 0.15)
     assert not R._false_call(v("faster"), 1.01, 0.15) and not R._false_call(v("slower"), 0.99, 0.15)
     assert R._false_call(v("equivalent"), 1.15, 0.15) and R._false_call(v("equivalent"), 1 / 1.15, 0.15)

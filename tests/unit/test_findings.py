@@ -1,11 +1,12 @@
 """Findings first (issue 12): sentences from hand-made tables and from report_synth through the real analysis."""
 
+import dataclasses
 import re
 
 import numpy as np
 import pandas as pd
 import pytest
-from report_synth import make_runs
+from report_synth import Answers, make_runs
 
 from ddpbench import analysis
 from ddpbench.report.findings import Finding, findings, kinds
@@ -35,9 +36,8 @@ def of(items, kind):
 
 
 def cmp_row(a, b, ratio, lo, hi, p=2, **extra):
-    iv = analysis.Interval(ratio, lo, hi, 0.95)
     return dict(world_size=p, strategy_a=a, strategy_b=b, n_a=3, n_b=3, ratio=ratio, ratio_ci_low=lo,
-                ratio_ci_high=hi, ratio_ci_level=0.95, verdict=analysis.verdict(iv), unstable=False,
+                ratio_ci_high=hi, ratio_ci_level=0.95, verdict=analysis.verdict_of(lo, hi), unstable=False,
                 unstable_cause="", versions_differ=False, **extra)  # fmt: skip
 
 
@@ -283,7 +283,7 @@ def test_report_synth_through_the_analysis(kw, kinds):
     out = check(findings(runs, cells, speed, comparisons, fits))
     assert len(out) <= 12
     assert kinds <= {f.kind for f in out}
-    decided = comparisons["verdict"].isin(["A faster", "B faster"]).any()
+    decided = comparisons["verdict"].isin([analysis.Verdict.FASTER, analysis.Verdict.SLOWER]).any()
     if not decided:  # never a winner where no interval excludes 1
         assert not any("faster than" in f.text or "fastest" in f.text for f in of(out, "winner"))
     if kw.get("failures", True):
@@ -304,8 +304,8 @@ def test_report_synth_clear_winner():
 
 
 def test_a_verdict_without_an_interval_is_no_winner():
-    # a hand-made row claiming "A faster" with no interval: the interval decides, not the column
-    comparisons = pd.DataFrame([dict(strategy_a="a", strategy_b="b", ratio=1.2, verdict="A faster")])
+    # a hand-made row claiming "faster" with no interval: the interval decides, not the column
+    comparisons = pd.DataFrame([dict(strategy_a="a", strategy_b="b", ratio=1.2, verdict="faster")])
     (w,) = of(check(findings(EMPTY, EMPTY, EMPTY, comparisons, EMPTY)), "winner")
     assert "faster" not in w.text and w.text.startswith("a and b cannot be compared:")
 
@@ -463,7 +463,7 @@ def test_no_winner_while_a_third_strategy_is_undecided_against_the_fastest():
             iv = analysis.welch_log_ratio(runs[a], runs[b])
             rows.append(cmp_row(a, b, iv.estimate, iv.low, iv.high, p=p))
     comparisons = pd.DataFrame(rows)
-    assert comparisons.loc[comparisons["strategy_b"] == "local_sgd", "verdict"].eq(analysis.NO_DIFFERENCE).all()
+    assert comparisons.loc[comparisons["strategy_b"] == "local_sgd", "verdict"].eq(analysis.Verdict.NO_DIFFERENCE).all()
     out = of(check(findings(EMPTY, EMPTY, EMPTY, comparisons, EMPTY)), "winner")
     assert not any("is the fastest" in w.text or "the runner-up" in w.text for w in out)
     ddp = [w for w in out if w.text.startswith("ddp has the highest throughput")]
@@ -478,11 +478,10 @@ def test_where_a_design_ran_the_memory_and_batch_findings_read_its_verdict_or_sa
     """issue 55: the memory finding (a sharded strategy against ddp) and the batch finding (the
     largest batch against the smallest) pair cells themselves; a pair the design asked reads its
     verdict and interval, the others are labelled descriptive."""
-    asked = {"ratio": 1.02, "ratio_ci_low": 0.95, "ratio_ci_high": 1.09, "ratio_ci_level": 0.95,
-             "verdict": analysis.EQUIVALENT, "interval_from": "design", "margin": 0.15}  # fmt: skip
+    asked = analysis.Comparison("", "", 1.02, 0.95, 1.09, 0.95, analysis.Verdict.EQUIVALENT, analysis.Source.DESIGN, 0.15)
     tables = _sharding_tables(noise=0.0, precisions=("fp32",), grad_accums=(1,))
-    fsdp_only = lambda a, b: asked if a["strategy"] == "fsdp" and b["strategy"] == "ddp" else None  # noqa: E731
-    memory = {f.text.split(" ")[0]: f.text for f in of(check(findings(*tables, design_pair=fsdp_only)), "memory")}
+    fsdp_only = Answers(lambda a, b: asked if a["strategy"] == "fsdp" and b["strategy"] == "ddp" else None)
+    memory = {f.text.split(" ")[0]: f.text for f in of(check(findings(*tables, design=fsdp_only)), "memory")}
     assert "its throughput is equivalent within the design's margin (1.02× [0.950, 1.09] ddp's)" in memory["fsdp"]
     assert "(descriptive)" in memory["zero"] or "descriptive)" in memory["zero"], memory["zero"]
     plain = {f.text.split(" ")[0]: f.text for f in of(check(findings(*tables)), "memory")}
@@ -490,9 +489,9 @@ def test_where_a_design_ran_the_memory_and_batch_findings_read_its_verdict_or_sa
 
     runs = make_runs(strategies=("ddp",), world_sizes=(2,), batch_sizes=(32, 128), repeats=3, failures=False)
     cells = analysis.cell_stats(runs)
-    big = lambda a, b: dict(asked, verdict="A faster", ratio=1.4, ratio_ci_low=1.3, ratio_ci_high=1.5) \
-        if str(a["batch_size"]) == "128" and str(b["batch_size"]) == "32" else None  # noqa: E731  # fmt: skip
-    (f,) = of(check(findings(runs, cells, EMPTY, EMPTY, EMPTY, design_pair=big)), "batch")
+    big = Answers(lambda a, b: dataclasses.replace(asked, verdict=analysis.Verdict.FASTER, ratio=1.4, low=1.3, high=1.5)
+                  if str(a["batch_size"]) == "128" and str(b["batch_size"]) == "32" else None)  # fmt: skip
+    (f,) = of(check(findings(runs, cells, EMPTY, EMPTY, EMPTY, design=big)), "batch")
     assert "is 1.40× [1.30, 1.50] that at batch 32: higher (the design's)." in f.text, f.text
-    (f,) = of(check(findings(runs, cells, EMPTY, EMPTY, EMPTY, design_pair=lambda a, b: None)), "batch")
+    (f,) = of(check(findings(runs, cells, EMPTY, EMPTY, EMPTY, design=Answers(lambda a, b: None))), "batch")
     assert f.text.endswith("(descriptive)."), f.text

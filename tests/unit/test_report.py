@@ -199,7 +199,7 @@ def test_comparisons_csv_and_table_put_differences_first(tmp_path):
     cmp = pd.read_csv(tmp_path / "out" / "comparisons.csv")
     assert {"strategy_a", "strategy_b", "ratio", "ratio_ci_low", "ratio_ci_high", "verdict", "n_a", "n_b"} <= set(cmp)
     ddp = cmp[(cmp["strategy_a"] == "allreduce") & (cmp["strategy_b"] == "ddp") & (cmp["world_size"] == 2)].iloc[0]
-    assert ddp["verdict"] == "B faster" and ddp["ratio"] == pytest.approx(1 / 1.5, rel=0.02)
+    assert ddp["verdict"] == "slower" and ddp["ratio"] == pytest.approx(1 / 1.5, rel=0.02)
     rows = _table_rows((tmp_path / "out" / "report.html").read_text(), "comparisons")
     verdicts = [("faster" in r) for r in rows]
     assert verdicts[0] and verdicts == sorted(verdicts, reverse=True)  # every difference before any non-difference

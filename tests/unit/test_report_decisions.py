@@ -138,27 +138,27 @@ def test_a_pair_the_design_asked_about_reads_its_verdict_and_interval_turned_to_
     welch = analysis.comparisons_table(runs)
     assert len(welch) == 1 and welch.iloc[0]["strategy_a"] == "allreduce" and welch.iloc[0]["interval_from"] == "welch"
     # the design asked ddp against allreduce (ddp / allreduce = 0.9); the row is allreduce / ddp
-    row = decisions.overlay(welch, runs, decided("slower", 0.9, 0.85, 0.95)).iloc[0]
-    assert row["interval_from"] == "design" and row["verdict"] == "A faster"
+    row = analysis.comparisons_table(runs, design=decisions.answers(decided("slower", 0.9, 0.85, 0.95), runs)).iloc[0]
+    assert row["interval_from"] == "design" and row["verdict"] == "faster"
     assert row["ratio"] == pytest.approx(1 / 0.9) and row["ratio_ci_low"] == pytest.approx(1 / 0.95)
     assert row["ratio_ci_high"] == pytest.approx(1 / 0.85) and row["ratio_ci_level"] == 0.95
     assert row["n_a"] == 4 and row["n_b"] == 4  # the rest of the row as it was
-    (finding,) = winner_findings(decisions.overlay(welch, runs, decided("slower", 0.9, 0.85, 0.95)), ["world_size"])
+    (finding,) = winner_findings(analysis.comparisons_table(runs, design=decisions.answers(decided("slower", 0.9, 0.85, 0.95), runs)), ["world_size"])
     assert finding.text.startswith("allreduce is 1.11× [1.05, 1.18] faster than ddp")
     # asked the other way round, the same row
-    same = decisions.overlay(welch, runs, decided("faster", 1 / 0.9, 1 / 0.95, 1 / 0.85, cells=("allreduce", "ddp")))
-    assert same.iloc[0]["verdict"] == "A faster" and same.iloc[0]["ratio"] == pytest.approx(1 / 0.9)
+    same = analysis.comparisons_table(runs, design=decisions.answers(decided("faster", 1 / 0.9, 1 / 0.95, 1 / 0.85, cells=("allreduce", "ddp")), runs))
+    assert same.iloc[0]["verdict"] == "faster" and same.iloc[0]["ratio"] == pytest.approx(1 / 0.9)
 
 
 @pytest.mark.parametrize("verdict, word, opening", [
-    ("equivalent", analysis.EQUIVALENT, "ddp and allreduce are equivalent within the design's margin at world size 2: "
+    ("equivalent", analysis.Verdict.EQUIVALENT, "ddp and allreduce are equivalent within the design's margin at world size 2: "
                                         "ddp's throughput is 1.02× [0.950, 1.09] allreduce's, an interval inside the margin"),
-    ("undecided", analysis.UNDECIDED, "The design left ddp against allreduce undecided at world size 2: ddp's throughput "
+    ("undecided", analysis.Verdict.UNDECIDED, "The design left ddp against allreduce undecided at world size 2: ddp's throughput "
                                       "is 1.02× [0.950, 1.09] allreduce's, an interval that holds 1 and reaches past"),
 ])  # fmt: skip
 def test_equivalent_and_undecided_are_the_designs_words_not_no_detectable_difference(verdict, word, opening):
     runs = design_runs()
-    table = decisions.overlay(analysis.comparisons_table(runs), runs, decided(verdict, 1.02, 0.95, 1.09))
+    table = analysis.comparisons_table(runs, design=decisions.answers(decided(verdict, 1.02, 0.95, 1.09), runs))
     assert table.iloc[0]["verdict"] == word
     (finding,) = winner_findings(table, ["world_size"])
     assert finding.text.startswith(opening), finding.text
@@ -169,10 +169,10 @@ def test_pairs_the_design_did_not_ask_about_keep_welch_labelled_descriptive_and_
     runs = design_runs()
     welch = analysis.comparisons_table(runs)
     unasked = decided("slower", 0.9, 0.85, 0.95, cells=("ddp", "single"))  # another pair
-    table = decisions.overlay(welch, runs, unasked)
+    table = analysis.comparisons_table(runs, design=decisions.answers(unasked, runs))
     assert table.iloc[0]["interval_from"] == "descriptive"
     assert table.drop(columns="interval_from").equals(welch.drop(columns="interval_from"))
-    assert decisions.overlay(welch, runs, None) is welch
+    assert analysis.comparisons_table(runs, design=decisions.answers(None, runs)).equals(welch)
 
 
 def test_the_report_gives_one_interval_per_pair_in_its_table_csv_and_findings(tmp_path):
@@ -202,7 +202,7 @@ def test_a_cells_speedup_the_design_asked_about_is_its_interval_and_the_sentence
     record = design.VerdictRecord((single, ddp), "comparison", 0.15, "slower", 1 / 1.8, 1 / 2.0, 1 / 1.6, (4, 4))
     decision = design.Decision(round=1, done=True, counts={single: 4, ddp: 4}, targets={}, stopped={}, verdicts=(record,),
                                spent={"runs": 8, "seconds": 40.0}, budget={}, settings={})  # fmt: skip
-    table = decisions.overlay_speedups(speed, runs, decision, "single")
+    table = analysis.speedup_table(runs, "single", design=decisions.answers(decision, runs))
     row = table[(table["strategy"] == "ddp") & (table["world_size"] == 2)].iloc[0]
     assert row["interval_from"] == "design" and row["speedup"] == pytest.approx(1.8)
     assert (row["speedup_ci_low"], row["speedup_ci_high"]) == (pytest.approx(1.6), pytest.approx(2.0))
@@ -224,7 +224,7 @@ def test_a_cells_throughput_interval_and_unstable_flag_are_the_designs_precision
     record = design.VerdictRecord((ddp,), "precision", 0.10, verdict, est, est * 0.8, est * 1.25, (4,))
     decision = design.Decision(round=1, done=True, counts={ddp: 4}, targets={}, stopped={}, verdicts=(record,),
                                spent={"runs": 4, "seconds": 20.0}, budget={}, settings={})  # fmt: skip
-    table = decisions.overlay_cells(cells, runs, decision)
+    table = analysis.cell_stats(runs, max_rel_ci=0.10, design=decisions.answers(decision, runs))
     row = table[at].iloc[0]
     assert row["interval_from"] == "design" and bool(row["unstable"]) is unstable
     assert row["samples_per_s_ci_low"] == pytest.approx(est * 0.8) and row["samples_per_s_ci_high"] == pytest.approx(est * 1.25)
@@ -258,10 +258,10 @@ def test_a_fastest_claim_rests_on_every_pair_the_design_decided_not_only_the_run
                                verdicts=tuple(records), spent={"runs": 12, "seconds": 60.0}, budget={}, settings={})  # fmt: skip
 
     welch = analysis.comparisons_table(runs)
-    (open_,) = winner_findings(decisions.overlay(welch, runs, decision(("undecided", 1.25, 0.9, 1.7))), ["world_size"])
+    (open_,) = winner_findings(analysis.comparisons_table(runs, design=decisions.answers(decision(("undecided", 1.25, 0.9, 1.7)), runs)), ["world_size"])
     assert open_.text.startswith("ddp has the highest throughput") and "but no winner" in open_.text, open_.text
     assert "gather_scatter's is undecided (gather_scatter: 1.25× [0.900, 1.70]" in open_.text and not open_.decided
-    (won,) = winner_findings(decisions.overlay(welch, runs, decision(("faster", 1.5, 1.3, 1.7))), ["world_size"])
+    (won,) = winner_findings(analysis.comparisons_table(runs, design=decisions.answers(decision(("faster", 1.5, 1.3, 1.7)), runs)), ["world_size"])
     assert won.text.startswith("ddp is the fastest at world size 2: 1.30× [1.20, 1.40] faster than the runner-up, allreduce")
     assert won.decided, won.text
 
@@ -294,23 +294,27 @@ def test_a_difference_inside_the_designs_margin_says_so_in_the_winner_sentence_a
 
     runs = design_runs()
     welch = analysis.comparisons_table(runs)
-    small = decisions.overlay(welch, runs, decided("slower", 0.95, 0.9, 0.99))
+    small = analysis.comparisons_table(runs, design=decisions.answers(decided("slower", 0.95, 0.9, 0.99), runs))
     assert small.iloc[0]["margin"] == pytest.approx(0.15)
     (finding,) = winner_findings(small, ["world_size"])
     assert finding.text == ("allreduce is 1.05× [1.01, 1.11] faster than ddp at world size 2, by less than the "
                             "design's margin (a factor 1.15).")  # fmt: skip
     assert table_verdict(small.iloc[0]) == "allreduce faster, by less than the margin"
-    large = decisions.overlay(welch, runs, decided("slower", 0.8, 0.7, 0.9))  # reaches past the margin
+    large = analysis.comparisons_table(runs, design=decisions.answers(decided("slower", 0.8, 0.7, 0.9), runs))  # reaches past the margin
     (finding,) = winner_findings(large, ["world_size"])
     assert "margin" not in finding.text and table_verdict(large.iloc[0]) == "allreduce faster"
     assert "margin" not in table_verdict(welch.iloc[0])  # no design: no margin
 
 
-def test_the_study_sections_get_the_designs_verdict_on_a_pair_of_cells_by_their_axis_values():
+def test_the_study_sections_get_the_designs_comparison_of_a_pair_of_cells_by_their_axis_values():
     runs = design_runs()
-    lookup = decisions.pair_lookup(runs, decided("slower", 0.9, 0.85, 0.95))  # ddp against allreduce at p = 2
-    found = lookup({"world_size": 2, "strategy": "allreduce"}, {"world_size": 2, "strategy": "ddp"})  # turned round
-    assert found["verdict"] == "A faster" and found["interval_from"] == "design" and found["margin"] == 0.15
-    assert found["ratio"] == pytest.approx(1 / 0.9) and found["ratio_ci_low"] == pytest.approx(1 / 0.95)
-    assert lookup({"world_size": 2, "strategy": "ddp"}, {"world_size": 1, "strategy": "single"}) is None  # not asked
-    assert decisions.pair_lookup(runs, None) is None
+    answers = decisions.answers(decided("slower", 0.9, 0.85, 0.95), runs)  # ddp against allreduce at p = 2
+    a, b = {"world_size": 2, "strategy": "allreduce"}, {"world_size": 2, "strategy": "ddp"}
+    found = analysis.compare_pair(answers, a, b, [1.0, 1.1], [1.0, 1.1])  # turned round to the order asked
+    assert found.verdict == analysis.Verdict.FASTER and found.source == analysis.Source.DESIGN and found.margin == 0.15
+    assert found.ratio == pytest.approx(1 / 0.9) and found.low == pytest.approx(1 / 0.95)
+    assert (found.a, found.b) == ("device~cpu/world_size~2/strategy~allreduce", "device~cpu/world_size~2/strategy~ddp")
+    unasked = analysis.compare_pair(answers, b, {"world_size": 1, "strategy": "single"}, [2.0, 2.2], [1.0, 1.1])
+    assert unasked.source == analysis.Source.DESCRIPTIVE and unasked.verdict == analysis.Verdict.FASTER
+    assert analysis.compare_pair(None, a, b, [2.0, 2.2], [1.0, 1.1]).source == analysis.Source.WELCH
+    assert decisions.answers(None, runs) is None

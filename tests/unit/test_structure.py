@@ -243,6 +243,39 @@ def test_no_list_of_strategy_names_outside_the_strategies():
     assert not found, found
 
 
+def test_verdicts_are_the_enums_and_their_words_the_text_modules():
+    """One vocabulary (issue 70): what a ratio's interval says is an analysis.comparison.Verdict, and its
+    words are report.text's. A verdict's value (or a word of the vocabularies it replaced) as a literal
+    that a verdict is compared with, returned, keyed or matched by .isin elsewhere is a second
+    vocabulary (a column named after a count, a CSS class, are not verdicts and pass)."""
+    from ddpbench.analysis.comparison import Verdict
+
+    words = {v.value for v in Verdict} | {"A faster", "B faster", "no detectable difference", "equivalent within the margin"}
+    home = {"analysis/comparison.py", "report/text.py"}
+
+    def literals(node) -> list:
+        inner = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+        return [e.value for e in inner if isinstance(e, ast.Constant) and e.value in words]
+
+    found = []
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        rel = path.relative_to(PACKAGE_DIR).as_posix()
+        if rel in home:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            used = []
+            if isinstance(node, ast.Compare):
+                used = [w for side in (node.left, *node.comparators) for w in literals(side)]
+            elif isinstance(node, ast.Dict):
+                used = [w for k in node.keys if k is not None for w in literals(k)]
+            elif isinstance(node, ast.Return) and node.value is not None:
+                used = literals(node.value)
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "isin":
+                used = [w for a in node.args for w in literals(a)]
+            found += [f"{rel}:{node.lineno} {w!r}" for w in used]
+    assert not found, found
+
+
 MAX_FUNCTION_LINES = 80
 
 

@@ -5,7 +5,7 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
-from report_synth import make_runs
+from report_synth import Answers, make_runs
 
 from ddpbench import analysis as A
 from ddpbench.report import build as report, studies
@@ -780,15 +780,14 @@ def test_where_a_design_ran_the_sharding_study_reads_its_verdicts_and_labels_the
     from report_synth import make_sharding_runs
 
     runs = make_sharding_runs(noise=0.03, seed=3)
-    asked = {"ratio": 1.02, "ratio_ci_low": 0.95, "ratio_ci_high": 1.09, "ratio_ci_level": 0.95,
-             "verdict": A.EQUIVALENT, "interval_from": "design", "margin": 0.15}  # fmt: skip
+    asked = A.Comparison("", "", 1.02, 0.95, 1.09, 0.95, A.Verdict.EQUIVALENT, A.Source.DESIGN, 0.15)
 
-    def design_pair(a, b):
+    def rule(a, b):
         fp32 = str(a.get("precision")) == "fp32" and str(a.get("grad_accum")) == "1"
         return asked if fp32 and a["strategy"] == "fsdp" and b["strategy"] == "ddp" else None
 
     cells, speed = A.cell_stats(runs), A.speedup_table(runs)
-    sec = studies.section("sharding", runs, cells, speed, design_pair=design_pair)
+    sec = studies.section("sharding", runs, cells, speed, design=Answers(rule))
     (fp32,) = [f for f in sec.findings if f.startswith("What it costs in time at precision=fp32, grad_accum=1")]
     assert "fsdp 1.02× [0.950, 1.09] (equivalent, the design's)" in fp32, fp32
     assert re.search(r"zero [\d.]+× \[[\d.]+, [\d.]+\] \([a-z ]+, descriptive\)", fp32), fp32
@@ -804,15 +803,14 @@ def test_where_a_design_ran_the_language_model_twins_read_its_verdicts_and_label
     from report_synth import make_token_runs
 
     runs = A.load_runs_frame(make_token_runs(seed=2, noise=0.0, compiled=(2.0, 1.6)))
-    asked = {"ratio": 0.75, "ratio_ci_low": 0.7, "ratio_ci_high": 0.8, "ratio_ci_level": 0.95,
-             "verdict": "B faster", "interval_from": "design", "margin": 0.15}  # fmt: skip
+    asked = A.Comparison("", "", 0.75, 0.7, 0.8, 0.95, A.Verdict.SLOWER, A.Source.DESIGN, 0.15)
 
-    def design_pair(a, b):
+    def rule(a, b):
         eager = str(a.get("compile")) == "none" and str(a.get("seq_len")) == "128"
         return asked if eager and a["strategy"] == "fsdp" and b["strategy"] == "ddp" else None
 
     cells, speed = A.cell_stats(runs), A.speedup_table(runs)
-    found = studies.section("language-model", runs, cells, speed, design_pair=design_pair).findings
+    found = studies.section("language-model", runs, cells, speed, design=Answers(rule)).findings
     (at_128,) = [f for f in found if f.startswith("With compile=model instead of none at seq_len=128")]
     assert "fsdp (p = 2) 0.750× [0.700, 0.800] (slower, the design's) eager" in at_128, at_128
     assert re.search(r"\(slower, descriptive\) compiled", at_128), at_128

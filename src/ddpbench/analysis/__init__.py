@@ -5,7 +5,8 @@ path). Definitions follow docs/metrics.md: over repeats (separate launches), tim
 means with Student-t intervals on the log scale, other metrics medians with order-statistic
 intervals of their exact level, ratios Welch t-intervals on log differences (`intervals`); `tables`
 loads runs.csv, names a cell's axes and the throughput to quote (tokens/s for token data), `health`
-judges runs and the stability of cells, `cells` makes cells.csv and comparisons.csv, `scaling`
+judges runs and the stability of cells, `comparison` holds the one record every comparison of two cells is (its Verdict, its
+source, the design's answers), `cells` makes cells.csv and comparisons.csv, `scaling`
 speedup.csv (S(p) = T_baseline / T_p for one epoch, E = S/p) and fits.csv from the laws of `fits`
 (Amdahl, Gustafson, Karp–Flatt) and `cost_model` (each strategy's volume law, bootstrap intervals),
 `links` links.csv (the latency-bandwidth fit per measured network link and the bandwidth below
@@ -23,16 +24,16 @@ import importlib
 # at plan time (every Snakemake start) does not load pandas and scipy.optimize for the report's names.
 _EXPORTS = {
     "breakdowns": ("auto_batch", "epoch_throughput", "profile_cells", "profile_comm_shares", "round_time"),
-    "cells": ("COMPARISON_COLUMNS", "EQUIVALENT", "METRICS", "NO_DIFFERENCE", "UNDECIDED", "cell_stats",
-              "comparisons_table", "verdict", "with_design_verdicts"),
+    "cells": ("COMPARISON_COLUMNS", "METRICS", "cell_stats", "comparisons_table"),
+    "comparison": ("Comparison", "DesignAnswers", "Source", "Verdict", "compare_pair", "verdict_of"),
     "cost_model": ("N_BOOT", "SEED"),
     "fits": ("amdahl_time", "gustafson_speedup"),
     "health": ("MAX_REL_CI", "THROUGHPUT", "busy_runs", "likely_causes", "oversubscribed_runs", "stability", "timed_runs", "truthy"),
-    "intervals": ("DESCRIPTIVE", "DESIGN", "WELCH", "LEVEL", "TESTED_COVERAGE", "TIMING_METRICS", "Interval", "log_t_interval", "numeric_values", "order_stat_rank", "rel_halfwidth", "welch_log_ratio"),
+    "intervals": ("LEVEL", "TESTED_COVERAGE", "TIMING_METRICS", "Interval", "log_t_interval", "numeric_values", "order_stat_rank", "rel_halfwidth", "welch_log_ratio"),
     "links": ("ACHIEVED", "ALWAYS_LOSES", "LINK_TABLE_COLUMNS", "LOSES_BELOW", "NEVER_LOSES", "link_group_axes", "link_runs", "links_table"),
-    "memory": ("EFFECT_COLUMNS", "HELD", "HELD_PARTS", "MIB", "PEAKS", "SAVING_COLUMNS", "SHARDED", "axis_effects", "cell_key", "has_held", "memory_savings", "peaks", "runs_by_cell", "savings_pair"),
+    "memory": ("EFFECT_COLUMNS", "HELD", "HELD_PARTS", "MIB", "PEAKS", "SAVING_COLUMNS", "SHARDED", "axis_effects", "cell_key", "has_held", "memory_savings", "peaks", "runs_by_cell"),
     "scaling": ("FIT_COLUMNS", "SPEEDUP_COLUMNS", "fits_table", "speedup_table"),
-    "transforms": ("COMPILED_FASTER", "EAGER_FASTER", "MODE_AXES", "NO_CHECKPOINTING", "PAYOFF_COLUMNS", "checkpointing_effects",
+    "transforms": ("MODE_AXES", "NO_CHECKPOINTING", "PAYOFF_COLUMNS", "checkpointing_effects",
                    "compile_payoff"),
     "tables": ("BASELINE_STRATEGY", "IRRELEVANT_AT_BASELINE", "LAUNCH_AXES", "SUPERSEDED", "TIME", "axes", "group_axes", "label", "load_runs", "load_runs_frame", "matching", "run_version", "text_column", "throughput_metric", "varying"),
 }  # fmt: skip

@@ -7,6 +7,8 @@ world size, every pair of strategies as a throughput ratio with its Welch interv
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 from scipy import special  # the t distribution's functions: scipy.stats would add 0.55 s to every import
@@ -20,7 +22,8 @@ from ddpbench.analysis.health import (
     oversubscribed_runs,
     unhealthy_runs,
 )
-from ddpbench.analysis.intervals import DESCRIPTIVE, LEVEL, WELCH, Interval, metric_interval
+from ddpbench.analysis.comparison import Comparison, DesignAnswers, Source, Verdict
+from ddpbench.analysis.intervals import LEVEL, Interval, metric_interval
 from ddpbench.analysis.links import ACHIEVED
 from ddpbench.analysis.tables import SUPERSEDED, TIME, axes, numeric_column, run_version, text_column, text_key
 from ddpbench.core.run_output import TIMELINE_SPANS
@@ -80,11 +83,12 @@ def _nan_median(x: np.ndarray) -> float:
     return float(np.median(x)) if len(x) else np.nan
 
 
-def cell_stats(runs: pd.DataFrame, max_rel_ci: float = MAX_REL_CI) -> pd.DataFrame:
+def cell_stats(runs: pd.DataFrame, max_rel_ci: float = MAX_REL_CI, design: DesignAnswers | None = None) -> pd.DataFrame:
     """One row per cell: run counts by status, each metric's estimate and interval over the
     repeats that measured something (geometric mean and log-t interval for timing metrics,
     median and order-statistic interval otherwise; `{m}_ci_level` is the interval's level),
-    and the stability check on the throughput interval.
+    and the stability check on the throughput interval; where a sequential design ran, the
+    design's throughput interval for a cell it asked the precision of (`design_precision`).
 
     Every per-run flag and number is read once into an array and each cell takes its rows by
     position: per cell, pandas filtering cost ~5 ms, 8 s of a 1,620-cell report."""
@@ -132,7 +136,38 @@ def cell_stats(runs: pd.DataFrame, max_rel_ci: float = MAX_REL_CI) -> pd.DataFra
               "n_oversubscribed", "n_off_lock", "n_nondeterministic", "n_diverged"]  # fmt: skip
     flags = ["unstable", "unstable_cause", "throughput_rel_ci"]
     stats_cols = [f"{m}{s}" for m in METRICS if m in runs for s in ("", "_ci_low", "_ci_high", "_ci_level")]
-    return pd.DataFrame(rows, columns=[*cols, *counts, *flags, *stats_cols, *TIMELINE_COLUMNS, *link])
+    out = pd.DataFrame(rows, columns=[*cols, *counts, *flags, *stats_cols, *TIMELINE_COLUMNS, *link])
+    return out if design is None else design_precision(out, cols, design)
+
+
+def design_precision(cells: pd.DataFrame, cols: list[str], design: DesignAnswers) -> pd.DataFrame:
+    """A cell with a design's precision question takes the design's throughput interval (samples/s;
+    tokens/s and the epoch time, which follow from it, alike), and its unstable flag says whether
+    the design's precision target was met (its interval at the design's tolerance, not a plain
+    95 % one); interval_from says whose interval each row carries (comparison.Source)."""
+    out = cells.copy()
+    out["interval_from"] = Source.DESCRIPTIVE
+    for i, r in out.iterrows():
+        v = design.precision.get(design.cell({c: r[c] for c in cols}))
+        if v is None or v.estimate is None or v.low is None or v.high is None:
+            continue
+        met = v.verdict == Verdict.MET
+        cause = "" if met else f"the design's precision ±{v.tolerance:.0%} not met after {v.runs[0]} runs"
+        if not met and r.get("unstable_cause"):
+            cause += f"; {r['unstable_cause']}"
+        for metric in ("samples_per_s", "tokens_per_s", "epoch_time_s"):
+            if f"{metric}_ci_low" not in out or pd.isna(r.get(metric)) or not r.get(metric):
+                continue
+            if metric == "epoch_time_s":  # an epoch's samples / throughput: the interval turned round
+                scale = float(r[metric]) * v.estimate
+                bounds = [scale / v.high, scale / v.low]
+            else:  # tokens/s: samples/s times the tokens of a sample
+                scale = float(r[metric]) / v.estimate
+                bounds = [v.low * scale, v.high * scale]
+            out.loc[i, [f"{metric}_ci_low", f"{metric}_ci_high", f"{metric}_ci_level"]] = [*bounds, design.level]
+        out.loc[i, ["throughput_rel_ci", "unstable", "unstable_cause", "interval_from"]] = \
+            [(v.high - v.low) / 2 / v.estimate, not met, cause, Source.DESIGN]  # fmt: skip
+    return out
 
 
 # -- comparisons between strategies -----------------------------------------------------------
@@ -141,31 +176,18 @@ COMPARISON_COLUMNS = [
     "strategy_a", "strategy_b", "n_a", "n_b", "ratio", "ratio_ci_low", "ratio_ci_high", "ratio_ci_level", "verdict",
     "unstable", "unstable_cause", "versions_differ", "interval_from", "margin",
 ]  # fmt: skip
+# verdict: comparison.Verdict (faster: A's throughput above B's); interval_from: comparison.Source;
 # margin: the equivalence margin of a design's question (a factor 1 + margin), on the rows whose
-# verdict and interval are the design's (report.decisions.overlay); NaN elsewhere.
-NO_DIFFERENCE = "no detectable difference"
-NO_COMPARISON = "no interval (fewer than 2 repeats on a side)"
-# The design's verdicts that are not a difference: inside its margin, or not decided when it ended.
-EQUIVALENT = "equivalent within the margin"
-UNDECIDED = "undecided"
+# verdict and interval are the design's; NaN elsewhere.
 
 
-def verdict(iv: Interval) -> str:
-    """A difference only when the interval of the ratio A/B excludes 1."""
-    if np.isnan(iv.low) or np.isnan(iv.high):
-        return NO_COMPARISON
-    if iv.low > 1:
-        return "A faster"
-    if iv.high < 1:
-        return "B faster"
-    return NO_DIFFERENCE
-
-
-def comparisons_table(runs: pd.DataFrame, max_rel_ci: float = MAX_REL_CI) -> pd.DataFrame:
+def comparisons_table(runs: pd.DataFrame, max_rel_ci: float = MAX_REL_CI,
+                      design: DesignAnswers | None = None) -> pd.DataFrame:  # fmt: skip
     """comparisons.csv: for every setting (all axes equal except strategy) and world size, every
     pair of strategies A < B (by name) as the throughput ratio A/B with its Welch log-t interval
     (welch_log_ratio), unstable when either side is (stability), versions_differ when the sides'
-    run versions differ.
+    run versions differ. Where a sequential design ran (`design`), a pair it asked about is its
+    comparison (verdict and repeated interval), every other pair's interval descriptive.
 
     Each cell (setting and strategy) is read once, by position, and the Student-t quantiles of
     all pairs come from one call: per pair, pandas filtering and scipy's ppf cost ~0.7 ms, 3 s of
@@ -223,26 +245,10 @@ def comparisons_table(runs: pd.DataFrame, max_rel_ci: float = MAX_REL_CI) -> pd.
         else:
             half = float(qi * se) if se > 0 else 0.0
             iv = Interval(float(np.exp(d)), float(np.exp(d - half)), float(np.exp(d + half)), LEVEL)
-        row.update(ratio=iv.estimate, ratio_ci_low=iv.low, ratio_ci_high=iv.high, ratio_ci_level=iv.level,
-                   verdict=verdict(iv), interval_from=WELCH, margin=np.nan)  # fmt: skip
+        row.update(Comparison.of_interval(iv).columns())
+        if design is not None:
+            where = {c: row[c] for c in setting}
+            cells = [design.cell({**where, "strategy": row[f"strategy_{side}"]}) for side in "ab"]
+            row.update((design.between(*cells) or dataclasses.replace(Comparison.of_interval(iv),
+                                                                      source=Source.DESCRIPTIVE)).columns())  # fmt: skip
     return pd.DataFrame(rows, columns=[*setting, *COMPARISON_COLUMNS])
-
-
-def with_design_verdicts(frame: pd.DataFrame, design_pair, pair) -> pd.DataFrame:
-    """A table's own throughput ratios (ratio, ratio_ci_*, verdict columns: a study's or a finding's
-    pairs of cells) as a sequential design decided them, where one ran: a row whose two cells
-    (`pair(row)`: A's and B's axis values) the design asked about takes its verdict and repeated
-    interval (`design_pair(a, b)`: report.decisions.pair_lookup; interval_from "design", its
-    margin); every other row keeps its own interval, labelled "descriptive". Unchanged without a
-    design (`design_pair` None)."""
-    if design_pair is None or frame.empty:
-        return frame
-    out = frame.copy()
-    out["interval_from"], out["margin"] = DESCRIPTIVE, np.nan
-    if not pd.api.types.is_string_dtype(out["verdict"]):  # (a column of NaN would refuse a verdict's words)
-        out["verdict"] = out["verdict"].astype(object)
-    for i, r in out.iterrows():
-        for key, value in (design_pair(*pair(r)) or {}).items():
-            out.at[i, key] = value
-    return out
-

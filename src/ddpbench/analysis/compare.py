@@ -30,15 +30,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ddpbench.analysis.cells import NO_DIFFERENCE
+from ddpbench.analysis.comparison import Verdict
 from ddpbench.analysis.compare_cells import (
     BY_NAME,
     COMPARE_METRICS,
     ESTIMATE,
-    FASTER,
     JOB_NOISE,
     JOB_NOISE_CAP,
-    SLOWER,
     Side,
     cell_rows,
     estimate_job_noise,
@@ -186,9 +184,9 @@ class Comparison:
             v = m.loc[m["metric"] == metric.name, "verdict"]
             if v.empty:
                 continue
-            rows.append(dict(metric=metric.name, label=metric.label, faster=int((v == FASTER).sum()),
-                             slower=int((v == SLOWER).sum()), undecided=int((v == NO_DIFFERENCE).sum()),
-                             not_compared=int((~v.isin([FASTER, SLOWER, NO_DIFFERENCE])).sum())))  # fmt: skip
+            n = {k: int((v == k).sum()) for k in (Verdict.FASTER, Verdict.SLOWER, Verdict.NO_DIFFERENCE)}
+            rows.append(dict(metric=metric.name, label=metric.label, faster=n[Verdict.FASTER], slower=n[Verdict.SLOWER],
+                             undecided=n[Verdict.NO_DIFFERENCE], not_compared=len(v) - sum(n.values())))  # fmt: skip
         return pd.DataFrame(rows, columns=["metric", "label", "faster", "slower", "undecided", "not_compared"])
 
 

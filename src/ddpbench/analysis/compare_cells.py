@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 from scipy import special  # the t distribution's functions: scipy.stats would add 0.55 s to every import
 
-from ddpbench.analysis.cells import NO_COMPARISON, NO_DIFFERENCE
+from ddpbench.analysis.comparison import Verdict, verdict_of
 from ddpbench.analysis.health import THROUGHPUT, likely_causes, timed_runs
 from ddpbench.analysis.intervals import (
     LEVEL, Interval, add_variance, between_group_parts, log_t_interval, numeric_values, rel_halfwidth,
@@ -39,8 +39,8 @@ JOB_NOISE = 0.03
 # flagged, the intervals use the cap, and the gate answers "cannot judge" instead of passing.
 JOB_NOISE_CAP = 0.10
 
-FASTER, SLOWER = "faster", "slower"
-# NO_DIFFERENCE and NO_COMPARISON (fewer than 2 repeats on a side): analysis.cells' words
+# Why a row is not compared (its verdict column; a compared row's is a comparison.Verdict of NEW against
+# BASE: FASTER, NEW is better whichever way the metric points).
 NO_RUNS = "not compared: no ok run on {side}"
 NOT_POSITIVE = "not compared: a zero value on a side (no communication)"
 ONLY = "only in {side}"
@@ -69,15 +69,11 @@ BY_NAME = {m.name: m for m in COMPARE_METRICS}
 # -- verdicts -----------------------------------------------------------------------------------
 
 
-def change_verdict(iv: Interval, higher_is_better: bool) -> str:
-    """Faster or slower only when the interval of NEW/BASE excludes 1; never by the point value."""
-    if np.isnan(iv.low) or np.isnan(iv.high):
-        return NO_COMPARISON
-    up = iv.low > 1
-    down = iv.high < 1
-    if not (up or down):
-        return NO_DIFFERENCE
-    return FASTER if up == higher_is_better else SLOWER
+def change_verdict(iv: Interval, higher_is_better: bool) -> Verdict:
+    """Faster or slower only when the interval of NEW/BASE excludes 1; never by the point value.
+    FASTER: NEW is better (a higher throughput, a shorter step)."""
+    v = verdict_of(iv.low, iv.high)
+    return v if higher_is_better else v.turned()
 
 
 def slowdown_factor(ratio: float, higher_is_better: bool) -> float:
@@ -335,7 +331,7 @@ def gate_failed(row: dict, threshold: float) -> bool:
     (throughput, speedup), ci_high < 1 / (1 + threshold)."""
     metric = BY_NAME[row["metric"]]
     lo, hi = row.get("ratio_ci_low", np.nan), row.get("ratio_ci_high", np.nan)
-    if row.get("verdict") != SLOWER or pd.isna(lo) or pd.isna(hi):
+    if row.get("verdict") != Verdict.SLOWER or pd.isna(lo) or pd.isna(hi):
         return False
     bound = gate_bound(metric, threshold)
     return bool(hi < bound) if metric.higher_is_better else bool(lo > bound)

@@ -22,6 +22,7 @@ import math
 import numpy as np
 
 from ddpbench.analysis import drift, sequential
+from ddpbench.analysis.comparison import Verdict
 
 BASELINE = "single"
 # docs/report.md's table at 2,000 grids a condition (benchmarks/design_error_rates.py), which the
@@ -127,15 +128,15 @@ def questions(s: Setting) -> tuple[list[sequential.Question], dict[str, float]]:
     return asked, truth
 
 
-def _false_call(v: sequential.Verdict, true_ratio: float, margin: float) -> bool:
+def _false_call(v: sequential.Judgement, true_ratio: float, margin: float) -> bool:
     """A call the truth contradicts: faster or slower against the true direction (or where the
     two are equal), equivalent where the true ratio lies on the margin or beyond it."""
     d = math.log(true_ratio)
-    if v.verdict == "faster":
+    if v.verdict == Verdict.FASTER:
         return d <= 1e-12
-    if v.verdict == "slower":
+    if v.verdict == Verdict.SLOWER:
         return d >= -1e-12
-    return v.verdict == "equivalent" and abs(d) >= math.log1p(margin) - 1e-12
+    return v.verdict == Verdict.EQUIVALENT and abs(d) >= math.log1p(margin) - 1e-12
 
 
 def simulate(s: Setting, grids: int, seed: int = 0) -> dict[str, float]:
@@ -192,15 +193,15 @@ def simulate(s: Setting, grids: int, seed: int = 0) -> dict[str, float]:
             count["comparisons"] += 1
             count["comparison_covered"] += covers
             false_here |= _false_call(v, true, s.margin)
-            if BASELINE not in cells and v.verdict in ("faster", "slower"):
-                winner, loser = cells if v.verdict == "faster" else cells[::-1]
+            if BASELINE not in cells and v.verdict.difference:
+                winner, loser = cells if v.verdict == Verdict.FASTER else cells[::-1]
                 beats[winner].add(loser)
             if math.isclose(true, 1.0):
                 count["null"] += 1
-                count["null_call"] += v.verdict in ("faster", "slower")
+                count["null_call"] += v.verdict.difference
             elif math.isclose(abs(math.log(true)), math.log1p(s.margin)):
                 count["margin"] += 1
-                count["margin_equivalent"] += v.verdict == "equivalent"
+                count["margin_equivalent"] += v.verdict == Verdict.EQUIVALENT
         count["any_false"] += false_here
         # "x is the fastest" (report.findings.winner: called faster than every other strategy),
         # false unless x's throughput is strictly the highest

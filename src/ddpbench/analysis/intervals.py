@@ -20,11 +20,6 @@ import pandas as pd
 from scipy import special  # the t distribution's functions: scipy.stats would add 0.55 s to every import
 
 LEVEL = 0.95
-# Where a ratio's interval and verdict come from (comparisons.csv's and speedup.csv's interval_from):
-# the plain Welch interval of fixed repeats; when a sequential design ran, the design's own verdict
-# and repeated interval for a pair it asked about (report.decisions.overlay), and the Welch
-# interval, descriptive only, for the others.
-WELCH, DESIGN, DESCRIPTIVE = "welch", "design", "descriptive"
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ extra_param_bytes, extra_grad_bytes, extra_optimizer_state_bytes and their sum e
 the largest rank's), so it is exact and the same in every repeat of a cell. The peak is measured:
 the largest rank's peak RSS on CPU, its peak CUDA allocation on a GPU, in MiB. Time is the
 throughput, compared as comparisons.csv compares it: the ratio of two cells' geometric means over
-their repeats with its Welch log-t interval (`intervals.welch_log_ratio`), a difference only
-where that interval excludes 1 (`cells.verdict`).
+their repeats with its Welch log-t interval, a difference only where that interval excludes 1, or
+a sequential design's comparison where it asked the pair (`comparison.compare`).
 
 `memory_savings(runs, cells)`: per setting (every axis but the strategy equal, world size
 included) where ddp and a sharded strategy both ran, what the sharded one holds against ddp
@@ -22,8 +22,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ddpbench.analysis.cells import verdict
-from ddpbench.analysis.intervals import Interval, welch_log_ratio
+from ddpbench.analysis.comparison import Comparison, DesignAnswers, compare_pair
 from ddpbench.analysis.tables import axes, numeric_column
 from ddpbench.core.run_record import Extra
 from ddpbench.strategies import REFERENCE, sharded  # REFERENCE: what each rank holds without sharding: everything
@@ -38,7 +37,8 @@ PEAKS = (
 )  # MiB; CUDA first where measured
 MIB = 2**20
 
-RATIO_COLUMNS = ["ratio", "ratio_ci_low", "ratio_ci_high", "ratio_ci_level", "verdict", "unstable"]
+RATIO_COLUMNS = ["ratio", "ratio_ci_low", "ratio_ci_high", "ratio_ci_level", "verdict", "interval_from", "margin",
+                 "unstable"]  # fmt: skip
 SAVING_COLUMNS = [
     "strategy", "reference", "held_bytes", "reference_held_bytes", "saved_bytes", "held_ratio",
     *(f"{c}_ratio" for c, _ in HELD_PARTS), *RATIO_COLUMNS, "peak_kind", "peak_mib", "peak_ci_low", "peak_ci_high",
@@ -94,12 +94,11 @@ def runs_by_cell(runs: pd.DataFrame, cols: list[str], col: str = "samples_per_s"
             for key, g in ok.groupby(cols, dropna=False, sort=False)}  # fmt: skip
 
 
-def _ratio(thr: dict, a: tuple, b: tuple) -> dict:
-    """Throughput of cell a over cell b with its interval and verdict ("A faster": a is faster)."""
-    xa, xb = thr.get(a, np.array([])), thr.get(b, np.array([]))
-    iv = welch_log_ratio(xa, xb) if len(xa) and len(xb) else Interval(np.nan)
-    return dict(ratio=iv.estimate, ratio_ci_low=iv.low, ratio_ci_high=iv.high, ratio_ci_level=iv.level,
-                verdict=verdict(iv))  # fmt: skip
+def _ratio(thr: dict, a: pd.Series, b: pd.Series, design: DesignAnswers | None) -> dict:
+    """Throughput of cell a over cell b (their axis values) as a comparison's columns (verdict
+    faster: a is faster), the design's where it asked the pair."""
+    ka, kb = cell_key(a), cell_key(b)
+    return compare_pair(design, a.to_dict(), b.to_dict(), thr.get(ka, ()), thr.get(kb, ())).columns()
 
 
 def _truthy(v) -> bool:
@@ -117,13 +116,12 @@ def _measured(cells: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([c, peaks(c)], axis=1) if not c.empty else c
 
 
-def memory_savings(
-    runs: pd.DataFrame, cells: pd.DataFrame, sharded=SHARDED, reference: str = REFERENCE
-) -> pd.DataFrame:
+def memory_savings(runs: pd.DataFrame, cells: pd.DataFrame, sharded=SHARDED, reference: str = REFERENCE,
+                   design: DesignAnswers | None = None) -> pd.DataFrame:  # fmt: skip
     """One row per sharded strategy and setting (all axes but the strategy equal, world size above 1)
     that has ddp beside it: the bytes each holds per rank and their difference and ratio (saved_bytes = ddp's − its;
     held_ratio and each part's ratio = its / ddp's), its throughput over ddp's with the Welch interval
-    and verdict ("A faster": the sharded strategy is faster), unstable when either cell is, and both
+    and verdict (faster: the sharded strategy is faster; the design's where it asked), unstable when either cell is, and both
     cells' peaks (MiB). Empty (with the columns) where the cells have no held bytes."""
     cols = [c for c in axes(cells) if c in runs] if not runs.empty else axes(cells)
     setting = [c for c in cols if c != "strategy"]
@@ -145,7 +143,7 @@ def memory_savings(
         row.update(strategy=str(r["strategy"]), reference=reference, held_bytes=held, reference_held_bytes=ref_held,
                    saved_bytes=ref_held - held, held_ratio=_ratio_of(held, ref_held),
                    **{f"{p}_ratio": _ratio_of(r.get(p, np.nan), ref.get(p, np.nan)) for p, _ in HELD_PARTS},
-                   **_ratio(thr, cell_key(r[cols]), cell_key(ref[cols])),
+                   **_ratio(thr, r[cols], ref[cols], design),
                    unstable=_truthy(r.get("unstable", False)) or _truthy(ref.get("unstable", False)),
                    peak_kind=r["peak_kind"], peak_mib=r["peak_mib"], peak_ci_low=r["peak_ci_low"],
                    peak_ci_high=r["peak_ci_high"], reference_peak_mib=ref["peak_mib"],
@@ -157,26 +155,20 @@ def memory_savings(
                            kind="stable").reset_index(drop=True)  # fmt: skip
 
 
-def savings_pair(row, setting: list[str]) -> tuple[dict, dict]:
-    """A memory_savings row's two cells by their axis values: the sharded strategy's and its
-    reference's at the same `setting` (the strategy left out of it)."""
-    values = {c: row[c] for c in setting if c != "strategy"}
-    return {**values, "strategy": row["strategy"]}, {**values, "strategy": row["reference"]}
-
-
 def _peak_ratio(runs: pd.DataFrame, cols: list[str], kind: str, a: tuple, b: tuple) -> dict:
     """Cell a's peak over cell b's (the runs' `kind` of peak, MiB) with the Welch log-t interval over their
     repeats, as a throughput ratio is compared: peak_ratio, peak_ratio_ci_low/_high/_level."""
     col = dict((k, c) for c, k in PEAKS).get(kind)
     peaks = runs_by_cell(runs, cols, col) if col else {}
-    r = _ratio(peaks, a, b)
-    return {f"peak_{k}": r[k] for k in ("ratio", "ratio_ci_low", "ratio_ci_high", "ratio_ci_level")}
+    r = Comparison.measured(peaks.get(a, ()), peaks.get(b, ())).columns("peak_ratio")
+    return {k: v for k, v in r.items() if k.startswith("peak_ratio")}
 
 
-def axis_effects(runs: pd.DataFrame, cells: pd.DataFrame, axis: str, reference) -> pd.DataFrame:
+def axis_effects(runs: pd.DataFrame, cells: pd.DataFrame, axis: str, reference,
+                 design: DesignAnswers | None = None) -> pd.DataFrame:  # fmt: skip
     """One row per cell whose `axis` is not `reference` and whose twin with `reference` (every other axis
-    equal) was measured: its throughput over the twin's (Welch interval, verdict "A faster": this cell is
-    faster), its memory held per rank over the twin's (NaN where not counted), both peaks (MiB, medians with
+    equal) was measured: its throughput over the twin's (Welch interval, verdict faster: this cell is
+    faster; the design's where it asked the pair), its memory held per rank over the twin's (NaN where not counted), both peaks (MiB, medians with
     their order-statistic intervals) and the peak's ratio to the twin's (Welch interval over the repeats)."""
     cols = [c for c in axes(cells) if c in runs] if not runs.empty else axes(cells)
     if cells.empty or axis not in cols:
@@ -194,7 +186,7 @@ def axis_effects(runs: pd.DataFrame, cells: pd.DataFrame, axis: str, reference) 
         row = {k: r[k] for k in cols}
         row.update(axis=axis, reference_value=twin[axis],
                    held_ratio=_ratio_of(r.get(HELD, np.nan), twin.get(HELD, np.nan)),
-                   **_ratio(thr, cell_key(r[cols]), cell_key(twin[cols])),
+                   **_ratio(thr, r[cols], twin[cols], design),
                    unstable=_truthy(r.get("unstable", False)) or _truthy(twin.get("unstable", False)),
                    peak_kind=r["peak_kind"], **{f"{side}{k}": x[k] for side, x in (("", r), ("reference_", twin))
                                                 for k in ("peak_mib", "peak_ci_low", "peak_ci_high", "peak_ci_level")},

@@ -14,7 +14,8 @@ import pandas as pd
 from ddpbench.analysis.cost_model import N_BOOT, fit_comm_sweep, fit_cost_model
 from ddpbench.analysis.fits import amdahl_time, fit_amdahl, fit_gustafson, karp_flatt
 from ddpbench.analysis.health import MAX_REL_CI, stability
-from ddpbench.analysis.intervals import LEVEL, WELCH, Interval, log_t_interval, welch_log_ratio
+from ddpbench.analysis.comparison import DesignAnswers, Source
+from ddpbench.analysis.intervals import LEVEL, Interval, log_t_interval, welch_log_ratio
 from ddpbench.analysis.tables import (
     BASELINE_STRATEGY,
     IRRELEVANT_AT_BASELINE,
@@ -40,7 +41,8 @@ SPEEDUP_COLUMNS = [
 
 
 def speedup_table(
-    runs: pd.DataFrame, baseline_strategy: str = BASELINE_STRATEGY, max_rel_ci: float = MAX_REL_CI
+    runs: pd.DataFrame, baseline_strategy: str = BASELINE_STRATEGY, max_rel_ci: float = MAX_REL_CI,
+    design: DesignAnswers | None = None,
 ) -> pd.DataFrame:
     """Speedup and efficiency of every cell against its baseline, with Welch log-t intervals.
 
@@ -48,6 +50,10 @@ def speedup_table(
     for it relaxed if needed); else the strategy's own p = 1 cell; else none (no row).
     S = geometric-mean baseline time / geometric-mean cell time; for weak scaling the same ratio
     of epoch times is the scaled speedup p·t(1)/t(p). A row is unstable when its cell or its baseline is.
+    Where a sequential design ran (`design`), a cell whose speedup question (the cell against the
+    baseline strategy at p = 1, every other axis equal: plan.design.grid_questions) it asked takes its
+    comparison: its repeated interval for S(p) (the throughput ratio: an epoch's samples are the same on
+    both sides) and S/p for E(p); every other row's interval is descriptive (interval_from).
     """
     cols = axes(runs)
     other = [c for c in cols if c not in ("strategy", *LAUNCH_AXES)]
@@ -78,6 +84,7 @@ def speedup_table(
             s = Interval(1.0, *((1.0, 1.0, LEVEL) if len(t) > 1 else ()))  # the baseline itself
         else:
             s = welch_log_ratio(base, t)
+        s, source = _design_speedup(design, {c: row[c] for c in cols}, baseline_strategy, s)
         weak = str(row.get("scaling", "strong")) == "weak"
         row.update(
             n_repeats=len(t),
@@ -95,10 +102,23 @@ def speedup_table(
             efficiency_ci_high=s.high / p,
             **_pair_stability({"cell": g, "baseline": base_runs}, max_rel_ci, memo),
             versions_differ=memo.versions_differ(g, base_runs),
-            interval_from=WELCH,  # report.decisions.overlay_speedups: the design's, where it asked
+            interval_from=source,
         )
         rows.append(row)
     return pd.DataFrame(rows, columns=[*cols, *SPEEDUP_COLUMNS])
+
+
+def _design_speedup(design: DesignAnswers | None, values: dict, baseline_strategy: str,
+                    s: Interval) -> tuple[Interval, Source]:  # fmt: skip
+    """A cell's speedup interval and its source: the design's comparison of the cell against its
+    baseline where it asked, else the measured one (descriptive where a design ran)."""
+    if design is None:
+        return s, Source.WELCH
+    base = design.cell({**values, "strategy": baseline_strategy, "world_size": 1})
+    answer = design.between(design.cell(values), base)
+    if answer is None:
+        return s, Source.DESCRIPTIVE
+    return Interval(answer.ratio, answer.low, answer.high, answer.level), Source.DESIGN
 
 
 def versions_differ(a: pd.DataFrame, b: pd.DataFrame) -> bool:

@@ -54,6 +54,7 @@ from typing import Callable, Hashable, Sequence
 import numpy as np
 from scipy import special  # the t distribution's functions: scipy.stats would add 0.55 s to every import
 
+from ddpbench.analysis.comparison import Verdict, verdict_of
 from ddpbench.analysis.intervals import add_variance, welch_variance
 from ddpbench.analysis.rounds import RoundFit, cell_logs, round_noise, round_weight
 from ddpbench.core.study_config import UNTIL_DECIDED
@@ -95,9 +96,11 @@ class Question:
 
 
 @dataclasses.dataclass(frozen=True)
-class Verdict:
+class Judgement:
+    """A question's verdict at a look and its repeated confidence interval."""
+
     question: Question
-    verdict: str  # precision: met | open; comparison: faster | slower | equivalent | open
+    verdict: Verdict  # precision: MET | OPEN; comparison: FASTER | SLOWER | EQUIVALENT | OPEN
     estimate: float  # geometric mean (precision) or ratio of geometric means (comparison)
     low: float
     high: float
@@ -105,14 +108,14 @@ class Verdict:
 
     @property
     def decided(self) -> bool:
-        return self.verdict not in ("open", OUT_OF_REACH)
+        return self.verdict.decided
 
 
-OUT_OF_REACH = "out of reach"  # an open question that the budget left cannot close
+OUT_OF_REACH = Verdict.OUT_OF_REACH  # an open question that the budget left cannot close
 
 
 def judge(question: Question, values: dict, alpha: float = LOOK_ALPHA, precision_alpha: float = PRECISION_ALPHA,
-          rounds: dict | None = None, job_sd: float = 0.0, job_dof: float = math.inf) -> Verdict:  # fmt: skip
+          rounds: dict | None = None, job_sd: float = 0.0, job_dof: float = math.inf) -> Judgement:  # fmt: skip
     """The question's verdict and repeated confidence interval from the values measured so far
     (`values`: cell -> throughputs of its runs), at per-look level 1 - alpha (a comparison) or
     1 - precision_alpha (a precision question). With a between-round noise `job_sd` (round_noise,
@@ -125,7 +128,7 @@ def judge(question: Question, values: dict, alpha: float = LOOK_ALPHA, precision
     runs = tuple(len(y) for y in logs)
     if min(runs) < 2:
         est = float(np.exp(logs[0].mean() - (logs[1].mean() if len(logs) > 1 else 0))) if min(runs) else math.nan
-        return Verdict(question, "open", est, math.nan, math.nan, runs)
+        return Judgement(question, Verdict.OPEN, est, math.nan, math.nan, runs)
     extra = job_sd**2 * sum(round_weight(labels, len(y)) for y, labels in cells)
     if question.kind == "precision":
         center, level = logs[0].mean(), 1 - precision_alpha
@@ -137,27 +140,17 @@ def judge(question: Question, values: dict, alpha: float = LOOK_ALPHA, precision
     return _verdict(question, center, float(total), float(dof), level, runs)
 
 
-def _verdict(question: Question, center: float, total: float, dof: float, level: float, runs: tuple) -> Verdict:
+def _verdict(question: Question, center: float, total: float, dof: float, level: float, runs: tuple) -> Judgement:
     """The verdict and interval of a log estimate `center` of variance `total` on `dof` degrees of
     freedom, at `level`."""
     half = float(special.stdtrit(dof, 0.5 + level / 2) * math.sqrt(total)) if total > 0 else 0.0
-    m = math.log1p(question.tolerance)
+    low, high = float(np.exp(center - half)), float(np.exp(center + half))
     if question.kind == "precision":
-        verdict = "met" if half <= m else "open"
+        verdict = Verdict.MET if half <= math.log1p(question.tolerance) else Verdict.OPEN
     else:
-        verdict = _log_verdict(center - half, center + half, m)
-    return Verdict(question, verdict, float(np.exp(center)), float(np.exp(center - half)), float(np.exp(center + half)),
-                   runs)  # fmt: skip
-
-
-def comparison_verdict(low: float, high: float, margin: float) -> str:
-    """A ratio's verdict from its interval: faster above 1, slower below, equivalent inside
-    [1/(1 + margin), 1 + margin], else open."""
-    return _log_verdict(math.log(low), math.log(high), math.log1p(margin))
-
-
-def _log_verdict(lo: float, hi: float, m: float) -> str:
-    return "faster" if lo > 0 else "slower" if hi < 0 else "equivalent" if -m <= lo and hi <= m else "open"
+        verdict = verdict_of(low, high, question.tolerance)
+        verdict = Verdict.OPEN if verdict == Verdict.NO_INTERVAL else verdict  # no interval yet: open
+    return Judgement(question, verdict, float(np.exp(center)), low, high, runs)
 
 
 def next_count(n: int, schedule: Sequence[int] = SCHEDULE) -> int | None:
@@ -190,7 +183,7 @@ class Evidence:
         """The values with each round's shared effect divided out (None: no fit)."""
         return None if self.fit is None else self.fit.within(self.values, self.rounds)
 
-    def judge(self, question: Question, alpha: float = LOOK_ALPHA, precision_alpha: float = PRECISION_ALPHA) -> Verdict:
+    def judge(self, question: Question, alpha: float = LOOK_ALPHA, precision_alpha: float = PRECISION_ALPHA) -> Judgement:
         found = self.fit.contrast(*question.cells) if self.fit and question.kind == "comparison" else None
         if found is None:  # (a cell in the fit ran in two rounds: it has 2+ runs)
             return judge(question, self.values, alpha, precision_alpha, self.rounds, *self.noise)
@@ -200,7 +193,7 @@ class Evidence:
             dof = min(dof, min(runs) - 1)
         return _verdict(question, center, var, dof, 1 - alpha, runs)
 
-    def runs_to_decide(self, v: Verdict, alpha: float = LOOK_ALPHA, schedule: Sequence[int] = SCHEDULE) -> int | None:
+    def runs_to_decide(self, v: Judgement, alpha: float = LOOK_ALPHA, schedule: Sequence[int] = SCHEDULE) -> int | None:
         within = v.question.kind == "comparison" and self.fit is not None
         values, sd = (self.within, self.fit.noise[0]) if within else (self.values, self.noise[0])
         return runs_to_decide(v, values, alpha, rounds=self.rounds, job_sd=sd, schedule=schedule)
@@ -295,7 +288,7 @@ def plan_round(questions: Sequence[Question], values: dict, runs_left: int | Non
     mates = {c: [other for _, other in sorted(found, key=lambda po: -po[0])] for c, found in partners.items()}
     targets = _fund(order, goal, have, mates, precision_open, stopped, _Budget(runs_left, seconds_left, run_seconds))
     if not targets:  # the design ends here: a call held back for another round is what there is
-        verdicts = [j if v.verdict == "open" and j.decided else v for v, j in zip(verdicts, judged)]
+        verdicts = [j if v.verdict == Verdict.OPEN and j.decided else v for v, j in zip(verdicts, judged)]
     return Round(targets, stopped, verdicts, evidence)
 
 
@@ -322,13 +315,13 @@ def _fund(order: list, goal: dict, have: dict, mates: dict, precision_open: set,
     return targets
 
 
-def _held_back(v: Verdict, rounds: dict | None, have: dict, schedule: Sequence[int]) -> Verdict:
+def _held_back(v: Judgement, rounds: dict | None, have: dict, schedule: Sequence[int]) -> Judgement:
     """A decided verdict on a cell measured in one round only is held open while a cell of it can
     get another round: one round shows no variation between rounds."""
     cells = v.question.cells
     if v.decided and rounds is not None and any(len(set(rounds.get(c, ()))) < 2 for c in cells) \
             and any(next_count(have[c], schedule) is not None for c in cells):  # fmt: skip
-        return dataclasses.replace(v, verdict="open")
+        return dataclasses.replace(v, verdict=Verdict.OPEN)
     return v
 
 
@@ -368,7 +361,7 @@ def run_design(questions: Sequence[Question], measure: Callable[[Cell, int], Seq
                budget_runs: int | None = None, schedule: Sequence[int] = SCHEDULE,
                alpha: float = LOOK_ALPHA, precision_alpha: float = PRECISION_ALPHA, blocked: bool = True,
                on_round: Callable[[int], None] | None = None, trace: dict | None = None, within: bool = True,
-               ) -> tuple[list[Verdict], dict, dict]:  # fmt: skip
+               ) -> tuple[list[Judgement], dict, dict]:  # fmt: skip
     """Drive rounds until nothing is open, the cap or the run budget: `measure(cell, k)` returns
     k new throughputs of the cell (one call per cell and round). Returns (final verdicts, cell ->
     runs, cell -> why it stopped). What the workflow does round by round, for simulations and
@@ -429,7 +422,7 @@ def _round_ends(count: int, most: int, schedule: tuple) -> tuple[np.ndarray, np.
     return ends, np.concatenate([[0], np.cumsum(np.diff(ends) ** 2)])
 
 
-def runs_to_decide(v: Verdict, values: dict, alpha: float = LOOK_ALPHA, most: int = 1000, rounds: dict | None = None,
+def runs_to_decide(v: Judgement, values: dict, alpha: float = LOOK_ALPHA, most: int = 1000, rounds: dict | None = None,
                    job_sd: float = 0.0, schedule: Sequence[int] = SCHEDULE) -> int | None:  # fmt: skip
     """About how many more runs per cell would decide an open question if the spread and the
     estimate stay as measured: the fewest at which the interval (t quantile, same level) would

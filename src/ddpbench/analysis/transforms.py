@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ddpbench.analysis.cells import NO_COMPARISON, NO_DIFFERENCE
+from ddpbench.analysis.comparison import DesignAnswers, Verdict, verdict_of
 from ddpbench.analysis.intervals import Interval, welch_log_ratio
 from ddpbench.analysis.memory import axis_effects, cell_key, runs_by_cell
 from ddpbench.analysis.tables import axes, numeric_column
@@ -34,8 +34,6 @@ EAGER = "none"  # compile: none
 NO_CHECKPOINTING = "none"  # activation_checkpointing: none
 STEP = "step_time_median_s"
 COMPILE_S = Extra.compile_s
-# Which side's steps are faster, by the interval of the step-time ratio eager / compiled.
-COMPILED_FASTER, EAGER_FASTER = "compiled faster", "eager faster"
 PAYOFF_COLUMNS = [
     "compile_s", "compile_s_ci_low", "compile_s_ci_high", "compile_s_ci_level", "compiled_graphs",
     "step_s", "step_s_ci_low", "step_s_ci_high", "eager_step_s", "eager_step_s_ci_low", "eager_step_s_ci_high",
@@ -48,17 +46,10 @@ def _measured(cells: pd.DataFrame) -> pd.DataFrame:
     return cells[numeric_column(cells, "n_repeats") > 0] if "n_repeats" in cells else cells
 
 
-def _faster(iv: Interval) -> str:
-    """What the interval of eager step / compiled step says (> 1: compiled steps are shorter)."""
-    if not (np.isfinite(iv.low) and np.isfinite(iv.high)):
-        return NO_COMPARISON
-    return COMPILED_FASTER if iv.low > 1 else EAGER_FASTER if iv.high < 1 else NO_DIFFERENCE
-
-
-def _payoff(compile_s: tuple[float, float, float], step_s: float, iv: Interval, faster: str) -> dict:
+def _payoff(compile_s: tuple[float, float, float], step_s: float, iv: Interval, faster: Verdict) -> dict:
     """Seconds a compiled step saves and the steps until they add up to the compile time (NaN unless faster)."""
     saved = step_s * (iv.estimate - 1)  # eager − compiled = compiled × (ratio − 1)
-    if faster != COMPILED_FASTER or not np.isfinite(compile_s[0]):
+    if faster != Verdict.FASTER or not np.isfinite(compile_s[0]):
         return dict(saved_s=saved, payoff_steps=np.nan, payoff_steps_low=np.nan, payoff_steps_high=np.nan)
     est, lo, hi = compile_s
     lo, hi = (lo, hi) if np.isfinite(lo) and np.isfinite(hi) else (est, est)
@@ -70,7 +61,7 @@ def compile_payoff(runs: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
     """One row per compiled cell (compile not none) whose eager twin was measured: its compile time
     (median [order-statistic interval], graphs compiled), both step times (geometric means [log-t]),
     the step-time ratio eager / compiled with its Welch interval (`speedup`) and what it says
-    (`faster`), the seconds a compiled step saves and the steps the compile takes to pay off
+    (`faster`, a comparison.Verdict of the compiled cell against its twin: FASTER, its steps shorter), the seconds a compiled step saves and the steps the compile takes to pay off
     (NaN where compiled steps are not faster by the interval). Empty, with the columns, without
     compiled cells or their twins."""
     cols = [c for c in axes(cells) if c in runs] if not runs.empty else axes(cells)
@@ -90,7 +81,7 @@ def compile_payoff(runs: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
         iv = welch_log_ratio(xe, xc) if len(xe) and len(xc) else Interval(np.nan)
         cs = tuple(float(pd.to_numeric(r.get(f"{COMPILE_S}{s}", np.nan), errors="coerce"))
                    for s in ("", "_ci_low", "_ci_high"))  # fmt: skip
-        step_s, faster = float(pd.to_numeric(r.get(STEP, np.nan), errors="coerce")), _faster(iv)
+        step_s, faster = float(pd.to_numeric(r.get(STEP, np.nan), errors="coerce")), verdict_of(iv.low, iv.high)
         row = {k: r[k] for k in cols}
         row.update(compile_s=cs[0], compile_s_ci_low=cs[1], compile_s_ci_high=cs[2],
                    compile_s_ci_level=r.get(f"{COMPILE_S}_ci_level", np.nan),
@@ -106,8 +97,9 @@ def compile_payoff(runs: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[*cols, *PAYOFF_COLUMNS])
 
 
-def checkpointing_effects(runs: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
+def checkpointing_effects(runs: pd.DataFrame, cells: pd.DataFrame, design: DesignAnswers | None = None) -> pd.DataFrame:
     """One row per checkpointed cell (activation_checkpointing full or selective) whose twin without
-    checkpointing was measured: its throughput over the twin's and its peak over the twin's, each with its
-    Welch interval, both peaks with their intervals (memory.axis_effects' columns)."""
-    return axis_effects(runs, cells, "activation_checkpointing", NO_CHECKPOINTING)
+    checkpointing was measured: its throughput over the twin's (the design's comparison where it asked)
+    and its peak over the twin's, each with its Welch interval, both peaks with their intervals
+    (memory.axis_effects' columns)."""
+    return axis_effects(runs, cells, "activation_checkpointing", NO_CHECKPOINTING, design)

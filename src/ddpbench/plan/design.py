@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from ddpbench.analysis import drift as drift_mod, sequential
+from ddpbench.analysis.comparison import Verdict, verdict_of
 from ddpbench.analysis.sequential import Question
 from ddpbench.core import bounded, run_record
 from ddpbench.core.layout import Layout
@@ -172,7 +173,7 @@ class VerdictRecord:
     cells: tuple[str, ...]
     kind: str
     tolerance: float
-    verdict: str
+    verdict: Verdict
     estimate: float | None
     low: float | None
     high: float | None
@@ -184,7 +185,7 @@ class VerdictRecord:
 
     @property
     def open(self) -> bool:
-        return self.verdict in ("open", "undecided", sequential.OUT_OF_REACH)
+        return not Verdict(self.verdict).decided
 
     @property
     def predicted(self) -> bool:
@@ -199,7 +200,7 @@ class VerdictRecord:
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> VerdictRecord:
-        record = cls(**{**obj, "cells": tuple(obj["cells"]), "runs": tuple(obj["runs"])})
+        record = cls(**{**obj, "cells": tuple(obj["cells"]), "runs": tuple(obj["runs"]), "verdict": Verdict(obj["verdict"])})
         at = record.decided_round  # read by the report as a number (a file may come from someone else)
         if at is not None and (isinstance(at, bool) or not isinstance(at, int)) or record.source not in (MEASURED, PREDICTED):
             raise TypeError(f"decided_round {at!r} or source {record.source!r} is not one a decision writes")
@@ -315,7 +316,7 @@ def decide(round_: int, questions: Sequence[Question], runs: Mapping[str, Sequen
     done = not targets
     noise = rnd.noise_record()
     verdicts = [_verdict_record(v, rnd.evidence, done, settings, round_) for v in rnd.verdicts]
-    verdicts += [VerdictRecord(q.cells, q.kind, q.tolerance, "undecided", None, None, None,
+    verdicts += [VerdictRecord(q.cells, q.kind, q.tolerance, Verdict.UNDECIDED, None, None, None,
                                tuple(counts.get(c, 0) for c in q.cells), why="a cell's runs failed")
                  for q in questions if failed.intersection(q.cells)]  # fmt: skip
     for c, why in stopped.items():
@@ -349,7 +350,7 @@ def predict_verdicts(questions: Sequence[Question], predicted: Mapping[str, tupl
     """The comparisons the step model's predictions answer (`predicted`: cell -> its throughput and
     interval): each with a cell not measured whose ratio interval, the two cells' intervals divided
     end to end (as wide as their errors can make it, whatever their correlation), lies above 1,
-    below 1 or inside the margin, the rule measured verdicts follow (sequential.comparison_verdict)."""
+    below 1 or inside the margin, the rule measured verdicts follow (comparison.verdict_of)."""
     out = []
     for q in questions:
         if q.kind != "comparison" or all(counts.get(c, 0) for c in q.cells):
@@ -358,8 +359,8 @@ def predict_verdicts(questions: Sequence[Question], predicted: Mapping[str, tupl
         if a is None or b is None or not all(math.isfinite(x) and x > 0 for x in (*a, *b)):
             continue
         est, low, high = a[0] / b[0], a[1] / b[2], a[2] / b[1]
-        verdict = sequential.comparison_verdict(low, high, q.tolerance)
-        if verdict != "open":
+        verdict = verdict_of(low, high, q.tolerance)
+        if verdict.decided and verdict != Verdict.NO_INTERVAL:
             out.append(VerdictRecord(q.cells, q.kind, q.tolerance, verdict, est, low, high,
                                      tuple(counts.get(c, 0) for c in q.cells), source=PREDICTED,
                                      decided_round=0))  # fmt: skip
@@ -376,9 +377,9 @@ def measured_questions(questions: Sequence[Question], counts: Mapping[str, int])
 OUT_OF_REACH_WHY = "out of reach: more than the budget left could give, so no more were spent on it"
 
 
-def _verdict_record(v: sequential.Verdict, evidence: sequential.Evidence, done: bool, settings: Settings,
+def _verdict_record(v: sequential.Judgement, evidence: sequential.Evidence, done: bool, settings: Settings,
                     round_: int) -> VerdictRecord:  # fmt: skip
-    verdict = "undecided" if done and not v.decided else v.verdict
+    verdict = Verdict.UNDECIDED if done and not v.decided else v.verdict
     finite = [x if math.isfinite(x) else None for x in (v.estimate, v.low, v.high)]
     need = None if v.decided else evidence.runs_to_decide(v, schedule=settings.schedule)
     return VerdictRecord(

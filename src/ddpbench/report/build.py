@@ -83,10 +83,10 @@ PAGE_ANCHORS = ("comparisons", "speedup-table", "cells", "fits", "problems", "li
 
 
 def study_section(name: str, inp: Inputs, cells: pd.DataFrame, speed: pd.DataFrame, figures: list,
-                  design_pair=None) -> dict:  # fmt: skip
+                  design: A.DesignAnswers | None = None) -> dict:  # fmt: skip
     """A study's section for the templates: its question, answer, table and the figures it points
     to that this report has (in a grid of figure groups, the first group's)."""
-    sec = studies.section(name, inp.runs, cells, speed, inp.steps, inp.profile, design_pair)
+    sec = studies.section(name, inp.runs, cells, speed, inp.steps, inp.profile, design)
     anchors = {}
     for f in figures:
         anchors.setdefault(f.kind, ("fig-" + pathlib.Path(f.svg).stem, f.title))
@@ -144,11 +144,12 @@ def captions() -> dict[str, str]:
 def _table(job: tuple[str, Inputs]):
     """One of the report's tables (speedup and fits together: the fits read the speedups)."""
     name, inp = job
+    design = decisions.answers(inp.design, inp.runs)  # where a design ran, the pairs it asked read its answers
     if name == "cells":
-        return A.cell_stats(inp.runs, inp.max_rel_ci)
+        return A.cell_stats(inp.runs, inp.max_rel_ci, design)
     if name == "comparisons":
-        return A.comparisons_table(inp.runs, inp.max_rel_ci)
-    speed = A.speedup_table(inp.runs, inp.baseline_strategy, inp.max_rel_ci)
+        return A.comparisons_table(inp.runs, inp.max_rel_ci, design)
+    speed = A.speedup_table(inp.runs, inp.baseline_strategy, inp.max_rel_ci, design)
     return speed, A.fits_table(inp.runs, speed, inp.comm, inp.baseline_strategy, inp.n_boot)
 
 
@@ -179,16 +180,14 @@ def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.P
     formats = plots.FORMATS if pdf else ("svg",)
     with plots.worker_pool() as pool:  # one pool for the tables and the figures
         pending = start_tables(inp, pool)
-        cells = decisions.overlay_cells(pending["cells"](), runs, inp.design)
+        cells = pending["cells"]()
         # The figures of the runs and cells are drawn while the fits are still being computed
         none = pd.DataFrame()
         kinds = plots.kinds_for([k for name in inp.studies for k in studies.STUDIES[name].figures])
         early = plots.start_figures(plots.Data(runs, cells, none, none, inp.steps, inp.comm, profile=inp.profile), out, formats,
                                     [k for k in kinds if k not in plots.FITTED_KINDS], pool)  # fmt: skip
         speed, fits = pending["speedup+fits"]()
-        speed = decisions.overlay_speedups(speed, runs, inp.design, inp.baseline_strategy)
-        # When a design ran, the pairs it asked about read its verdicts and intervals everywhere below.
-        comparisons = decisions.overlay(pending["comparisons"](), runs, inp.design)
+        comparisons = pending["comparisons"]()
         links = A.links_table(runs, inp.baseline_strategy)
         data = plots.Data(runs, cells, speed, fits, inp.steps, inp.comm, profile=inp.profile)
         late = plots.start_figures(data, out, formats, [k for k in kinds if k in plots.FITTED_KINDS], pool)
@@ -198,8 +197,8 @@ def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.P
         # The findings and the page's tables are written while the workers draw
         against = (comparison_section(inp.compare_to, runs, out, inp.baseline_strategy, inp.max_rel_ci)
                    if inp.compare_to else None)  # fmt: skip
-        pairs = decisions.pair_lookup(runs, inp.design)  # the design's verdicts, for the pairs findings and studies make
-        found = findings(runs, cells, speed, comparisons, fits, links=links, profile=inp.profile, design_pair=pairs,
+        design = decisions.answers(inp.design, runs)  # the design's answers, for the pairs findings and studies make
+        found = findings(runs, cells, speed, comparisons, fits, links=links, profile=inp.profile, design=design,
                          predictions=predicted.summary) + decisions.findings(inp.design)  # the answer first, then the design's
         shown = A.varying(runs, A.axes(runs)) or ["world_size"]
         ctx = dict(
@@ -224,7 +223,7 @@ def build(inp: Inputs, out: pathlib.Path, pdf: bool = True, templates: pathlib.P
         )
         figures = plots.collect(early, late)
     found = linked_findings(found, figures)
-    ctx["studies"] = [study_section(name, inp, cells, speed, figures, pairs) for name in inp.studies]
+    ctx["studies"] = [study_section(name, inp, cells, speed, figures, design) for name in inp.studies]
     if against and not against["error"]:
         found.insert(0, against["finding"])
     caps = captions()

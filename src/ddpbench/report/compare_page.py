@@ -44,12 +44,13 @@ from ddpbench.analysis.compare import (
     parse_gate,
     read_side,
 )
-from ddpbench.analysis.compare_cells import BY_NAME, COMPARE_METRICS, FASTER, JOB_NOISE, JOB_NOISE_CAP, SLOWER
+from ddpbench.analysis.compare_cells import BY_NAME, COMPARE_METRICS, JOB_NOISE, JOB_NOISE_CAP
+from ddpbench.analysis.comparison import Verdict
 from ddpbench.core import safe_io
 from ddpbench.report.findings import Finding
 from ddpbench.report.render import inline_svg, jinja_env, plain
 from ddpbench.report.tables import Table
-from ddpbench.report.text import num
+from ddpbench.report.text import num, verdict_word
 
 EXIT_GATE = 1
 EXIT_INPUT = 2
@@ -115,7 +116,7 @@ def summary_text(cmp: Comparison, out: pathlib.Path | None = None, max_rows: int
         lines.append(f"  {'cell':<{width}}  {'BASE':>9}  {'NEW':>9}  {'ratio [95% interval]':<26} verdict")
         shown = list(zip(labels, (r for _, r in rows.iterrows())))
         for lab, r in shown[:max_rows]:
-            lines.append(f"  {lab:<{width}}  {fmt(r['base']):>9}  {fmt(r['new']):>9}  {row_ratio_text(r):<26} {r['verdict']}"
+            lines.append(f"  {lab:<{width}}  {fmt(r['base']):>9}  {fmt(r['new']):>9}  {row_ratio_text(r):<26} {verdict_word(r['verdict'])}"
                          + ("  UNSTABLE" if r["unstable"] else ""))  # fmt: skip
         if len(shown) > max_rows:
             lines.append(f"  ... {len(shown) - max_rows} more cells in comparison.csv")
@@ -212,7 +213,7 @@ def forest_svg(cmp: Comparison) -> str | None:
                 style = plots.strategy_style(strategy)
                 lo, hi = r["ratio_ci_low"], r["ratio_ci_high"]
                 err = None if pd.isna(lo) else [[r["ratio"] - lo], [hi - r["ratio"]]]
-                hollow = r["verdict"] not in (FASTER, SLOWER)
+                hollow = r["verdict"] not in (Verdict.FASTER, Verdict.SLOWER)
                 ax.errorbar([r["ratio"]], [ypos[k]], xerr=err, fmt=style["marker"], color=style["color"],
                             mfc="white" if hollow else style["color"], ms=5, capsize=2, lw=1.2)  # fmt: skip
                 seen.setdefault(str(strategy), style)
@@ -250,10 +251,10 @@ def render_html(cmp: Comparison, title: str = "ddpbench comparison") -> str:
     for _, r in m.iterrows():
         rows.append([cell_label(r, cmp.label_axes), r["metric_label"], str(int(r["n_base"])) if pd.notna(r["n_base"]) else "–",
                      str(int(r["n_new"])) if pd.notna(r["n_new"]) else "–", fmt(r["base"]), fmt(r["new"]), row_ratio_text(r),
-                     "–" if pd.isna(r["slowdown"]) else f"{100 * r['slowdown']:+.1f}%", r["verdict"],
+                     "–" if pd.isna(r["slowdown"]) else f"{100 * r['slowdown']:+.1f}%", verdict_word(r["verdict"]),
                      ("GATE FAILED" if r["gate_failed"] else "GATE CANNOT JUDGE" if r["gate_cannot_judge"] else "")
                      + (f" UNSTABLE: {r['unstable_cause']}" if r["unstable"] else "")])  # fmt: skip
-        classes.append("slower" if r["verdict"] == SLOWER else "faster" if r["verdict"] == FASTER else "")
+        classes.append("slower" if r["verdict"] == Verdict.SLOWER else "faster" if r["verdict"] == Verdict.FASTER else "")
     one = [[cell_label(r, cmp.label_axes), r["verdict"], r["metric_label"]] for _, r in cmp.unmatched.iterrows()]
     svg = forest_svg(cmp)
     prov = cmp.provenance
@@ -320,9 +321,9 @@ def comparison_section(base_path: str, runs: pd.DataFrame, out: pathlib.Path, ba
     write(cmp, out, title=f"ddpbench comparison: these runs against {csv}")
     head = "samples_per_s"
     m = cmp.matched[cmp.matched["metric"] == head]
-    changed = m[m["verdict"].isin([SLOWER, FASTER])]
+    changed = m[m["verdict"].isin([Verdict.SLOWER, Verdict.FASTER])]
     changed = changed.reindex(changed["ratio"].sub(1).abs().sort_values(ascending=False).index)
-    rows = [[cell_label(r, cmp.label_axes), num(r["base"]), num(r["new"]), row_ratio_text(r), r["verdict"]]
+    rows = [[cell_label(r, cmp.label_axes), num(r["base"]), num(r["new"]), row_ratio_text(r), verdict_word(r["verdict"])]
             for _, r in changed.head(COMPARISON_NAMED).iterrows()]  # fmt: skip
     diff = cmp.provenance[cmp.provenance["differs"]]
     counts = cmp.counts()

@@ -6,11 +6,10 @@ however the rounds ended), the runs behind it and, for a question left open, abo
 runs per cell would close it; per cell its runs and why it stopped; and the budget spent. Open
 questions come first, in the table and in the findings.
 
-`overlay`, `overlay_speedups` and `overlay_cells` make the rest of the report speak with the
-design's voice: a pair of strategies, a cell's speedup or a cell's throughput the design asked
-about takes its verdict and interval in comparisons.csv, speedup.csv and cells.csv, and so in
-every table and finding drawn from them; `pair_lookup` gives the study sections the same for the
-pairs of cells they compare themselves.
+`answers` gives the rest of the report the design's voice: the tables that compare cells
+(comparisons.csv, speedup.csv, cells.csv, and the pairs findings and studies compare) take the
+design's answers as an input (analysis.comparison.DesignAnswers), so a pair it asked about reads
+its verdict and interval everywhere.
 """
 
 from __future__ import annotations
@@ -19,32 +18,20 @@ import pathlib
 
 import pandas as pd
 
-from ddpbench.analysis import cells as analysis_cells, design_rates, sequential
-from ddpbench.analysis.intervals import DESCRIPTIVE, DESIGN
-from ddpbench.analysis.scaling import SPEEDUP_COLUMNS
-from ddpbench.analysis.tables import axes as analysis_axes, text_key
-from ddpbench.core.layout import cell_of_run
+from ddpbench.analysis import design_rates, sequential
+from ddpbench.analysis.comparison import DesignAnswers, Verdict
 from ddpbench.plan.design import OUT_OF_REACH_WHY, Decision, VerdictRecord
 from ddpbench.report.findings.common import AXIS_TEXT, Finding
 from ddpbench.report.tables import Table
-from ddpbench.report.text import inside_margin
+from ddpbench.report.text import inside_margin, verdict_word
 
 ANCHOR = "decisions"
-VERDICT_TEXT = {
-    "faster": "faster",
-    "slower": "slower",
-    "equivalent": "equivalent",
-    "met": "precision met",
-    "open": "open",
-    "out of reach": "open, out of reach",
-    "undecided": "UNDECIDED",
-}
 STOP_TEXT = {
     "decided": "its questions decided",
     "target met": "precision target met",
     "cap": "reached the most runs per cell",
     "budget": "the budget ran out",
-    "out of reach": "its open questions out of reach of the budget left",
+    Verdict.OUT_OF_REACH: "its open questions out of reach of the budget left",
     "failed": "its runs failed",
     "predicted": "its questions answered by the step model's predictions",
 }
@@ -87,8 +74,9 @@ def within_text(v: VerdictRecord) -> str:
 def verdict_text(v: VerdictRecord) -> str:
     """The verdict in words: a difference whose interval also lies inside the margin is one
     "by less than the margin" (faster or slower is checked before equivalent)."""
-    text = VERDICT_TEXT.get(v.verdict, v.verdict)
-    if v.verdict in ("faster", "slower") and inside_margin(v.low, v.high, v.tolerance):
+    text = verdict_word(v.verdict)
+    text = text.upper() if v.verdict == Verdict.UNDECIDED else text  # the design table's open questions stand out
+    if Verdict(v.verdict).difference and inside_margin(v.low, v.high, v.tolerance):
         text += ", by less than the margin"
     return text + (" (predicted)" if v.predicted else "")
 
@@ -261,135 +249,7 @@ def undecided_text(undecided: list[VerdictRecord], asked: int) -> str:
             "ones first.")  # fmt: skip
 
 
-# -- one voice: the tables read the design's verdicts where it asked ------------------------------
-
-ROW_VERDICT = {"faster": "A faster", "slower": "B faster", "equivalent": analysis_cells.EQUIVALENT}
-TURNED = {"faster": "slower", "slower": "faster"}
-
-
-def _asked(decision: Decision) -> dict[frozenset, VerdictRecord]:
-    return {frozenset(v.cells): v for v in decision.verdicts
-            if v.kind == "comparison" and len(set(v.cells)) == 2 and not v.predicted}  # the tables show what ran
-
-
-def _cell_index(runs: pd.DataFrame, cols: list[str]) -> dict[tuple, str]:
-    """The values of `cols` (as text) -> the one cell the ok runs with those values are of."""
-    index = {}
-    for key, g in runs[runs["status"] == "ok"].groupby(cols, dropna=False, sort=False):
-        found = {cell_of_run(d) for d in g["run_dir"]} - {None}
-        if len(found) == 1:
-            index[text_key(key if isinstance(key, tuple) else (key,))] = found.pop()
-    return index
-
-
-def overlay(comparisons: pd.DataFrame, runs: pd.DataFrame, decision: Decision | None) -> pd.DataFrame:
-    """comparisons.csv as the design decided it: a row for a pair of cells the design compared takes
-    its verdict (A faster / B faster / equivalent within the margin / undecided) and its repeated
-    interval, turned round where the design asked B against A (interval_from "design"); every other
-    row keeps its Welch interval, labelled descriptive. Unchanged without a design."""
-    if decision is None or comparisons.empty or "run_dir" not in runs:
-        return comparisons
-    setting = [c for c in comparisons.columns if c not in analysis_cells.COMPARISON_COLUMNS]
-
-    def pair(r) -> tuple[dict, dict]:
-        where = {c: r[c] for c in setting}
-        return {**where, "strategy": r["strategy_a"]}, {**where, "strategy": r["strategy_b"]}
-
-    return analysis_cells.with_design_verdicts(comparisons, pair_lookup(runs, decision), pair)
-
-
-def overlay_speedups(speed: pd.DataFrame, runs: pd.DataFrame, decision: Decision | None,
-                     baseline_strategy: str) -> pd.DataFrame:  # fmt: skip
-    """speedup.csv as the design decided it: a cell whose speedup question (the cell against the
-    baseline strategy at p = 1, every other axis equal: plan.design.grid_questions) the design
-    asked takes its repeated interval for S(p) (the throughput ratio: an epoch's samples are the
-    same on both sides) and S/p for E(p); interval_from as in `overlay`."""
-    if decision is None or speed.empty or "run_dir" not in runs:
-        return speed
-    asked = _asked(decision)
-    cols = [c for c in speed.columns if c not in SPEEDUP_COLUMNS]
-    cell_at = _cell_index(runs, cols)
-    out = speed.copy()
-    out["interval_from"] = DESCRIPTIVE
-    for i, r in out.iterrows():
-        values = {c: r[c] for c in cols}
-        cell = cell_at.get(text_key(values.values()))
-        base = cell_at.get(text_key({**values, "strategy": baseline_strategy, "world_size": 1}.values()))
-        v = asked.get(frozenset((cell, base))) if cell and base and cell != base else None
-        if v is None or v.estimate is None:
-            continue
-        s, low, high, level, _, source = _as_row(v, turned=v.cells[0] != cell)
-        p = float(r["world_size"])
-        out.loc[i, ["speedup", "speedup_ci_low", "speedup_ci_high", "speedup_ci_level", "efficiency",
-                    "efficiency_ci_low", "efficiency_ci_high", "interval_from"]] = \
-            [s, low, high, level, s / p, low / p, high / p, source]  # fmt: skip
-    return out
-
-
-def overlay_cells(cells: pd.DataFrame, runs: pd.DataFrame, decision: Decision | None) -> pd.DataFrame:
-    """cells.csv as the design decided it: a cell with a precision question takes the design's
-    throughput interval (samples/s; tokens/s and the epoch time, which follow from it, alike),
-    and its unstable flag says whether the design's precision target was met (its interval, not
-    a plain 95 % one, at the design's tolerance); interval_from as in `overlay`."""
-    if decision is None or cells.empty or "run_dir" not in runs:
-        return cells
-    precision = {v.cells[0]: v for v in decision.verdicts if v.kind == "precision"}
-    cols = [c for c in analysis_axes(runs) if c in cells]
-    cell_at = _cell_index(runs, cols)
-    out = cells.copy()
-    out["interval_from"] = DESCRIPTIVE
-    for i, r in out.iterrows():
-        v = precision.get(cell_at.get(text_key(r[c] for c in cols)))
-        if v is None or v.estimate is None or v.low is None or v.high is None:
-            continue
-        met = v.verdict == "met"
-        cause = "" if met else f"the design's precision ±{v.tolerance:.0%} not met after {v.runs[0]} runs"
-        if not met and r.get("unstable_cause"):
-            cause += f"; {r['unstable_cause']}"
-        for metric in ("samples_per_s", "tokens_per_s", "epoch_time_s"):
-            if f"{metric}_ci_low" not in out or pd.isna(r.get(metric)) or not r.get(metric):
-                continue
-            if metric == "epoch_time_s":  # an epoch's samples / throughput: the interval turned round
-                scale = float(r[metric]) * v.estimate
-                bounds = [scale / v.high, scale / v.low]
-            else:  # tokens/s: samples/s times the tokens of a sample
-                scale = float(r[metric]) / v.estimate
-                bounds = [v.low * scale, v.high * scale]
-            out.loc[i, [f"{metric}_ci_low", f"{metric}_ci_high", f"{metric}_ci_level"]] = [*bounds, sequential.LEVEL]
-        out.loc[i, ["throughput_rel_ci", "unstable", "unstable_cause", "interval_from"]] = \
-            [(v.high - v.low) / 2 / v.estimate, not met, cause, DESIGN]  # fmt: skip
-    return out
-
-
-def pair_lookup(runs: pd.DataFrame, decision: Decision | None):
-    """For the study sections, which compute their own pairs of cells: a function of two cells'
-    axis values (dicts of the same axes) that gives the design's verdict on A against B as a
-    comparisons row's fields (ratio, its interval and level, verdict, interval_from "design",
-    margin), or None where the design did not ask that pair. None without a design."""
-    if decision is None or "run_dir" not in runs:
-        return None
-    asked, indexes = _asked(decision), {}
-
-    def lookup(a: dict, b: dict) -> dict | None:
-        cols = tuple(a)
-        if cols not in indexes:
-            indexes[cols] = _cell_index(runs, list(cols))
-        x, y = (indexes[cols].get(text_key(v[c] for c in cols)) for v in (a, b))
-        v = asked.get(frozenset((x, y))) if x and y and x != y else None
-        if v is None or v.estimate is None:
-            return None
-        fields = ["ratio", "ratio_ci_low", "ratio_ci_high", "ratio_ci_level", "verdict", "interval_from"]
-        return {**dict(zip(fields, _as_row(v, turned=v.cells[0] != x))), "margin": v.tolerance}
-
-    return lookup
-
-
-def _as_row(v: VerdictRecord, turned: bool) -> list:
-    """ratio A/B, its interval, level, verdict and source of a design's comparison of cells (x, y)
-    (x/y as recorded; `turned`: the row's A is y)."""
-    nan = float("nan")
-    est, low, high = v.estimate, (nan if v.low is None else v.low), (nan if v.high is None else v.high)
-    word = TURNED.get(v.verdict, v.verdict) if turned else v.verdict
-    if turned:
-        est, low, high = 1 / est, 1 / high, 1 / low
-    return [est, low, high, sequential.LEVEL, ROW_VERDICT.get(word, analysis_cells.UNDECIDED), DESIGN]
+def answers(decision: Decision | None, runs: pd.DataFrame) -> DesignAnswers | None:
+    """The design's answers, the input of the tables that compare cells (analysis.comparison), or None
+    without a design."""
+    return None if decision is None else DesignAnswers(decision.verdicts, runs, sequential.LEVEL)

@@ -13,7 +13,7 @@ import pandas as pd
 
 from ddpbench import analysis as A
 from ddpbench.core.run_record import Extra
-from ddpbench.report.text import bandwidth_text, inside_margin, num, with_ci
+from ddpbench.report.text import SOURCE_WORDS, as_verdict, bandwidth_text, inside_margin, num, verdict_word, with_ci
 
 # Metrics shown in the cells table (the CSV has all of them).
 CELL_TABLE = ["step_time_median_s", "samples_per_s", "tokens_per_s", "epoch_time_s", "frac_comm", "peak_rss_mb",
@@ -110,7 +110,7 @@ def speedup_table(speed: pd.DataFrame, shown: list[str]) -> Table:
             "in the flags)")  # fmt: skip
     if _from_a_design(speed):
         for row, (_, r) in zip(rows, speed.iterrows()):
-            row.insert(len(shown) + 6, SOURCE_TEXT.get(r["interval_from"], str(r["interval_from"])))
+            row.insert(len(shown) + 6, SOURCE_WORDS.get(r["interval_from"], str(r["interval_from"])))
         columns.insert(len(shown) + 6, "interval")
         note += ("; interval: the design's (its repeated 95% interval on the throughput ratio, as in 'What the design "
                  "decided') where it asked the cell against the baseline, else Welch's, descriptive only")  # fmt: skip
@@ -118,8 +118,8 @@ def speedup_table(speed: pd.DataFrame, shown: list[str]) -> Table:
 
 
 def _from_a_design(table: pd.DataFrame) -> bool:
-    """Whether a sequential design's verdicts were laid over the table (report.decisions.overlay)."""
-    return "interval_from" in table and not (table["interval_from"] == A.WELCH).all()
+    """Whether a sequential design's answers were an input of the table (its interval_from)."""
+    return "interval_from" in table and not (table["interval_from"] == A.Source.WELCH).all()
 
 
 def speedup_flags(r) -> str:
@@ -130,8 +130,12 @@ def speedup_flags(r) -> str:
 
 
 def verdict_text(r) -> str:
-    text = {"A faster": f"{r['strategy_a']} faster", "B faster": f"{r['strategy_b']} faster"}.get(r["verdict"], r["verdict"])
-    if r["verdict"] in ("A faster", "B faster") and inside_margin(r["ratio_ci_low"], r["ratio_ci_high"], r.get("margin")):
+    """A comparisons row's verdict naming the faster strategy ('ddp faster')."""
+    v = as_verdict(r["verdict"])
+    if v is None or not v.difference:
+        return verdict_word(r["verdict"])
+    text = f"{r['strategy_a' if v == A.Verdict.FASTER else 'strategy_b']} faster"
+    if inside_margin(r["ratio_ci_low"], r["ratio_ci_high"], r.get("margin")):
         text += ", by less than the margin"
     return text
 
@@ -141,7 +145,7 @@ def comparisons_table(cmp: pd.DataFrame, shown: list[str]) -> Table:
     if cmp.empty:
         return Table([], [], "no comparison: no setting was measured with two strategies")
     setting = [c for c in shown if c != "strategy" and c in cmp] or ["world_size"]
-    order = cmp.assign(_diff=cmp["verdict"].isin(["A faster", "B faster"]), _size=np.abs(np.log(cmp["ratio"])))
+    order = cmp.assign(_diff=cmp["verdict"].isin([A.Verdict.FASTER, A.Verdict.SLOWER]), _size=np.abs(np.log(cmp["ratio"])))
     order = order.sort_values(["_diff", "_size"], ascending=[False, False], kind="stable")
     rows = [[str(r[c]) for c in setting]
             + [f"{r['strategy_a']} / {r['strategy_b']}", with_ci(r["ratio"], r["ratio_ci_low"], r["ratio_ci_high"]),
@@ -152,8 +156,8 @@ def comparisons_table(cmp: pd.DataFrame, shown: list[str]) -> Table:
     classes = ["unstable" if bool(r["unstable"]) else "" for _, r in order.iterrows()]
     if _from_a_design(order):  # say where each row's interval comes from
         for row, (_, r) in zip(rows, order.iterrows()):
-            row.insert(len(setting) + 3, SOURCE_TEXT.get(r["interval_from"], str(r["interval_from"])))
-        n_design = int((order["interval_from"] == A.DESIGN).sum())
+            row.insert(len(setting) + 3, SOURCE_WORDS.get(r["interval_from"], str(r["interval_from"])))
+        n_design = int((order["interval_from"] == A.Source.DESIGN).sum())
         return Table(setting + ["A / B", "throughput ratio A/B", "verdict", "interval", "repeats", "flags"], rows,
                      f"{n_diff} of {len(order)} comparisons show a difference. {n_design} are the design's questions: "
                      "their verdict and interval are the design's (its repeated 95% interval, as in 'What the design "
@@ -164,8 +168,6 @@ def comparisons_table(cmp: pd.DataFrame, shown: list[str]) -> Table:
                  "[95% Welch t-interval on the log ratio]; a difference is called only when the interval excludes 1.",
                  classes)  # fmt: skip
 
-
-SOURCE_TEXT = {"design": "the design's", "descriptive": "descriptive (Welch)"}
 
 
 KIND_ORDER = {"fit": 0, "prediction": 1, "measured": 2}

@@ -18,6 +18,24 @@ from ddpbench import analysis
 
 NAMED = 3  # names in a listing before "and N more" (cells named in a warning)
 
+# What a ratio's interval says, in the report's words (analysis.comparison.Verdict: the one vocabulary;
+# FASTER is A's throughput above B's). The one place a verdict becomes a word.
+VERDICT_WORDS = {
+    analysis.Verdict.FASTER: "faster",
+    analysis.Verdict.SLOWER: "slower",
+    analysis.Verdict.NO_DIFFERENCE: "no detectable difference",
+    analysis.Verdict.NO_INTERVAL: "no interval (fewer than 2 repeats on a side)",
+    analysis.Verdict.EQUIVALENT: "equivalent",
+    analysis.Verdict.OPEN: "open",
+    analysis.Verdict.OUT_OF_REACH: "open, out of reach",
+    analysis.Verdict.UNDECIDED: "undecided",
+    analysis.Verdict.MET: "precision met",
+}
+# A setting's effect on a cell's throughput (the cell against its twin): higher or lower.
+SETTING_WORDS = {**VERDICT_WORDS, analysis.Verdict.FASTER: "higher", analysis.Verdict.SLOWER: "lower"}
+SOURCE_WORDS = {analysis.Source.DESIGN: "the design's", analysis.Source.DESCRIPTIVE: "descriptive",
+                analysis.Source.WELCH: "Welch"}  # fmt: skip
+
 
 def finite(x) -> bool:
     """Whether x is a finite number (None, NaN, inf and text are not)."""
@@ -145,9 +163,36 @@ def inside_margin(low, high, margin) -> str:
     return f", by less than the design's margin (a factor {factor:.2f})" if 1 / factor <= low and high <= factor else ""
 
 
+def as_verdict(v) -> analysis.Verdict | None:
+    """A table's verdict cell as a Verdict (a CSV read back holds its text), None for anything else
+    (a reason a row is not compared)."""
+    try:
+        return analysis.Verdict(v)
+    except ValueError:
+        return None
+
+
+def verdict_word(v, words: dict = VERDICT_WORDS) -> str:
+    """A verdict in the report's words (`words`: VERDICT_WORDS, or SETTING_WORDS for a setting's
+    effect); a reason a row is not compared as it is."""
+    found = as_verdict(v)
+    return words[found] if found is not None else str(v)
+
+
+def row_verdict(r) -> analysis.Verdict:
+    """What a ratio row's interval says (ratio, ratio_ci_low, ratio_ci_high), or the design's verdict
+    where the row is its answer (interval_from design): never the point value alone."""
+    if r.get("interval_from") == analysis.Source.DESIGN and as_verdict(r.get("verdict")) is not None:
+        return as_verdict(r["verdict"])
+    try:
+        return analysis.verdict_of(float(r["ratio_ci_low"]), float(r["ratio_ci_high"]))
+    except (TypeError, ValueError, KeyError):
+        return analysis.Verdict.NO_INTERVAL
+
+
 def source_text(r) -> str:
     """', the design's' or ', descriptive' after a ratio's verdict where a sequential design ran (the
-    row's interval_from: analysis.with_design_verdicts); '' otherwise."""
+    row's interval_from: analysis.comparison.Source); '' otherwise."""
     source = r.get("interval_from") if hasattr(r, "get") else None
-    return {analysis.DESIGN: ", the design's", analysis.DESCRIPTIVE: ", descriptive"}.get(source, "")
+    return f", {SOURCE_WORDS[source]}" if source in (analysis.Source.DESIGN, analysis.Source.DESCRIPTIVE) else ""
 

@@ -6,8 +6,8 @@ from the runs and cells.
 
 The numbers come from analysis.transforms; every sentence names the compile and checkpointing
 settings it speaks of, so no sentence mixes an eager cell with a compiled one unsaid. A ratio's
-word is what its interval says (analysis.verdict), or a sequential design's verdict where it asked
-the pair (analysis.with_design_verdicts).
+word is what its interval says, or a sequential design's verdict where it asked the pair
+(report.text.row_verdict, the words report.text's).
 """
 
 from __future__ import annotations
@@ -19,13 +19,21 @@ import pandas as pd
 
 from ddpbench import analysis
 from ddpbench.core.run_record import Extra
-from ddpbench.report.text import finite, level_ci, pct_text, ratio_text, sig3, source_text, value_text
+from ddpbench.report.text import (
+    SETTING_WORDS,
+    finite,
+    level_ci,
+    pct_text,
+    ratio_text,
+    row_verdict,
+    sig3,
+    source_text,
+    value_text,
+    verdict_word,
+)
 
 MODES = analysis.MODE_AXES  # compile and activation_checkpointing
 HFU, HFU_DATASHEET = Extra.hfu_measured, Extra.hfu_datasheet
-# What a ratio of this cell to its twin says: higher or lower only where its interval excludes 1.
-RATIO_WORDS = {"A faster": "higher", "B faster": "lower", analysis.NO_DIFFERENCE: "no detectable difference",
-               analysis.EQUIVALENT: "equivalent", analysis.UNDECIDED: "undecided"}  # fmt: skip
 
 
 def _num(x) -> float:
@@ -64,11 +72,9 @@ def hfu_text(r, col: str = HFU) -> str:
 
 def _word(r, prefix: str = "") -> str:
     """What the row's ratio says ('higher', 'lower', ...); '' without an interval."""
-    if r.get("interval_from") == analysis.DESIGN and not prefix:
-        return RATIO_WORDS.get(r["verdict"], "")
-    iv = analysis.Interval(_num(r.get(f"{prefix}ratio")), _num(r.get(f"{prefix}ratio_ci_low")),
-                           _num(r.get(f"{prefix}ratio_ci_high")))  # fmt: skip
-    return RATIO_WORDS.get(analysis.verdict(iv), "")
+    v = analysis.verdict_of(_num(r.get(f"{prefix}ratio_ci_low")), _num(r.get(f"{prefix}ratio_ci_high"))) if prefix \
+        else row_verdict(r)  # fmt: skip
+    return "" if v == analysis.Verdict.NO_INTERVAL else verdict_word(v, SETTING_WORDS)
 
 
 def _ratio(r, prefix: str = "") -> str:
@@ -80,16 +86,16 @@ def _ratio(r, prefix: str = "") -> str:
 
 def _payoff_text(r) -> str:
     """'it pays off after 773 steps (650–900 over the intervals ...)', or why it does not."""
-    faster = r["faster"]
-    if faster == analysis.COMPILED_FASTER and finite(r["payoff_steps"]):
+    faster = r["faster"]  # the compiled cell against its eager twin (analysis.transforms)
+    if faster == analysis.Verdict.FASTER and finite(r["payoff_steps"]):
         span = (f" ({sig3(r['payoff_steps_low'])}–{sig3(r['payoff_steps_high'])} over the intervals of the compile "
                 "time and of the step-time ratio)") if r["payoff_steps_low"] != r["payoff_steps_high"] else ""  # fmt: skip
         return f"it pays off after {sig3(r['payoff_steps'])} steps{span}"
-    if faster == analysis.COMPILED_FASTER:
+    if faster == analysis.Verdict.FASTER:
         return "compiled steps are faster, but no compile time was recorded to pay off"
-    if faster == analysis.EAGER_FASTER:
+    if faster == analysis.Verdict.SLOWER:
         return "compiled steps are slower: it does not pay off"
-    if faster == analysis.NO_DIFFERENCE:
+    if faster == analysis.Verdict.NO_DIFFERENCE:
         return "compiled steps are not detectably faster (the interval holds 1): it does not pay off"
     return "no interval (fewer than 2 repeats on a side): whether it pays off is not known"
 
@@ -162,20 +168,15 @@ def checkpointing_sentences(effects: pd.DataFrame, name: Callable[[pd.Series], s
     return found
 
 
-def transform_sentences(runs: pd.DataFrame, cells: pd.DataFrame, name: Callable[[pd.Series], str], design_pair=None,
+def transform_sentences(runs: pd.DataFrame, cells: pd.DataFrame, name: Callable[[pd.Series], str],
+                        design: analysis.DesignAnswers | None = None,
                         limit: int | None = None) -> tuple[list[str], list[str]]:  # fmt: skip
     """(what compiling costs, what checkpointing saves and costs): each a list of sentences, empty where the grid has
-    no compiled or checkpointed cell beside its twin. `design_pair`: a sequential design's verdicts on pairs of cells
-    (a checkpointed cell and its twin read its verdict where it asked about them)."""
+    no compiled or checkpointed cell beside its twin. `design`: a sequential design's answers (a checkpointed cell
+    and its twin read its verdict where it asked about them)."""
     if cells.empty or runs.empty:
         return [], []
-    measured = [c for c in analysis.axes(cells) if c in runs]
-
-    def pair(r):
-        values = {c: r[c] for c in measured if c in r}
-        return values, {**values, "activation_checkpointing": analysis.NO_CHECKPOINTING}
-
-    effects = analysis.with_design_verdicts(analysis.checkpointing_effects(runs, cells), design_pair, pair)
+    effects = analysis.checkpointing_effects(runs, cells, design)
     return (compile_sentences(analysis.compile_payoff(runs, cells), name, limit),
             checkpointing_sentences(effects, name))  # fmt: skip
 

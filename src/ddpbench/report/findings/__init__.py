@@ -68,10 +68,10 @@ def _needs(df: pd.DataFrame, required: list[str], optional: list[str]) -> pd.Dat
 
 
 def findings(runs, cells, speed, comparisons, fits, max_items: int = 12, links=None, profile=None,
-             design_pair=None, predictions=None) -> list[Finding]:  # fmt: skip
+             design=None, predictions=None) -> list[Finding]:  # fmt: skip
     """The report's findings, most actionable first: winners, memory held against ddp, scaling, where the time goes,
     MFU, batch and dataset size, links, fits, predictions, warnings (each topic module's docstring says its rules);
-    `design_pair`: a sequential design's verdicts on pairs of cells, for the rules that pair cells themselves;
+    `design`: a sequential design's answers (analysis.DesignAnswers), for the rules that pair cells themselves;
     `predictions`: the step model's held-out errors (stepmodel.validate's summary)."""
     runs, cells, speed, comparisons, fits, links, profile = map(as_frame, (runs, cells, speed, comparisons, fits, links, profile))
     # Tables without the columns a rule needs count as empty; optional columns are added as missing.
@@ -81,7 +81,7 @@ def findings(runs, cells, speed, comparisons, fits, max_items: int = 12, links=N
     comparisons = _needs(comparisons, ["strategy_a", "strategy_b", "ratio", "verdict"], analysis.COMPARISON_COLUMNS)
     fits = _needs(fits, ["law", "kind", "estimate"], analysis.FIT_COLUMNS)
     tables = Tables(runs, cells, speed, comparisons, fits, links, profile, shown_axes(cells, runs, speed, comparisons),
-                    design_pair, as_frame(predictions))  # fmt: skip
+                    design, as_frame(predictions))  # fmt: skip
     registered = kinds()
     groups = {name: kind.find(tables) for name, kind in registered.items()}
     return answers_first(trim(groups, max_items, registered), registered)

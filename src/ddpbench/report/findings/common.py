@@ -45,8 +45,9 @@ class Tables:
     links: pd.DataFrame
     profile: pd.DataFrame
     shown: list[str]
-    # a sequential design's verdicts on pairs of cells (report.decisions.pair_lookup); None without one
-    design_pair: Callable[[dict, dict], dict | None] | None = None
+    # a sequential design's answers (analysis.comparison.DesignAnswers), for the rules that pair cells
+    # themselves; None without one (the tables above already carry them)
+    design: analysis.DesignAnswers | None = None
     # the step model's held-out errors per kind of hold-out (stepmodel.validate's summary); empty without them
     predictions: pd.DataFrame = field(default_factory=pd.DataFrame)
 

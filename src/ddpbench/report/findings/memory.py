@@ -8,7 +8,7 @@ ddp: the memory it holds per rank against ddp's (counted, exact: MiB and ratio, 
 it shards), then the time it costs, its throughput over ddp's with the Welch interval; "slower"
 or "faster" only where that interval excludes 1, "no detectable difference" where it holds 1,
 no verdict without an interval. Where a sequential design ran, a pair it asked about reads its
-verdict and interval, the others are labelled descriptive (analysis.with_design_verdicts).
+verdict and interval, the others are labelled descriptive (analysis.memory_savings' design input).
 """
 
 from __future__ import annotations
@@ -18,16 +18,16 @@ import pandas as pd
 
 from ddpbench import analysis
 from ddpbench.report.findings.common import Finding, row_num, setting_text
-from ddpbench.report.text import finite, listing, ratio_text, sig3, source_text
+from ddpbench.report.text import finite, listing, ratio_text, row_verdict, sig3, source_text, verdict_word
 
 # The kinds this module gives (ddpbench.report.findings discovers them; fields: common.Kind).
-KINDS = {"memory": dict(find=lambda t: memory_findings(t.runs, t.cells, t.shown, t.design_pair), at_most=3, order=20,
+KINDS = {"memory": dict(find=lambda t: memory_findings(t.runs, t.cells, t.shown, t.design), at_most=3, order=20,
                         trim=100, drop=70)}
 
 ANCHOR = "fig-memory_held"
 # What a throughput ratio says, in the order the sentence gives them (the last two: a design's verdicts)
-TIME_WORDS = {"B faster": "slower", "A faster": "faster", analysis.NO_DIFFERENCE: "no detectable difference",
-              analysis.EQUIVALENT: "equivalent", analysis.UNDECIDED: "undecided"}  # fmt: skip
+TIME_ORDER = (analysis.Verdict.SLOWER, analysis.Verdict.FASTER, analysis.Verdict.NO_DIFFERENCE,
+              analysis.Verdict.EQUIVALENT, analysis.Verdict.UNDECIDED, analysis.Verdict.NO_INTERVAL)  # fmt: skip
 SHARDS = 0.99  # a part held at most this fraction of ddp's counts as sharded
 
 
@@ -82,14 +82,13 @@ def time_text(rows: pd.DataFrame, reference: str, where_cols: list[str], total: 
     groups: dict[tuple, list] = {}
     for _, r in rows.iterrows():
         est, lo, hi = row_num(r, "ratio"), row_num(r, "ratio_ci_low"), row_num(r, "ratio_ci_high")
-        # the interval decides, not a column; where a design asked the pair, its verdict
-        v = r["verdict"] if r.get("interval_from") == analysis.DESIGN else analysis.verdict(analysis.Interval(est, lo, hi))
-        word = TIME_WORDS.get(v, "none")
-        groups.setdefault((word, source_text(r)), []).append(
+        v = row_verdict(r)  # the interval decides, not a column; where a design asked the pair, its verdict
+        v = v if v in TIME_ORDER else analysis.Verdict.NO_INTERVAL  # (a design's open question: no verdict yet)
+        groups.setdefault((v, source_text(r)), []).append(
             (est, lo, hi, r.get("ratio_ci_level", np.nan), setting_text(r, where_cols)))
     parts = []
-    for word, source in sorted(groups, key=lambda k: (list(TIME_WORDS.values()).index(k[0]) if k[0] != "none" else 9, k[1])):
-        items = sorted(groups[word, source], key=lambda it: it[0] if finite(it[0]) else np.inf)
+    for v, source in sorted(groups, key=lambda k: (TIME_ORDER.index(k[0]), k[1])):
+        items = sorted(groups[v, source], key=lambda it: it[0] if finite(it[0]) else np.inf)
         first, last = ratio_text(*items[0][:4]), ratio_text(*items[-1][:4])
         value = first if first == last else f"{first} to {last}"
         each = " at each" if len(items) > 1 and first == last else ""
@@ -98,29 +97,29 @@ def time_text(rows: pd.DataFrame, reference: str, where_cols: list[str], total: 
             named = [it[4] for it in items if it[4]]
             at = (" at every setting measured" if len(items) == total
                   else f" at {listing(named, sep='; ')}" if named else f" at {len(items)} of {total} settings")  # fmt: skip
-        if word == "none":
+        if v == analysis.Verdict.NO_INTERVAL:
             parts.append(f"its throughput is {value} {reference}'s{each}{at} (fewer than 2 repeats on a side: no "
                          "interval, no verdict)")  # fmt: skip
-        elif word == "no detectable difference":
+        elif v == analysis.Verdict.NO_DIFFERENCE:
             parts.append(
-                f"no detectable difference in throughput{at} ({value} {reference}'s{each}; the interval holds 1{source})"
+                f"{verdict_word(v)} in throughput{at} ({value} {reference}'s{each}; the interval holds 1{source})"
             )
-        elif word in ("equivalent", "undecided"):
-            said = "equivalent within the design's margin" if word == "equivalent" else "left undecided by the design"
+        elif v in (analysis.Verdict.EQUIVALENT, analysis.Verdict.UNDECIDED):
+            said = "equivalent within the design's margin" if v == analysis.Verdict.EQUIVALENT else "left undecided by the design"
             parts.append(f"its throughput is {said}{at} ({value} {reference}'s{each})")
         else:
-            parts.append(f"it is {word}{at}: throughput {value} {reference}'s{each}{f' ({source[2:]})' if source else ''}")
+            parts.append(f"it is {verdict_word(v)}{at}: throughput {value} {reference}'s{each}{f' ({source[2:]})' if source else ''}")
     return "; ".join(parts)
 
 
-def memory_findings(runs: pd.DataFrame, cells: pd.DataFrame, shown: list[str], design_pair=None) -> list[Finding]:
+def memory_findings(runs: pd.DataFrame, cells: pd.DataFrame, shown: list[str],
+                    design: analysis.DesignAnswers | None = None) -> list[Finding]:  # fmt: skip
     if cells.empty or not analysis.has_held(cells):
         return []
-    savings = analysis.memory_savings(runs, cells)
+    savings = analysis.memory_savings(runs, cells, design=design)
     if savings.empty:
         return []
     setting = [c for c in savings.columns if c not in analysis.SAVING_COLUMNS]
-    savings = analysis.with_design_verdicts(savings, design_pair, lambda r: analysis.savings_pair(r, setting))
     where_cols = [c for c in setting if c in shown or c == "world_size"]
     out = []
     for strategy in [s for s in analysis.SHARDED if s in set(savings["strategy"])]:

@@ -15,22 +15,24 @@ import pandas as pd
 from ddpbench import analysis
 from ddpbench.report.findings.common import (AXIS_TEXT, Finding, best_cell, cell_name, matching_rows, ok_runs,
                                              row_num)  # fmt: skip
-from ddpbench.report.text import finite, ratio_text, sig3, value_text
+from ddpbench.report.text import SETTING_WORDS, SOURCE_WORDS, finite, ratio_text, sig3, value_text, verdict_word
 
-# A design's verdicts that are no difference (analysis.with_design_verdicts)
-DESIGN_WORDS = {analysis.EQUIVALENT: "equivalent within the design's margin", analysis.UNDECIDED: "left undecided by the design"}
+# What a ratio that is no difference says of a change in the setting (the others: text.SETTING_WORDS)
+CHANGE_WORDS = {analysis.Verdict.NO_DIFFERENCE: "no detectable change (interval holds 1)",
+                analysis.Verdict.EQUIVALENT: "equivalent within the design's margin",
+                analysis.Verdict.UNDECIDED: "left undecided by the design"}  # fmt: skip
 
 # The kinds this module gives (ddpbench.report.findings discovers them; fields: common.Kind).
 KINDS = {
     "batch": dict(find=lambda t: axis_findings("batch_size", "batch", "fig-throughput_vs_batch", t.runs, t.cells, t.speed, t.shown,
-                                               t.design_pair), at_most=1, order=60, trim=60, drop=40),  # fmt: skip
+                                               t.design), at_most=1, order=60, trim=60, drop=40),  # fmt: skip
     "dataset": dict(find=lambda t: axis_findings("dataset_size", "dataset", "fig-dataset_size", t.runs, t.cells, t.speed, t.shown,
-                                                 t.design_pair), at_most=1, order=70, trim=70, drop=30),  # fmt: skip
+                                                 t.design), at_most=1, order=70, trim=70, drop=30),  # fmt: skip
 }
 
 
 def axis_findings(axis: str, kind: str, anchor: str, runs: pd.DataFrame, cells: pd.DataFrame, speed: pd.DataFrame,
-                  shown: list[str], design_pair=None) -> list[Finding]:  # fmt: skip
+                  shown: list[str], design: analysis.DesignAnswers | None = None) -> list[Finding]:  # fmt: skip
     if cells.empty or axis not in cells or "samples_per_s" not in cells or cells[axis].astype(str).nunique() < 2:
         return []
     best = best_cell(cells, speed)
@@ -51,31 +53,25 @@ def axis_findings(axis: str, kind: str, anchor: str, runs: pd.DataFrame, cells: 
         return []
     ws = lambda pair: row_num(pair[0], "world_size") if "world_size" in pair[0] else 0  # noqa: E731
     small, large = max(candidates, key=ws)
-    iv, design = None, None
+    found = None
     ok = ok_runs(runs)
     if not ok.empty and "samples_per_s" in ok:
         cols = analysis.axes(ok)
-        if design_pair is not None and all(c in large for c in cols):
-            design = design_pair({c: large[c] for c in cols}, {c: small[c] for c in cols})
         a = matching_rows(ok, large, cols)["samples_per_s"].dropna()
         b = matching_rows(ok, small, cols)["samples_per_s"].dropna()
-        if design is not None:  # the design asked this pair: its verdict and repeated interval
-            iv = analysis.Interval(*(design[k] for k in ("ratio", "ratio_ci_low", "ratio_ci_high", "ratio_ci_level")))
-        elif len(a) and len(b):
-            iv = analysis.welch_log_ratio(a, b)
-    if iv is None or not finite(iv.estimate):
-        iv = analysis.Interval(row_num(large, "samples_per_s") / row_num(small, "samples_per_s"))
+        if len(a) and len(b):  # the design's answer where it asked this pair, else the runs' Welch ratio
+            asked = design if all(c in large for c in cols) else None
+            found = analysis.compare_pair(asked, {c: large.get(c) for c in cols}, {c: small.get(c) for c in cols}, a, b)
     name = cell_name(large, [s for s in shown if s != axis])
     label = AXIS_TEXT.get(axis, axis)
-    if finite(iv.low) and finite(iv.high):
-        rv = ratio_text(iv.estimate, iv.low, iv.high, iv.level)
-        verdict = "higher" if iv.low > 1 else "lower" if iv.high < 1 else "no detectable change (interval holds 1)"
-        if design is not None and design["verdict"] in DESIGN_WORDS:
-            verdict = DESIGN_WORDS[design["verdict"]]
-        if design_pair is not None:  # a design ran: whose interval this is
-            verdict += " (the design's)" if design is not None else " (descriptive)"
+    if found is not None and finite(found.low) and finite(found.high):
+        rv = ratio_text(found.ratio, found.low, found.high, found.level)
+        verdict = CHANGE_WORDS.get(found.verdict) or verdict_word(found.verdict, SETTING_WORDS)
+        if design is not None:  # a design ran: whose interval this is
+            verdict += f" ({SOURCE_WORDS[found.source]})"
     else:
-        rv = f"{sig3(iv.estimate)}× (ratio of the two cells' estimates, no interval)"
+        est = found.ratio if found is not None else row_num(large, "samples_per_s") / row_num(small, "samples_per_s")
+        rv = f"{sig3(est)}× (ratio of the two cells' estimates, no interval)"
         verdict = "no interval to judge the change by"
     text = f"For {name}, throughput at {label} {value_text(hi_v)} is {rv} that at {label} {value_text(lo_v)}: {verdict}."
     return [Finding(kind, text, anchor)]

@@ -24,7 +24,7 @@ NAMED = 4  # compiled cells a finding names; the cells table has them all
 # The kinds this module gives (ddpbench.report.findings discovers them; fields: common.Kind).
 KINDS = {
     "compile": dict(find=lambda t: compile_findings(t.runs, t.cells, t.shown), at_most=2, order=52, trim=52, drop=22),
-    "checkpointing": dict(find=lambda t: checkpointing_findings(t.runs, t.cells, t.shown, t.design_pair), at_most=2,
+    "checkpointing": dict(find=lambda t: checkpointing_findings(t.runs, t.cells, t.shown, t.design), at_most=2,
                           order=54, trim=54, drop=24),
 }  # fmt: skip
 
@@ -40,6 +40,6 @@ def compile_findings(runs, cells, shown: list[str]) -> list[Finding]:
     return [Finding("compile", text, "cells") for text in found]
 
 
-def checkpointing_findings(runs, cells, shown: list[str], design_pair=None) -> list[Finding]:
-    _, found = transform_sentences(runs, cells, _namer(shown), design_pair)
+def checkpointing_findings(runs, cells, shown: list[str], design=None) -> list[Finding]:
+    _, found = transform_sentences(runs, cells, _namer(shown), design)
     return [Finding("checkpointing", text, "fig-checkpointing") for text in found]

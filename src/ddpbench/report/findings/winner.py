@@ -2,9 +2,9 @@
 
 Per setting (all axes equal but strategy, world size included), strategies are ranked by their
 throughput ratios; the fastest is named with its margin over the runner-up only where that
-comparison's interval excludes 1 (verdict "A faster"/"B faster"). Where the interval holds 1:
+comparison's interval excludes 1 (verdict faster or slower). Where the interval holds 1:
 "no detectable difference between X and Y" (where a design asked: equivalent within its margin,
-or undecided; the rows carry its verdict and interval, report.decisions.overlay); where a side
+or undecided; comparisons.csv's rows carry its verdict and interval); where a side
 has fewer than 2 repeats: no interval, no winner. Settings with the same outcome collapse into one sentence ("ddp is the fastest at
 every world size measured, by 1.21× [..] to 1.52× [..] over the runner-up").
 """
@@ -18,7 +18,7 @@ import pandas as pd
 
 from ddpbench import analysis
 from ddpbench.report.findings.common import Finding, row_num, setting_text
-from ddpbench.report.text import finite, inside_margin, listing, ratio_text, sig3
+from ddpbench.report.text import as_verdict, finite, inside_margin, listing, ratio_text, sig3
 
 # The kinds this module gives (ddpbench.report.findings discovers them; fields: common.Kind).
 KINDS = {"winner": dict(find=lambda t: winner_findings(t.comparisons, t.shown), at_most=3, order=10, trim=30, drop=90)}
@@ -37,15 +37,14 @@ def _rank(g: pd.DataFrame) -> list[str]:
     return sorted(score, key=lambda s: (-score[s], s))
 
 
-def _oriented(r, top: str) -> tuple[float, float, float, str]:
+def _oriented(r, top: str) -> tuple[float, float, float, analysis.Verdict]:
     """(ratio, low, high, verdict) of `top` over the other strategy of comparison row r."""
     est, lo, hi = row_num(r, "ratio"), row_num(r, "ratio_ci_low"), row_num(r, "ratio_ci_high")
-    # The verdict follows the interval itself (analysis.verdict): no interval, no winner, whatever the column says.
-    verdict = analysis.verdict(analysis.Interval(est, lo, hi))
+    # The verdict follows the interval itself: no interval, no winner, whatever the column says.
+    verdict = analysis.verdict_of(lo, hi)
     if str(r["strategy_a"]) == top:
         return est, lo, hi, verdict
-    flip = {"A faster": "B faster", "B faster": "A faster"}
-    return 1 / est, 1 / hi, 1 / lo, flip.get(verdict, verdict)
+    return 1 / est, 1 / hi, 1 / lo, verdict.turned()
 
 
 def _undecided(g: pd.DataFrame, top: str, others: list[str]) -> list[tuple[str, tuple]]:
@@ -59,13 +58,13 @@ def _undecided(g: pd.DataFrame, top: str, others: list[str]) -> list[tuple[str, 
             continue
         r = pair.iloc[0]
         est, lo, hi, verdict = _oriented(r, top)
-        if verdict != "A faster":
+        if verdict != analysis.Verdict.FASTER:
             out.append((other, (est, lo, hi, r.get("ratio_ci_level", np.nan))))
     return out
 
 
 def _undecided_why(iv: tuple) -> str:
-    return "an interval that holds 1" if finite(iv[1]) and finite(iv[2]) else "no interval"
+    return "an interval that holds 1" if finite(iv[1]) and finite(iv[2]) else "without an interval"
 
 
 def _where(settings: list[str], setting_cols: list[str], total: int) -> str:
@@ -126,18 +125,19 @@ def _outcome(g: pd.DataFrame, shown_setting: list[str]) -> tuple | None:
     where = setting_text(r, shown_setting)
     flags = (" (unstable)" if analysis.truthy(r.get("unstable", False)) else "") + (
         " (different code versions)" if analysis.truthy(r.get("versions_differ", False)) else "")
-    undecided = _undecided(g, top, order[2:]) if verdict == "A faster" else []
+    undecided = _undecided(g, top, order[2:]) if verdict == analysis.Verdict.FASTER else []
     if undecided:  # faster than the runner-up, not (decidedly) than every other strategy: no winner
         return ("partial", (top, second, tuple(u[0] for u in undecided)), where,
                 (top, second, est, lo, hi, r.get("ratio_ci_level", np.nan), flags, undecided))  # fmt: skip
     margin = r.get("margin", np.nan)
-    if verdict == "A faster":
+    if verdict == analysis.Verdict.FASTER:
         return "win", top, where, (top, second, est, lo, hi, r.get("ratio_ci_level", np.nan), flags, len(order), margin)
-    if verdict == "B faster":  # cannot happen with consistent estimates; stated as measured
+    if verdict == analysis.Verdict.SLOWER:  # cannot happen with consistent estimates; stated as measured
         return "win", second, where, (second, top, 1 / est, 1 / hi, 1 / lo, r.get("ratio_ci_level", np.nan), flags,
                                       len(order), margin)  # fmt: skip
-    if verdict == analysis.NO_DIFFERENCE:  # a design's row says which: equivalent, or undecided when it ended
-        word = str(r["verdict"]) if r["verdict"] in (analysis.EQUIVALENT, analysis.UNDECIDED) else analysis.NO_DIFFERENCE
+    if verdict == analysis.Verdict.NO_DIFFERENCE:  # a design's row says which: equivalent, or undecided when it ended
+        word = as_verdict(r["verdict"])
+        word = word if word in (analysis.Verdict.EQUIVALENT, analysis.Verdict.UNDECIDED) else verdict
         return "tie", (*sorted((top, second)), word), where, (top, second, est, lo, hi, flags)
     return "none", tuple(sorted((top, second))), where, (top, second, est, flags)
 
@@ -183,9 +183,9 @@ def _partial_findings(items: list, shown_setting: list[str], total: int) -> list
 
 
 TIE_WORDS = {  # (opening, what the interval is)
-    analysis.NO_DIFFERENCE: ("No detectable difference between {a} and {b}", "an interval that holds 1"),
-    analysis.EQUIVALENT: ("{a} and {b} are equivalent within the design's margin", "an interval inside the margin"),
-    analysis.UNDECIDED: ("The design left {a} against {b} undecided", "an interval that holds 1 and reaches past the margin"),
+    analysis.Verdict.NO_DIFFERENCE: ("No detectable difference between {a} and {b}", "an interval that holds 1"),
+    analysis.Verdict.EQUIVALENT: ("{a} and {b} are equivalent within the design's margin", "an interval inside the margin"),
+    analysis.Verdict.UNDECIDED: ("The design left {a} against {b} undecided", "an interval that holds 1 and reaches past the margin"),
 }
 
 

@@ -47,11 +47,11 @@ STUDIES: dict[str, Study] = discover()
 
 def section(name: str, runs: pd.DataFrame, cells: pd.DataFrame, speed: pd.DataFrame,
             steps: pd.DataFrame | None = None, profile: pd.DataFrame | None = None,
-            design_pair=None) -> Section:  # fmt: skip
-    """The report section of study `name` (a KeyError names the studies there are); `design_pair`:
-    a sequential design's verdicts on pairs of cells (StudyData.design_pair)."""
+            design=None) -> Section:  # fmt: skip
+    """The report section of study `name` (a KeyError names the studies there are); `design`: a
+    sequential design's answers (StudyData.design)."""
     if name not in STUDIES:
         raise KeyError(f"unknown study {name!r}: one of {', '.join(sorted(STUDIES))}")
     study = STUDIES[name]
-    columns, rows, note, found = study.build(StudyData(runs, cells, speed, steps, profile, design_pair))
+    columns, rows, note, found = study.build(StudyData(runs, cells, speed, steps, profile, design))
     return Section(name, study.title, study.question, columns, rows, note, study.figures, found)

@@ -15,6 +15,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from ddpbench import analysis as A
 from ddpbench.report.text import num, pct_text, with_ci
 
 
@@ -28,10 +29,9 @@ class StudyData:
     speed: pd.DataFrame
     steps: pd.DataFrame | None = None
     profile: pd.DataFrame | None = None
-    # When a sequential design ran: two cells' axis values -> the design's verdict on the pair as a
-    # comparisons row's fields (interval_from "design"), None where it did not ask
-    # (report.decisions.pair_lookup); None without a design (the studies' own intervals stand).
-    design_pair: Callable[[dict, dict], dict | None] | None = None
+    # When a sequential design ran, its answers (analysis.comparison.DesignAnswers): the pairs of cells a
+    # study compares itself read the design's verdict where it asked; None without a design.
+    design: A.DesignAnswers | None = None
 
 
 @dataclass

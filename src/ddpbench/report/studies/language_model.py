@@ -27,7 +27,7 @@ from ddpbench import analysis as A
 from ddpbench.analysis.health import unhealthy_runs
 from ddpbench.core.run_record import Extra
 from ddpbench.report.studies.common import Study, StudyData, axes_text, cell_ci, comm_share, study_cells, to_float
-from ddpbench.report.text import finite, listing, num, pct_text, ratio_text, sig3, source_text, value_text
+from ddpbench.report.text import SETTING_WORDS, VERDICT_WORDS, finite, listing, num, pct_text, ratio_text, sig3, source_text, value_text
 from ddpbench.report.training import HFU, hfu_text, modes_of, transform_sentences
 from ddpbench.strategies import REFERENCE  # the replicated strategy the others are measured against
 
@@ -38,12 +38,8 @@ MODE_AXES = A.MODE_AXES  # compile and activation_checkpointing: every sentence 
 # What train_loss_final is: the last step's loss; in a runs.csv from before the 10-step mean had its own
 # column (train_loss_last10_mean), it was that mean, and the report says so.
 LAST_STEP_LOSS, OLD_TAIL_LOSS = "last-step train loss", "train loss (mean of the last 10 steps)"
-# What a throughput ratio's interval says (analysis.verdict), between strategies and between settings;
-# the last two words are a sequential design's verdicts, where it asked the pair.
-STRATEGY_WORDS = {"A faster": "faster", "B faster": "slower", A.NO_DIFFERENCE: "no detectable difference",
-                  A.EQUIVALENT: "equivalent", A.UNDECIDED: "undecided"}  # fmt: skip
-SETTING_WORDS = {"A faster": "higher", "B faster": "lower", A.NO_DIFFERENCE: "no detectable difference",
-                 A.EQUIVALENT: "equivalent", A.UNDECIDED: "undecided"}  # fmt: skip
+# What a throughput ratio's interval says, between strategies and between settings (report.text's words).
+STRATEGY_WORDS = VERDICT_WORDS
 
 
 def _judge(d: StudyData, cols: list[str], thr: str):
@@ -54,15 +50,11 @@ def _judge(d: StudyData, cols: list[str], thr: str):
     values = A.runs_by_cell(d.runs, cols, thr)
 
     def judged(a, b, words: dict) -> str:
-        row = d.design_pair({c: a[c] for c in cols}, {c: b[c] for c in cols}) if d.design_pair else None
-        if row is None:
-            xa, xb = (values.get(A.cell_key(r[cols]), np.array([])) for r in (a, b))
-            iv = A.welch_log_ratio(xa, xb) if len(xa) and len(xb) else A.Interval(np.nan)
-            row = dict(ratio=iv.estimate, ratio_ci_low=iv.low, ratio_ci_high=iv.high, ratio_ci_level=iv.level,
-                       verdict=A.verdict(iv), interval_from=A.DESCRIPTIVE if d.design_pair else None)  # fmt: skip
-        text = ratio_text(row["ratio"], row["ratio_ci_low"], row["ratio_ci_high"], row["ratio_ci_level"])
-        word = words.get(row["verdict"])
-        return text + (f" ({word}{source_text(row)})" if word else "")
+        xa, xb = (values.get(A.cell_key(r[cols]), ()) for r in (a, b))
+        found = A.compare_pair(d.design, {c: a[c] for c in cols}, {c: b[c] for c in cols}, xa, xb)
+        said = ratio_text(found.ratio, found.low, found.high, found.level)
+        word = None if found.verdict in (A.Verdict.NO_INTERVAL, A.Verdict.OPEN) else words[found.verdict]
+        return said + (f" ({word}{source_text(found.columns())})" if word else "")
 
     return judged
 
@@ -294,7 +286,7 @@ def _transforms(d: StudyData, setting: list[str]) -> list[str]:
     """What compiling costs and when it pays off, and what activation checkpointing saves and costs, the cell
     against its twin (report.training's words, which name the modes)."""
     unnamed = [c for c in setting if c not in MODE_AXES]
-    compiled, checkpointed = transform_sentences(d.runs, d.cells, lambda r: _where(r, unnamed), d.design_pair)
+    compiled, checkpointed = transform_sentences(d.runs, d.cells, lambda r: _where(r, unnamed), d.design)
     return compiled + checkpointed
 
 
@@ -437,7 +429,7 @@ def build(d: StudyData):
             + "".join(f"{x}, " for x, c in (("MFU", MFU), ("HFU", HFU), ("compile", COMPILE_S)) if has[c])
             + f"comm and {loss_words}: medians [order-statistic intervals]; test loss: "
             "median over repeats (the held-out sequences).")  # fmt: skip
-    if d.design_pair is not None:
+    if d.design is not None:
         note += (" A sequential design ran: where it asked a pair, the verdict and interval are the design's (as in "
                  "'What the design decided'); the others are descriptive, not controlled by the design.")  # fmt: skip
     return columns, rows, note, found

@@ -19,15 +19,13 @@ import pandas as pd
 
 from ddpbench import analysis as A
 from ddpbench.report.studies.common import Study, StudyData, axes_text, cell_ci, study_cells, to_float
-from ddpbench.report.text import finite, listing, num, ratio_text, sig3, source_text
+from ddpbench.report.text import finite, listing, num, ratio_text, row_verdict, sig3, source_text, verdict_word
 from ddpbench.report.training import modes_text, transform_sentences
 from ddpbench.strategies import REFERENCE  # the replicated strategy the others are measured against
 
 # The settings whose effect the answer states, with the value each is compared against
 # (a grid that lacks one, or has only one value of it, gets no such sentence).
 EFFECTS = (("precision", "fp32"), ("grad_accum", 1), ("compile", "none"))
-VERDICT_WORDS = {"A faster": "faster", "B faster": "slower", A.NO_DIFFERENCE: "no detectable difference",
-                 A.EQUIVALENT: "equivalent", A.UNDECIDED: "undecided"}  # the last two: a design's verdicts
 NAMED = 8  # items a listing names before "and N more"
 MODE_AXES = A.MODE_AXES  # compile and activation_checkpointing: a peak's span never crosses them
 
@@ -37,13 +35,11 @@ def mib(nbytes) -> str:
     return sig3(to_float(nbytes) / A.MIB)
 
 
-def _word(r) -> str:
-    """What a row's throughput interval says (analysis.verdict decides; no interval: no verdict), or
-    the design's verdict where it asked the pair (analysis.with_design_verdicts)."""
-    if r.get("interval_from") == A.DESIGN:
-        return VERDICT_WORDS.get(r["verdict"], "no interval")
-    v = A.verdict(A.Interval(to_float(r["ratio"]), to_float(r["ratio_ci_low"]), to_float(r["ratio_ci_high"])))
-    return VERDICT_WORDS.get(v, "no interval")
+def _verdict(r) -> A.Verdict:
+    """What a row's throughput interval says (no interval: no verdict), or the design's verdict where it
+    asked the pair (the row is its answer); a design's question still open reads as no verdict."""
+    v = row_verdict(r)
+    return v if v in EFFECT_WORDS else A.Verdict.NO_INTERVAL
 
 
 def _ratio(r) -> str:
@@ -53,8 +49,8 @@ def _ratio(r) -> str:
 def _judged(r) -> str:
     """'0.667× [0.62, 0.71] (slower)'; without an interval '0.667× (no interval)', no verdict; where a
     design ran, whose interval it is ('(slower, the design's)', '(slower, descriptive)')."""
-    word = _word(r)
-    return _ratio(r) + ("" if word == "no interval" else f" ({word}{source_text(r)})")
+    v = _verdict(r)
+    return _ratio(r) + ("" if v == A.Verdict.NO_INTERVAL else f" ({verdict_word(v)}{source_text(r)})")
 
 
 def _setting(r, cols: list[str]) -> str:
@@ -145,11 +141,11 @@ def _costs(savings: pd.DataFrame, cols: list[str]) -> list[str]:
     return found
 
 
-EFFECT_WORDS = {"faster": "throughput is higher", "slower": "throughput is lower",
-                "no detectable difference": "no detectable difference in throughput (the interval holds 1)",
-                "equivalent": "throughput equivalent within the design's margin",
-                "undecided": "throughput left undecided by the design",
-                "no interval": "no verdict (fewer than 2 repeats on a side)"}  # fmt: skip
+EFFECT_WORDS = {A.Verdict.FASTER: "throughput is higher", A.Verdict.SLOWER: "throughput is lower",
+                A.Verdict.NO_DIFFERENCE: "no detectable difference in throughput (the interval holds 1)",
+                A.Verdict.EQUIVALENT: "throughput equivalent within the design's margin",
+                A.Verdict.UNDECIDED: "throughput left undecided by the design",
+                A.Verdict.NO_INTERVAL: "no verdict (fewer than 2 repeats on a side)"}  # fmt: skip
 
 
 def _span(values, fmt) -> str:
@@ -171,7 +167,7 @@ def _effect(effects: pd.DataFrame, axis: str, reference, cols: list[str]) -> str
 
     groups: dict[str, list] = {}
     for _, r in effects.iterrows():
-        groups.setdefault(_word(r), []).append((to_float(r["ratio"]), _ratio(r), name(r)))
+        groups.setdefault(_verdict(r), []).append((to_float(r["ratio"]), _ratio(r), name(r)))
     value = listing(sorted({str(v) for v in effects[axis]}))
     text = f"With {axis}={value} instead of {reference} (every other setting equal), "
     if len(groups) == 1:
@@ -208,20 +204,12 @@ def _setting_name(r, cols: list[str]) -> str:
     return f"{r['strategy']} ({rest})" if rest else str(r["strategy"])
 
 
-def _twins(r, axis: str, cols: list[str]) -> tuple[dict, dict]:
-    """An axis-effect row's cells: its own and its twin's (the axis at the reference value)."""
-    values = {c: r[c] for c in cols if c in r}
-    return values, {**values, axis: r["reference_value"]}
-
-
 def build(d: StudyData):
     cols = [c for c in dict.fromkeys(("strategy", "world_size", *A.varying(d.runs, A.axes(d.runs)))) if c in d.cells]
     t = study_cells(d, cols)
     t = pd.concat([t.reset_index(drop=True), A.peaks(t).reset_index(drop=True)], axis=1)
     setting = [c for c in cols if c != "strategy"]
-    savings = A.memory_savings(d.runs, d.cells)
-    measured = [c for c in A.axes(d.cells) if c in d.runs]  # the axes a cell's runs are found by
-    savings = A.with_design_verdicts(savings, d.design_pair, lambda r: A.savings_pair(r, measured))
+    savings = A.memory_savings(d.runs, d.cells, design=d.design)
     by_cell = {tuple(str(r[c]) for c in cols): r for _, r in savings.iterrows()}
     thr, unit = A.throughput_metric(t)  # tokens/s for token data (the ratio to ddp's is the same in either unit)
     columns = ["strategy", "cell", "parameters [MiB]", "gradients [MiB]", "optimizer state [MiB]", "held [MiB]",
@@ -250,12 +238,11 @@ def build(d: StudyData):
         found += _costs(savings, [c for c in setting if c in A.varying(d.runs, A.axes(d.runs)) or c == "world_size"])
     for axis, reference in EFFECTS:
         if axis in cols:  # (a grid without the reference value has no twins: no sentence)
-            effects = A.axis_effects(d.runs, d.cells, axis, reference)
-            effects = A.with_design_verdicts(effects, d.design_pair, lambda r, axis=axis: _twins(r, axis, measured))
+            effects = A.axis_effects(d.runs, d.cells, axis, reference, d.design)
             text = _effect(effects, axis, reference, cols)
             if text:
                 found.append(text)
-    compiled, checkpointed = transform_sentences(d.runs, d.cells, lambda r: _setting_name(r, cols), d.design_pair)
+    compiled, checkpointed = transform_sentences(d.runs, d.cells, lambda r: _setting_name(r, cols), d.design)
     found += compiled + checkpointed
     note = ("Parameters, gradients, optimizer state and held (their sum): bytes one rank holds for training, counted "
             "from its own tensors (its shards; the largest rank's), in MiB (2^20 bytes), exact and the same in every "
@@ -263,7 +250,7 @@ def build(d: StudyData):
             "peak RSS (CPU) or peak CUDA allocation (GPU), MiB, median [order-statistic interval]. Throughput and "
             f"speedup: geometric means [95 % intervals]; throughput vs {REFERENCE}: ratio of geometric means [95 % Welch "
             "interval], faster or slower only where it excludes 1.")  # fmt: skip
-    if d.design_pair is not None:
+    if d.design is not None:
         note += (" A sequential design ran: where it asked a pair, the verdict and interval are the design's (as in "
                  "'What the design decided'); the others are descriptive, not controlled by the design.")  # fmt: skip
     return columns, rows, note, found
