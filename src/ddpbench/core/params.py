@@ -15,7 +15,7 @@ import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from ddpbench import PACKAGE_DIR, strategies
 from ddpbench.core import registry
@@ -69,6 +69,12 @@ MEMORY_FORMATS = ("contiguous", "channels_last")
 # unshaped or shaped to a token-bucket rate.
 NO_LINK = "none"
 LINK_PATTERN = r"none|unshaped|[0-9]+(\.[0-9]+)?(kbit|mbit|gbit)"
+# What a cell over a link adds to its run (a second launcher per node, the namespaces, the bandwidth
+# probe): lab cells cost 5-11 s fixed against 3 s for one node (the interconnect preset, docs/clusters.md).
+LAB_RUN_S = 4.0
+# What compiling a cell's blocks adds to its run on a CPU (inductor, 2 cores): 10-17 s for an MLP's
+# three blocks with a cold cache, 1-3 s warm (measured 2026-11-27; docs/harness.md).
+COMPILE_RUN_S = 10.0
 
 
 # A free-text value (a path): printable, bounded. Commands always quote it; this keeps
@@ -102,11 +108,23 @@ def effective_params(values: Mapping[str, Any], nodes: int | None = None) -> dic
     return {k: (defaults[k] if k in unread else v) for k, v in values.items()}
 
 
+@dataclass(frozen=True)
+class LaunchCost:
+    """What an axis adds to a run's fixed seconds (its launch, before the first step) where `applies` to
+    the cell's value: `seconds`, named `what` in the plan's text; `cold`: such a cell cannot start warm
+    (run.warm). The plan's estimate (plan.estimate) knows the axes that cost a launch only by this."""
+
+    seconds: float
+    applies: Callable[[Any], bool]
+    what: str
+    cold: bool = False
+
+
 def _p(default: Any, help: str, **checks: Any) -> Any:
     """A field with its help and what it declares of itself: its checks (choices, minimum, pattern, ...);
     `read_if`, the cells that read it at all (a predicate of the cell's values: elsewhere it is one
     measurement whatever it says, effective_params); `baseline=False`, that a single-worker `single`
-    run does not read it (SAME_AT_BASELINE)."""
+    run does not read it (SAME_AT_BASELINE); `launch`, the LaunchCost it adds to a run (LAUNCH_COSTS)."""
     return field(default=default, metadata={"help": help, **checks})
 
 
@@ -177,6 +195,7 @@ class CellParams:
     compile: str = _p(
         "none", "torch.compile: none (eager) or model (each block's forward and the loss compiled, fullgraph; the compile is in the "
         "untimed first step, and a recompile in a timed step fails the run)", choices=COMPILE_MODES,
+        launch=LaunchCost(COMPILE_RUN_S, lambda v: v != "none", "a compiled cell"),
     )
     activation_checkpointing: str = _p(
         "none", "recompute activations in the backward instead of keeping them: none, full (every block), selective "
@@ -201,6 +220,7 @@ class CellParams:
         "on this machine joined by a veth link, unshaped or shaped to a rate (root; nodes 2)", pattern=LINK_PATTERN,
         pattern_text="none, unshaped or a rate like 10gbit, 1gbit, 100mbit, 500kbit",
         read_if=lambda v: int(v.get("nodes", 1)) > 1, baseline=False,  # a link joins nodes
+        launch=LaunchCost(LAB_RUN_S, lambda v: v != NO_LINK, "a cell over a link", cold=True),  # a launcher per node
     )
 
     def __post_init__(self) -> None:
@@ -337,6 +357,18 @@ AUTO_NEEDS_WEAK = (
     "weak when batch_size is 'auto': auto picks the largest per-rank batch that fits one "
     "device, so the global batch grows with world size (weak scaling, not speedup)"
 )
+
+
+# name -> what the field adds to a run's launch, of the fields that declare it (`launch`), in field order.
+LAUNCH_COSTS: dict[str, LaunchCost] = {
+    f.name: f.metadata["launch"] for f in dataclasses.fields(CellParams) if "launch" in f.metadata
+}
+
+
+def launch_costs(values: Mapping[str, Any]) -> dict[str, LaunchCost]:
+    """Of LAUNCH_COSTS, those that cell `values` adds to its run (a field it lacks: at its default)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(CellParams)}
+    return {n: c for n, c in LAUNCH_COSTS.items() if c.applies(values.get(n, defaults[n]))}
 
 
 # Settings that cannot change a single-worker `single` run (declared `baseline=False`, and every
