@@ -15,11 +15,11 @@ import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from ddpbench import PACKAGE_DIR, strategies
 from ddpbench.core import registry
-from ddpbench.strategies import strategy_traits, unread_settings
+from ddpbench.strategies import StrategyTraits, strategy_settings, strategy_traits, unread_settings
 
 DEVICES = ("cpu", "cuda")
 SCALINGS = ("strong", "weak")
@@ -69,6 +69,12 @@ MEMORY_FORMATS = ("contiguous", "channels_last")
 # unshaped or shaped to a token-bucket rate.
 NO_LINK = "none"
 LINK_PATTERN = r"none|unshaped|[0-9]+(\.[0-9]+)?(kbit|mbit|gbit)"
+# What a cell over a link adds to its run (a second launcher per node, the namespaces, the bandwidth
+# probe): lab cells cost 5-11 s fixed against 3 s for one node (the interconnect preset, docs/clusters.md).
+LAB_RUN_S = 4.0
+# What compiling a cell's blocks adds to its run on a CPU (inductor, 2 cores): 10-17 s for an MLP's
+# three blocks with a cold cache, 1-3 s warm (measured 2026-11-27; docs/harness.md).
+COMPILE_RUN_S = 10.0
 
 
 # A free-text value (a path): printable, bounded. Commands always quote it; this keeps
@@ -102,11 +108,23 @@ def effective_params(values: Mapping[str, Any], nodes: int | None = None) -> dic
     return {k: (defaults[k] if k in unread else v) for k, v in values.items()}
 
 
+@dataclass(frozen=True)
+class LaunchCost:
+    """What an axis adds to a run's fixed seconds (its launch, before the first step) where `applies` to
+    the cell's value: `seconds`, named `what` in the plan's text; `cold`: such a cell cannot start warm
+    (run.warm). The plan's estimate (plan.estimate) knows the axes that cost a launch only by this."""
+
+    seconds: float
+    applies: Callable[[Any], bool]
+    what: str
+    cold: bool = False
+
+
 def _p(default: Any, help: str, **checks: Any) -> Any:
     """A field with its help and what it declares of itself: its checks (choices, minimum, pattern, ...);
     `read_if`, the cells that read it at all (a predicate of the cell's values: elsewhere it is one
     measurement whatever it says, effective_params); `baseline=False`, that a single-worker `single`
-    run does not read it (SAME_AT_BASELINE)."""
+    run does not read it (SAME_AT_BASELINE); `launch`, the LaunchCost it adds to a run (LAUNCH_COSTS)."""
     return field(default=default, metadata={"help": help, **checks})
 
 
@@ -177,6 +195,7 @@ class CellParams:
     compile: str = _p(
         "none", "torch.compile: none (eager) or model (each block's forward and the loss compiled, fullgraph; the compile is in the "
         "untimed first step, and a recompile in a timed step fails the run)", choices=COMPILE_MODES,
+        launch=LaunchCost(COMPILE_RUN_S, lambda v: v != "none", "a compiled cell"),
     )
     activation_checkpointing: str = _p(
         "none", "recompute activations in the backward instead of keeping them: none, full (every block), selective "
@@ -201,6 +220,7 @@ class CellParams:
         "on this machine joined by a veth link, unshaped or shaped to a rate (root; nodes 2)", pattern=LINK_PATTERN,
         pattern_text="none, unshaped or a rate like 10gbit, 1gbit, 100mbit, 500kbit",
         read_if=lambda v: int(v.get("nodes", 1)) > 1, baseline=False,  # a link joins nodes
+        launch=LaunchCost(LAB_RUN_S, lambda v: v != NO_LINK, "a cell over a link", cold=True),  # a launcher per node
     )
 
     def __post_init__(self) -> None:
@@ -339,6 +359,18 @@ AUTO_NEEDS_WEAK = (
 )
 
 
+# name -> what the field adds to a run's launch, of the fields that declare it (`launch`), in field order.
+LAUNCH_COSTS: dict[str, LaunchCost] = {
+    f.name: f.metadata["launch"] for f in dataclasses.fields(CellParams) if "launch" in f.metadata
+}
+
+
+def launch_costs(values: Mapping[str, Any]) -> dict[str, LaunchCost]:
+    """Of LAUNCH_COSTS, those that cell `values` adds to its run (a field it lacks: at its default)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(CellParams)}
+    return {n: c for n, c in LAUNCH_COSTS.items() if c.applies(values.get(n, defaults[n]))}
+
+
 # Settings that cannot change a single-worker `single` run (declared `baseline=False`, and every
 # strategy's own settings): analysis.tables ignores them where no baseline matches exactly.
 SAME_AT_BASELINE = tuple(f.name for f in dataclasses.fields(CellParams)
@@ -377,10 +409,12 @@ def check_backend(backend: Any, device: Any) -> None:
 # refuses a larger dataset_size.
 REAL_TRAIN_SAMPLES = {"cifar10": 50_000, "mnist": 60_000, "imagenette": 9_469}
 # The models that are an nn.Sequential, with their number of layers (their families' declarations):
-# the pipeline strategy cuts only those, into world_size consecutive non-empty stages (tests check
-# these against models.build).
+# a strategy that cuts the model into stages (sharding "stages": pipeline) cuts only those, into
+# world_size consecutive non-empty stages (tests check these against models.build).
 SEQUENTIAL_LAYERS = {n: f["sequential_layers"] for n, f in MODEL_FACTS.items() if "sequential_layers" in f}
-PIPELINE = "pipeline"  # reads the whole global batch and splits it into micro_batches
+PIPELINE = "pipeline"  # the strategy that cuts stages (named by tests; check_cell asks traits, never names)
+# A strategy that reads this setting splits each step's global batch into that many micro-batches itself.
+MICRO_BATCHES = "micro_batches"
 
 
 class CellConflict(ParamError):
@@ -400,17 +434,18 @@ def check_cell(values: Mapping[str, Any]) -> None:
     design (a strategy at a world size it does not support; a point-to-point strategy
     over gloo on CUDA) is left alone: it stays a row of the results.
 
-    Refused: a real dataset_size beyond the dataset's training samples; pipeline with a
-    model that is not an nn.Sequential, or with more stages (world_size) than the model
-    has layers; a global batch (batch_size under strong scaling, batch_size x world_size
-    under weak) larger than dataset_size, or, where each rank reads its own slice of it,
-    smaller than world_size; pipeline with a global batch that micro_batches do not
-    split evenly. batch_size 'auto' is only known at run time: not checked."""
+    Refused: a real dataset_size beyond the dataset's training samples; a strategy that cuts
+    the model into stages (pipeline) with a model that is not an nn.Sequential, or with more
+    stages (world_size) than the model has layers; a global batch (batch_size under strong
+    scaling, batch_size x world_size under weak) larger than dataset_size, or, where each rank
+    reads its own slice of it, smaller than world_size; a strategy that reads micro_batches with
+    a global batch they do not split evenly. batch_size 'auto' is only known at run time: not
+    checked. What a strategy is comes from its traits and SETTINGS, never its name."""
     world = int(values["world_size"])
     nodes = int(values.get("nodes", 1))
     if values.get("link", NO_LINK) != NO_LINK and nodes > 2:
         raise CellConflict(("link", "nodes"), f"link {values['link']} joins the two nodes of a lab on this machine, not {nodes}")
-    strategy, model, dataset = values["strategy"], values["model"], values["dataset"]
+    strategy, dataset = values["strategy"], values["dataset"]
     traits = strategy_traits(strategy)
     if traits.unsupported(world):
         return
@@ -423,19 +458,7 @@ def check_cell(values: Mapping[str, Any]) -> None:
             ("dataset", "dataset_size"),
             f"dataset_size {size} exceeds the {REAL_TRAIN_SAMPLES[dataset]} training samples of {dataset}",
         )
-    if strategy == PIPELINE:
-        if model not in SEQUENTIAL_LAYERS:
-            raise CellConflict(
-                ("strategy", "model"),
-                f"strategy pipeline cuts only an nn.Sequential model into stages ({', '.join(SEQUENTIAL_LAYERS)}), "
-                f"not {model}",
-            )
-        if world > SEQUENTIAL_LAYERS[model]:
-            raise CellConflict(
-                ("strategy", "model", "world_size"),
-                f"strategy pipeline at world_size {world} needs {world} stages; {model} has "
-                f"{SEQUENTIAL_LAYERS[model]} layers",
-            )
+    check_stages(values, traits)
     check_model_data(values)
     check_training_setup(values)
     batch = values["batch_size"]
@@ -463,11 +486,31 @@ def check_cell(values: Mapping[str, Any]) -> None:
             f"the cell {cell}, strategy={strategy}, grad_accum={accum} has a global batch of {global_batch}: "
             f"{world} ranks x {accum} micro-batches need at least {world * accum} samples, or a micro-batch is empty",
         )
-    if strategy == PIPELINE and global_batch % int(values["micro_batches"]):
+    micro = int(values.get(MICRO_BATCHES, 1))
+    if MICRO_BATCHES in strategy_settings(strategy) and global_batch % micro:
         raise CellConflict(
-            ("batch_size", "micro_batches"),
-            f"the cell {cell}, strategy=pipeline, micro_batches={values['micro_batches']} has a global batch "
-            f"({how}) that does not split into {values['micro_batches']} equal micro-batches",
+            ("batch_size", MICRO_BATCHES),
+            f"the cell {cell}, strategy={strategy}, micro_batches={micro} has a global batch "
+            f"({how}) that does not split into {micro} equal micro-batches",
+        )
+
+
+def check_stages(values: Mapping[str, Any], traits: StrategyTraits) -> None:
+    """A strategy that cuts the model into stages (its sharding) cuts only an nn.Sequential, one stage a rank."""
+    strategy, model, world = values["strategy"], values["model"], int(values["world_size"])
+    if traits.sharding != "stages":
+        return
+    if model not in SEQUENTIAL_LAYERS:
+        raise CellConflict(
+            ("strategy", "model"),
+            f"strategy {strategy} cuts only an nn.Sequential model into stages ({', '.join(SEQUENTIAL_LAYERS)}), "
+            f"not {model}",
+        )
+    if world > SEQUENTIAL_LAYERS[model]:
+        raise CellConflict(
+            ("strategy", "model", "world_size"),
+            f"strategy {strategy} at world_size {world} needs {world} stages; {model} has "
+            f"{SEQUENTIAL_LAYERS[model]} layers",
         )
 
 
@@ -512,26 +555,26 @@ def check_training_setup(values: Mapping[str, Any]) -> None:
             "precision tf32 is a mode of CUDA's matrix multiplications (TensorFloat-32 tensor cores); "
             f"device {values['device']} has no such mode: use fp32 or bf16",
         )
-    fully_sharded = strategy_traits(strategy).sharding in ("zero2", "zero3")  # FSDP2's fully_shard
+    traits = strategy_traits(strategy)
+    fully_sharded = traits.sharding in ("zero2", "zero3")  # FSDP2's fully_shard
     if values.get("memory_format", "contiguous") == "channels_last" and fully_sharded:
         raise CellConflict(
             ("memory_format", "strategy"),
             f"strategy {strategy} shards each parameter with FSDP2 (fully_shard), which refuses a non-contiguous "
             "one, and channels_last convolution weights are: use memory_format contiguous with it",
         )
-    if strategy == PIPELINE:
-        if int(values.get("grad_accum", 1)) > 1:
-            raise CellConflict(
-                ("grad_accum", "strategy"),
-                f"strategy pipeline accumulates its micro_batches already (one optimizer step per global batch); "
-                f"grad_accum {values['grad_accum']} would split them again: leave grad_accum at 1",
-            )
-        if precision not in ("fp32", "tf32"):
-            raise CellConflict(
-                ("precision", "strategy"),
-                f"strategy pipeline is measured in fp32 only: mixed precision across its stages (activations and "
-                f"their gradients exchanged in {precision}) is not implemented; use fp32",
-            )
+    if MICRO_BATCHES in strategy_settings(strategy) and int(values.get("grad_accum", 1)) > 1:
+        raise CellConflict(
+            ("grad_accum", "strategy"),
+            f"strategy {strategy} accumulates its micro_batches already (one optimizer step per global batch); "
+            f"grad_accum {values['grad_accum']} would split them again: leave grad_accum at 1",
+        )
+    if not traits.mixed_precision and precision not in ("fp32", "tf32"):  # tf32: no autocast
+        raise CellConflict(
+            ("precision", "strategy"),
+            f"strategy {strategy} is measured in fp32 only: mixed precision ({precision}) is not implemented "
+            "for it (base.Strategy.mixed_precision); use fp32",
+        )
 
 
 def check_values(name: str, values: Iterable[Any]) -> None:

@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ddpbench.core import layout, run_record, sysinfo
-from ddpbench.core.params import NO_LINK
+from ddpbench.core.params import LAUNCH_COSTS, launch_costs
+from ddpbench.core.params import COMPILE_RUN_S, LAB_RUN_S  # noqa: F401 (the seconds the fields declare, still read here)
 from ddpbench.plan import catalog
 from ddpbench.strategies import strategy_traits
 
@@ -37,16 +38,13 @@ from ddpbench.strategies import strategy_traits
 # mlp, the workflow's first cell 2.5-3.5 s more, as a cold one (2026-11-29, benchmarks/measured/
 # cpu-2026-11-29/run_length.txt and warm_start.txt); conservative, as the 6 s before it was.
 FIXED_RUN_S = 3.0
-# ... and a cell that starts cold (CUDA, or over a link): ok runs' fixed cost on the 2-core VM was
-# 2.3-5 s for the mlp (median 3.6 s at p = 2) and 6 s for gpt_tiny when quiet, up to 13 s when
-# busy (2026-11-27, before the warm start).
+# ... and a cell that starts cold (CUDA, or an axis declared `cold`, a link): ok runs' fixed cost on the
+# 2-core VM was 2.3-5 s for the mlp (median 3.6 s at p = 2) and 6 s for gpt_tiny when quiet, up to 13 s
+# when busy (2026-11-27, before the warm start). What an axis adds beyond (a link's LAB_RUN_S, a
+# compile's COMPILE_RUN_S) is declared on its CellParams field (core.params.LaunchCost): LAUNCH_COSTS.
 COLD_RUN_S = 6.0
-# ... and what a cell over a link adds (a second launcher per node, the namespaces, the bandwidth
-# probe): lab cells cost 5-11 s fixed against 3 s for one node (the interconnect preset, docs/clusters.md).
-LAB_RUN_S = 4.0
-# What compiling a cell's blocks adds to its run on a CPU (inductor, 2 cores): 10-17 s for an MLP's
-# three blocks with a cold cache, 1-3 s warm (measured 2026-11-27; docs/harness.md).
-COMPILE_RUN_S = 10.0
+# A cell's device and the fields (core.params.LAUNCH_COSTS) whose value adds to its launch.
+Kind = tuple[str, tuple[str, ...]]
 # A CPU thread's pace, in a model's forward FLOPs (the catalog's) per second of training step
 # (forward, backward, update), for the estimate before anything is measured: one thread of the
 # 2-core VM measured 16 G for DenseNet-121 at 160 px and 31 G for VGG-11 on 32 px, so this
@@ -126,7 +124,7 @@ def _work_s(p: dict[str, Any], cores: int, samples: float) -> float:
 class MeasuredRun:
     """One earlier ok run of this host, as the estimate uses it."""
 
-    kind: tuple[str, bool, bool]  # device, over a link, compiled: what the fixed cost depends on most
+    kind: Kind  # what the fixed cost depends on most (_kind)
     model: tuple[str, str]  # the model and its input
     world: int
     batch: float  # per rank
@@ -152,7 +150,7 @@ def _measured_run(summary: dict[str, Any], host: str, folder: str) -> MeasuredRu
             return None
         wall = float(marks["launcher_exit"]) - float(marks["launcher_start"])
         if summary["status"] == "skipped":
-            return MeasuredRun(("", False, False), ("", ""), 0, 0.0, wall, wall, 0.0, None, None, folder, True)
+            return MeasuredRun(("", ()), ("", ""), 0, 0.0, wall, wall, 0.0, None, None, folder, True)
         timed, per_rank = float(summary.get("timed_wall_s") or 0.0), float(summary["per_rank_batch"])
         steps, world = int(summary["timed_steps"]), int(summary["world_size"])
         p = {**summary["params"], "world_size": world, "threads_per_rank": env.get("threads_per_rank")}
@@ -248,14 +246,21 @@ def busy_now(sample_s: float = BUSY_SAMPLE_S) -> tuple[float, str]:
     return frac, f"other processes take {frac * 100:.0f} % of the CPU, 1-min load {load:.1f} on {cores} cores"
 
 
-def _kind(p: dict[str, Any]) -> tuple[str, bool, bool]:
-    return str(p.get("device", "cpu")), str(p.get("link", NO_LINK)) != NO_LINK, str(p.get("compile", "none")) != "none"
+def _kind(p: dict[str, Any]) -> Kind:
+    """The cell's device and the fields whose value adds to its launch (core.params.launch_costs)."""
+    return str(p.get("device", "cpu")), tuple(launch_costs(p))
+
+
+def _extra_s(p: dict[str, Any]) -> float:
+    """What the cell's axes add to its fixed seconds (the LaunchCost declared on their fields)."""
+    return sum(c.seconds for c in launch_costs(p).values())
 
 
 def _fixed_default(p: dict[str, Any]) -> float:
-    """A run's fixed seconds before any is measured: a CPU cell on one node starts warm (run.warm)."""
-    device, on_link, _ = _kind(p)
-    return FIXED_RUN_S if device == "cpu" and not on_link else COLD_RUN_S
+    """A run's fixed seconds before any is measured: a CPU cell starts warm (run.warm) unless an axis
+    declares it cold (a link: a launcher per node)."""
+    cold = p.get("device", "cpu") != "cpu" or any(c.cold for c in launch_costs(p).values())
+    return COLD_RUN_S if cold else FIXED_RUN_S
 
 
 def _median(values: Iterable[float | None]) -> float | None:
@@ -274,14 +279,14 @@ def _skipped(p: dict[str, Any]) -> bool:
 def learned_run_s(p: dict[str, Any], runs: list[MeasuredRun], cores: int) -> tuple[float, float, bool] | None:
     """(fixed, timed steps, paced) seconds of a run of cell `p` from the measured runs (None: none of
     its device). The fixed part is the launch cost of the runs most like it (same kind, model and
-    world size, else same kind, else plain runs of its device plus what a link or compiling adds)
+    world size, else same kind, else plain runs of its device plus what its axes declare they add)
     plus its own untimed steps; the steps are its FLOPs at the pace measured for its model (paced)
     or else at CPU_FORWARD_FLOPS_PER_S: another model's pace is mostly its per-step overhead (an mlp
     at batch 8 ran 27x slower than its FLOPs, gpt_tiny 1.3-2.2x)."""
     kind, model, world = _kind(p), (str(p["model"]), _shape(p)), int(p["world_size"])
     same_kind = [r for r in runs if r.kind == kind]
     same = [r for r in same_kind if r.model == model and r.world == world]
-    near = same or same_kind or [r for r in runs if r.kind == (kind[0], False, False)]
+    near = same or same_kind or [r for r in runs if r.kind == (kind[0], ())]
     if not near:
         return None
     timed = timed_steps(p)
@@ -289,7 +294,7 @@ def learned_run_s(p: dict[str, Any], runs: list[MeasuredRun], cores: int) -> tup
     untimed = _work_s(p, cores, _untimed_samples(p)) if timed is not None else 0.0
     fixed = _median(r.launch_s for r in near) + (pace or 1.0) * untimed
     if not same_kind:
-        fixed += kind[1] * LAB_RUN_S + kind[2] * COMPILE_RUN_S
+        fixed += _extra_s(p)
     steps = (pace or 1.0) * _work_s(p, cores, timed * _per_rank(p)) if timed is not None else 0.0
     if not steps and same:  # no FLOPs (a GPU, a model off the catalog, batch auto): their timed wall
         steps = _median(r.timed_s for r in same) or 0.0
@@ -310,10 +315,9 @@ def _model_pace(p: dict[str, Any], runs: list[MeasuredRun]) -> float | None:
 
 def default_run_s(p: dict[str, Any], cores: int) -> tuple[float, float]:
     """(fixed, steps) seconds of a run of cell `p` with nothing measured: FIXED_RUN_S, or COLD_RUN_S
-    for a cell that cannot start warm (+ a link's, a compile's), and compute_s's FLOPs at
+    for a cell that cannot start warm (+ what its axes declare, LAUNCH_COSTS), and compute_s's FLOPs at
     CPU_FORWARD_FLOPS_PER_S, min_timed_s at least."""
-    _, on_link, compiled = _kind(p)
-    fixed = _fixed_default(p) + on_link * LAB_RUN_S + compiled * COMPILE_RUN_S
+    fixed = _fixed_default(p) + _extra_s(p)
     return fixed, max(MIN_TIMED_OVERSHOOT * float(p["min_timed_s"]), compute_s(p, cores))
 
 
@@ -412,10 +416,8 @@ def _learned_source(pool: list[MeasuredRun], results: Path, run_s: tuple, counts
 
 
 def _default_source(cells: list[dict[str, Any]], results: Path) -> str:
-    on_link = any(_kind(p)[1] for p in cells)
-    compiled = any(_kind(p)[2] for p in cells)
-    lab = f" (+ {LAB_RUN_S:g} s a cell over a link)" if on_link else ""
-    lab += f" (+ {COMPILE_RUN_S:g} s a compiled cell)" if compiled else ""
+    added = {name for p in cells for name in launch_costs(p)}
+    lab = "".join(f" (+ {c.seconds:g} s {c.what})" for name, c in LAUNCH_COSTS.items() if name in added)
     fixed = sorted({_fixed_default(p) for p in cells}) or [FIXED_RUN_S]
     fixed_text = f"{fixed[0]:g} s" if len(fixed) == 1 else f"{fixed[0]:g} s (warm CPU cells) to {fixed[-1]:g} s"
     return (f"a default, no run of this host in {results} or the results folders beside it yet: {fixed_text} "

@@ -75,6 +75,7 @@ class StrategyTraits:
     sharding: str  # base.Strategy.sharding: replicated, zero1, zero2, zero3 or stages
     schedule: str  # base.Strategy.schedule: when its communication runs against the computation (SCHEDULES)
     comm_volume: str  # base.Strategy.comm_volume: how its bytes per step grow with p (COMM_VOLUME)
+    mixed_precision: bool  # base.Strategy.mixed_precision: it trains under autocast (bf16, fp16)
 
     @property
     def overlaps_buckets(self) -> bool:
@@ -151,7 +152,7 @@ def strategy_traits(name: str) -> StrategyTraits:
     data_shard_from = next(c for c in chain if "data_shard" in classes[c][2])
     traits = StrategyTraits(
         attr("min_world"), attr("max_world"), attr("point_to_point"), data_shard_from == "Strategy",
-        attr("imports_dynamo"), attr("sharding"), attr("schedule"), attr("comm_volume"),
+        attr("imports_dynamo"), attr("sharding"), attr("schedule"), attr("comm_volume"), attr("mixed_precision"),
     )  # fmt: skip
     if traits.sharding not in SHARDINGS:
         raise ValueError(f"{path}: sharding {traits.sharding!r} is not one of {SHARDINGS}")

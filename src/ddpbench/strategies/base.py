@@ -120,6 +120,9 @@ class Strategy:
     #: torch.distributed.pipelining): the launcher's zygote imports it once before forking
     #: the ranks (ddpbench.run.torchrun), which the others would only pay for.
     imports_dynamo: bool = False
+    #: It trains under autocast (precision bf16 or fp16); False: fp32 only, the plan refuses the others
+    #: (core.params.check_training_setup).
+    mixed_precision: bool = True
 
     def unsupported(self, world: int) -> str | None:
         """Why this strategy cannot run at `world` ranks (None: it can)."""

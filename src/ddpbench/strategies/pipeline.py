@@ -121,6 +121,8 @@ class Pipeline(Strategy):
     point_to_point = True  # torch.distributed.pipelining sends activations with isend/irecv
     imports_dynamo = True
     exact = False  # the same update as single, but summed per micro-batch: reported, not asserted
+    # mixed precision across its stages (activations and their gradients exchanged in bf16/fp16) is not implemented
+    mixed_precision = False
 
     def wrap(self, model, ctx):
         if not isinstance(model, nn.Sequential):
