@@ -59,6 +59,23 @@ def test_a_refused_config_names_its_key_before_any_study_exists(tmp_path):
         Study.from_config(config_of(tmp_path, repeats="until_decided", until_decided={"compare": ["colour"]}))
 
 
+def test_an_unknown_study_is_refused_naming_the_key_and_the_studies_before_the_grid_is_sized(tmp_path):
+    """The schema checks only that `study` holds words (a new study module changes no schema); the
+    plan refuses a name with no report section first, ahead of the grid's size (max_runs 1 here)."""
+    config = config_of(tmp_path / "results", study=["sync-dp", "sync-dpp"], max_runs=1)
+    with pytest.raises(ConfigError, match=r"unknown study 'sync-dpp': the studies with a report section are "
+                                          r"accelerators, .*sync-dp, sync-strategies") as err:  # fmt: skip
+        Study.from_config(config)
+    assert err.value.key == "study"
+    with pytest.raises(ConfigError, match="study") as err:
+        config_of(tmp_path, study="sync dp")  # not a word: the schema's
+    assert err.value.key == "study"
+    # A recorded study (an archive from another checkout) is read, not planned: its report leaves
+    # out the sections this checkout has no module for (report.build).
+    record(config_of(tmp_path / "old", study=["sync-dp", "sync-dpp"]))
+    assert Study.recorded(tmp_path / "old").study_names == ["sync-dp", "sync-dpp"]
+
+
 def test_the_recorded_study_is_the_workflows_and_report_from_flags_cells_alike(tmp_path):
     """Issue 56: a report rebuilt from an archive took the unstable flag's threshold from
     timing.max_rel_ci (0.05) where the workflow's took the design's precision (0.10), and so

@@ -133,6 +133,16 @@ def test_bad_dataset_override_fails_naming_the_key(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
+def test_an_unknown_study_fails_naming_the_key_and_the_studies(tmp_path):
+    """The schema takes any word for `study` (a new study module changes no schema); the plan
+    refuses one with no report section in one line, before any job."""
+    proc = snakemake(tmp_path, "-n", "--config", "study=sync-dpp", configfile=STUDIES / "sync-dp.yaml", check=False)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert "invalid config at 'study': unknown study 'sync-dpp'" in out and "sync-dp, sync-strategies" in out, out[-3000:]
+    assert not (tmp_path / "results").exists()
+
+
 @pytest.mark.parametrize("study", sorted(SHAPES))
 def test_a_study_with_a_report_section_passes_its_name_to_the_report(plan, study):
     _, out = plan(study, *OFFLINE)

@@ -8,9 +8,9 @@ parameter, and print the configuration reference (docs/configuration.md) from th
     ddpbench config-schema --check      # exit 1 if the committed file is stale
     ddpbench config-schema --markdown   # docs/configuration.md's reference tables
 
-Strategy names are not an enum here: the registry is the modules in
-`ddpbench/strategies/`, which the workflow checks with `params.check_values` at parse
-time, so adding a strategy needs no schema change.
+Strategy and study names are not enums here: their registries are the modules in
+`ddpbench/strategies/` and `ddpbench/report/studies/`, which the plan checks at parse time
+(`params.check_values`, `grid.check_studies`), so adding either needs no schema change.
 """
 
 from __future__ import annotations
@@ -88,8 +88,8 @@ DEFAULT_MAX_RUNS = 20000
 # real datasets replaced by synthetic data of their shapes (ddpbench.plan.cells.synthetic_stand_ins).
 OFFLINE_DATASET = "synthetic"
 # Studies with a report section: the modules of ddpbench/report/studies/ that define STUDY (the
-# registry ddpbench.report.studies.STUDIES imports), read from the folder without importing it:
-# validating a config must not load pandas, and the plan does not import the report.
+# registry ddpbench.report.studies.STUDIES imports), read without importing it (the plan loads no
+# report): grid.check_studies checks `study:` against them, the schema only that each is a word.
 STUDIES = tuple(sorted(m.replace("_", "-") for m in registry.entries([PACKAGE_DIR / "report" / "studies"], "STUDY")))
 DEFAULT_IMAGES = {
     "cpu": "containers/ddpbench-cpu.sif",
@@ -177,15 +177,16 @@ SHARED_SETTINGS: dict[str, Any] = {
     "study": {
         "anyOf": [
             {"type": "null"},
-            {"type": "string", "enum": list(STUDIES)},
-            {"type": "array", "items": {"type": "string", "enum": list(STUDIES)}, "uniqueItems": True},
+            {"type": "string", "pattern": AXIS_TEXT_PATTERN},
+            {"type": "array", "items": {"type": "string", "pattern": AXIS_TEXT_PATTERN}, "uniqueItems": True},
         ],
         "default": None,
         "description": (
             "the study preset this grid is (configs/studies), or a list of them: the report "
             "answers each one's question in a section after the findings, with its own table "
             "and findings (e.g. [language-model, sharding] for a GPT's DDP-or-FSDP question; "
-            "null: no study section)"
+            "null: no study section); a name is a module of src/ddpbench/report/studies/, "
+            "checked when the grid is planned"
         ),
     },
     "allow_oversubscribe": {

@@ -18,7 +18,8 @@ from typing import Any, Callable, Iterable, Mapping
 import pandas as pd
 
 from ddpbench.core.params import CellParams, ParamError, check_values, effective_params
-from ddpbench.plan.config_schema import CORE_AXES, LAUNCH_AXES, TIMING_KEYS
+from ddpbench.core.study_config import study_names
+from ddpbench.plan.config_schema import CORE_AXES, LAUNCH_AXES, STUDIES, TIMING_KEYS
 from ddpbench.strategies import unread_settings
 
 PATH_UNSAFE = (os.sep, "~")  # axis values are folder names: name~value
@@ -171,6 +172,16 @@ def check_baseline(baseline: Mapping[str, Any], axes: Mapping[str, list]) -> Non
         if key not in axes:
             raise ConfigError(f"baseline.{key}", f"'{key}' is not a grid axis (axes: {', '.join(axes)})")
         check_axis_values(f"baseline.{key}", key, [value])
+
+
+def check_studies(config: Mapping[str, Any]) -> None:
+    """Every name in the config's `study` is a study with a report section (config_schema.STUDIES,
+    the modules of report/studies/): the schema checks only that each is a word, so that a new
+    study module needs no schema change, and this names the key and the studies there are."""
+    unknown = [name for name in study_names(config) if name not in STUDIES]
+    if unknown:
+        raise ConfigError("study", f"unknown study {', '.join(map(repr, unknown))}: the studies with a report "
+                                   f"section are {', '.join(STUDIES)} (src/ddpbench/report/studies/)")  # fmt: skip
 
 
 RAISE_MAX_RUNS = "raise max_runs (e.g. --config max_runs=N) for a deliberately large study"

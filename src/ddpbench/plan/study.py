@@ -40,6 +40,7 @@ from ddpbench.plan.grid import (
     base_cell_params,
     check_baseline,
     check_exclusions,
+    check_studies,
     check_grid_size,
     effective_cells,
     expand_grid,
@@ -84,6 +85,8 @@ class Study:
         `excludes_inherited`: the exclusions are the workflow's default config's, under a preset
         that wrote none (excludes_inherited()): one that matches no cell of the preset's grid is
         no mistake of the user's, and goes unsaid."""
+        if checks:  # a recorded study's names this checkout lacks are left out of its report (report.build)
+            check_studies(config)
         axes = grid_axes(config)
         check_exclusions(config["exclude"], axes)
         check_baseline(config["baseline"], axes)
