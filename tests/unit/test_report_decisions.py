@@ -318,3 +318,34 @@ def test_the_study_sections_get_the_designs_comparison_of_a_pair_of_cells_by_the
     assert unasked.source == analysis.Source.DESCRIPTIVE and unasked.verdict == analysis.Verdict.FASTER
     assert analysis.compare_pair(None, a, b, [2.0, 2.2], [1.0, 1.1]).source == analysis.Source.WELCH
     assert decisions.answers(None, runs) is None
+
+
+def test_the_table_the_findings_and_a_study_read_one_comparison_of_a_pair_the_design_asked(tmp_path):
+    """issue 70: one producer. fsdp against ddp at p = 2, asked by the design, is one Comparison in
+    comparisons.csv, the comparisons table, the memory finding and the sharding study's sentences:
+    the same interval, the design's, everywhere (no table laid over another)."""
+    from report_synth import make_sharding_runs
+
+    runs = make_sharding_runs(precisions=("fp32",), grad_accums=(1,), noise=0.03, seed=4)
+    runs["run_dir"] = [f"results/x/runs/world_size~{p}/strategy~{s}/repeat~{r}"
+                       for p, s, r in zip(runs["world_size"], runs["strategy"], runs["repeat"])]  # fmt: skip
+    fsdp, ddp = "world_size~2/strategy~fsdp", "world_size~2/strategy~ddp"
+    record = design.VerdictRecord((fsdp, ddp), "comparison", 0.15, "equivalent", 1.02, 0.95, 1.09, (3, 3))
+    decision = design.Decision(round=2, done=True, counts={fsdp: 3, ddp: 3}, targets={}, stopped={}, verdicts=(record,),
+                               spent={"runs": 6, "seconds": 30.0}, budget={}, settings={})  # fmt: skip
+    runs_csv, path, out = tmp_path / "runs.csv", tmp_path / "round~2.json", tmp_path / "out"
+    runs.to_csv(runs_csv, index=False)
+    decision.write(path)
+    assert report.main(["--runs", str(runs_csv), "--out", str(out), "--no-pdf", "--bootstrap", "50", "--design", str(path),
+                        "--study", "sharding"]) == 0  # fmt: skip
+    csv = pd.read_csv(out / "comparisons.csv")
+    row = csv[(csv["strategy_a"] == "ddp") & (csv["strategy_b"] == "fsdp")].iloc[0]  # ddp / fsdp: turned round
+    assert row["interval_from"] == "design" and row["verdict"] == "equivalent"
+    assert (row["ratio"], row["ratio_ci_low"], row["ratio_ci_high"]) == pytest.approx((1 / 1.02, 1 / 1.09, 1 / 0.95))
+    others = csv[~((csv["strategy_a"] == "ddp") & (csv["strategy_b"] == "fsdp"))]
+    assert set(others["interval_from"]) == {"descriptive"}
+    html = (out / "report.html").read_text()
+    findings = html[html.index('id="findings"'):html.index("</section>", html.index('id="findings"'))]
+    assert "its throughput is equivalent within the design&#39;s margin (1.02× [0.950, 1.09] ddp&#39;s)" in findings
+    study = html[html.index('id="study-sharding"'):]
+    assert "fsdp 1.02× [0.950, 1.09] (equivalent, the design&#39;s)" in study
