@@ -316,10 +316,11 @@ def test_workflow_description_is_valid_restructuredtext():
     assert not problems, problems
 
 
-def test_every_study_has_a_preset_and_the_pages_point_to_them_without_listing_them():
-    """Every study with a report section (STUDIES) has a preset in configs/studies/ naming it in
-    `study:`, and every preset's `study:` is one of them. The README and docs/report.md point to
-    configs/studies/ and docs/studies.md instead of listing the studies (a list that every new
+def test_every_preset_names_a_study_and_the_pages_point_to_them_without_listing_them():
+    """Every preset's `study:` in configs/studies/ is a study with a report section (STUDIES). A study
+    is one module: its preset, a grid to run it, is a second file it may add (every built-in one
+    has one), and `study:` in any config or `report --study` reaches it without. The README and
+    docs/report.md point to configs/studies/ and docs/studies.md instead of listing the studies (a list that every new
     study had to extend by hand, issue 70); docs/studies.md's table links each preset it describes,
     and the link check keeps those links live."""
     import yaml
@@ -327,10 +328,7 @@ def test_every_study_has_a_preset_and_the_pages_point_to_them_without_listing_th
     presets = sorted((ROOT / "configs" / "studies").glob("*.yaml"))
     named = [yaml.safe_load(_text(p)).get("study") for p in presets]
     studies = {n for names in named for n in ([names] if isinstance(names, str) else names or [])}
-    assert studies == set(config_schema.STUDIES), (
-        f"studies without a preset: {set(config_schema.STUDIES) - studies}; presets naming an unknown study: "
-        f"{studies - set(config_schema.STUDIES)}"
-    )
+    assert studies <= set(config_schema.STUDIES), f"presets naming an unknown study: {studies - set(config_schema.STUDIES)}"
     readme = re.search(r"\| \[docs/studies\.md\]\(docs/studies\.md\) \| the study presets \(([^)]*)\)", _text(README))
     assert readme and "configs/studies/" in readme.group(1), "README's docs table: the row of docs/studies.md"
     report = re.search(r"A \*\*study preset\*\* \(([^)]*)\)", _text(ROOT / "docs" / "report.md"))
