@@ -158,11 +158,15 @@ def comparisons_table(cmp: pd.DataFrame, shown: list[str]) -> Table:
         for row, (_, r) in zip(rows, order.iterrows()):
             row.insert(len(setting) + 3, SOURCE_WORDS.get(r["interval_from"], str(r["interval_from"])))
         n_design = int((order["interval_from"] == A.Source.DESIGN).sum())
+        which = "Each is one of the design's questions" if n_design == len(order) else \
+            f"{n_design} are the design's questions"  # fmt: skip
+        rest = "" if n_design == len(order) else (
+            " The others it did not ask about: a 95% Welch t-interval on the log ratio, descriptive only (collected by "
+            "the design's rounds, not for them).")  # fmt: skip
         return Table(setting + ["A / B", "throughput ratio A/B", "verdict", "interval", "repeats", "flags"], rows,
-                     f"{n_diff} of {len(order)} comparisons show a difference. {n_design} are the design's questions: "
+                     f"{n_diff} of {len(order)} comparisons show a difference. {which}: "
                      "their verdict and interval are the design's (its repeated 95% interval, as in 'What the design "
-                     "decided'). The others it did not ask about: a 95% Welch t-interval on the log ratio, descriptive "
-                     "only (collected by the design's rounds, not for them).", classes)  # fmt: skip
+                     f"decided').{rest}", classes)  # fmt: skip
     return Table(setting + ["A / B", "throughput ratio A/B", "verdict", "repeats", "flags"], rows,
                  f"{n_diff} of {len(order)} comparisons show a difference. Ratio of geometric-mean throughputs "
                  "[95% Welch t-interval on the log ratio]; a difference is called only when the interval excludes 1.",
