@@ -14,7 +14,7 @@ import pandas as pd
 from ddpbench.analysis.cost_model import N_BOOT, fit_comm_sweep, fit_cost_model
 from ddpbench.analysis.fits import amdahl_time, fit_amdahl, fit_gustafson, karp_flatt
 from ddpbench.analysis.health import MAX_REL_CI, stability
-from ddpbench.analysis.comparison import DesignAnswers, Source
+from ddpbench.analysis.comparison import Comparison, DesignAnswers, Source
 from ddpbench.analysis.intervals import LEVEL, Interval, log_t_interval, welch_log_ratio
 from ddpbench.analysis.tables import (
     BASELINE_STRATEGY,
@@ -84,7 +84,7 @@ def speedup_table(
             s = Interval(1.0, *((1.0, 1.0, LEVEL) if len(t) > 1 else ()))  # the baseline itself
         else:
             s = welch_log_ratio(base, t)
-        s, source = _design_speedup(design, {c: row[c] for c in cols}, baseline_strategy, s)
+        s = _speedup(design, {c: row[c] for c in cols}, baseline_strategy, s)
         weak = str(row.get("scaling", "strong")) == "weak"
         row.update(
             n_repeats=len(t),
@@ -93,32 +93,28 @@ def speedup_table(
             time_s=log_t_interval(t).estimate,
             baseline_time_s=log_t_interval(base).estimate,
             measure="scaled speedup" if weak else "speedup",
-            speedup=s.estimate,
+            speedup=s.ratio,
             speedup_ci_low=s.low,
             speedup_ci_high=s.high,
             speedup_ci_level=s.level,
-            efficiency=s.estimate / p,
+            efficiency=s.ratio / p,
             efficiency_ci_low=s.low / p,
             efficiency_ci_high=s.high / p,
             **_pair_stability({"cell": g, "baseline": base_runs}, max_rel_ci, memo),
             versions_differ=memo.versions_differ(g, base_runs),
-            interval_from=source,
+            interval_from=s.source,
         )
         rows.append(row)
     return pd.DataFrame(rows, columns=[*cols, *SPEEDUP_COLUMNS])
 
 
-def _design_speedup(design: DesignAnswers | None, values: dict, baseline_strategy: str,
-                    s: Interval) -> tuple[Interval, Source]:  # fmt: skip
-    """A cell's speedup interval and its source: the design's comparison of the cell against its
-    baseline where it asked, else the measured one (descriptive where a design ran)."""
+def _speedup(design: DesignAnswers | None, values: dict, baseline_strategy: str, s: Interval) -> Comparison:
+    """A cell against its baseline (the throughput ratio: an epoch's samples are the same on both sides):
+    the design's comparison where it asked, else the measured interval `s` (descriptive where a design ran)."""
     if design is None:
-        return s, Source.WELCH
-    base = design.cell({**values, "strategy": baseline_strategy, "world_size": 1})
-    answer = design.between(design.cell(values), base)
-    if answer is None:
-        return s, Source.DESCRIPTIVE
-    return Interval(answer.ratio, answer.low, answer.high, answer.level), Source.DESIGN
+        return Comparison.of_interval(s)
+    cell, base = design.cell(values), design.cell({**values, "strategy": baseline_strategy, "world_size": 1})
+    return design.between(cell, base) or Comparison.of_interval(s, cell or "", base or "", Source.DESCRIPTIVE)
 
 
 def versions_differ(a: pd.DataFrame, b: pd.DataFrame) -> bool:
