@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from ddpbench.analysis import sequential as S
+from ddpbench.analysis import rounds as rounds_mod, sequential as S
 
 Q = S.Question
 
@@ -246,8 +246,8 @@ def test_the_between_round_noise_is_estimated_from_the_rounds_and_widens_the_int
     one_round = {c: [0] * len(v) for c, v in values.items()}
     assert S.round_noise(values, one_round) == (0.0, 0) and S.round_noise(values, None) == (0.0, 0)
     # a cell mean keeps sum(n_r^2) / n^2 of a round effect's variance: all of it from one round
-    assert S.round_weight(np.array(rounds[0]), 11) == pytest.approx((9 + 4 + 9 + 9) / 121)
-    assert S.round_weight(np.zeros(11), 11) == 1.0
+    assert rounds_mod.round_weight(np.array(rounds[0]), 11) == pytest.approx((9 + 4 + 9 + 9) / 121)
+    assert rounds_mod.round_weight(np.zeros(11), 11) == 1.0
     q = Q((0, 1), 0.05)
     width = lambda v: math.log(v.high / v.low)  # noqa: E731
     plain, blocked = S.judge(q, values), S.judge(q, values, rounds=rounds, job_sd=sd)

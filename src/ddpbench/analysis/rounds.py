@@ -15,6 +15,7 @@ both sides).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Hashable
 
@@ -34,6 +35,58 @@ def cell_logs(values: dict, rounds: dict | None, cell: Cell) -> tuple[np.ndarray
     return np.log(x[keep]), (labels[keep] if labels is not None and len(labels) == len(x) else None)
 
 
+class CellRuns:
+    """What a look reads of one cell's runs, each part computed once however many questions ask:
+    the logs and their rounds (cell_logs), the runs of each round, the variance, the round weight."""
+
+    def __init__(self, values: dict, rounds: dict | None, cell: Cell):
+        self.y, self.labels = cell_logs(values, rounds, cell)
+
+    @functools.cached_property
+    def found(self) -> np.ndarray:
+        """The rounds the cell ran in, in order (none without labels)."""
+        return np.unique(self.labels) if self.labels is not None else np.array([])
+
+    @functools.cached_property
+    def groups(self) -> list[np.ndarray]:
+        """The logs of each round in `found`."""
+        return [self.y[self.labels == r] for r in self.found]
+
+    @functools.cached_property
+    def mean(self) -> float:
+        return self.y.mean() if len(self.y) else math.nan
+
+    @functools.cached_property
+    def means(self) -> list[float]:
+        """The mean log of each round in `found`."""
+        return [g.mean() for g in self.groups]
+
+    @functools.cached_property
+    def between(self) -> tuple[float, int]:
+        """The cell's share of the pooled between-round variance (intervals.between_group_parts)."""
+        return between_group_parts(self.groups)
+
+    @functools.cached_property
+    def var(self) -> float:
+        return float(self.y.var(ddof=1)) if len(self.y) > 1 else math.nan
+
+    @functools.cached_property
+    def weight(self) -> float:
+        return round_weight(self.labels, len(self.y))
+
+
+class CellLogs(dict):
+    """cell -> its CellRuns in `values` (with `rounds`), made on first use: the cache of one look."""
+
+    def __init__(self, values: dict, rounds: dict | None):
+        super().__init__()
+        self.values, self.rounds = values, rounds
+
+    def __missing__(self, cell: Cell) -> CellRuns:
+        found = self[cell] = CellRuns(self.values, self.rounds, cell)
+        return found
+
+
 def round_weight(labels: np.ndarray | None, n: int) -> float:
     """sum(n_r^2) / n^2 over a cell's rounds: the share of a round effect's variance that stays in
     the cell's mean (1 for one round; about 1/R for R rounds of equal size)."""
@@ -43,17 +96,17 @@ def round_weight(labels: np.ndarray | None, n: int) -> float:
     return float((sizes.astype(float) ** 2).sum() / n**2)
 
 
-def round_noise(values: dict, rounds: dict | None) -> tuple[float, int]:
+def round_noise(values: dict, rounds: dict | None, logs: CellLogs | None = None) -> tuple[float, int]:
     """The between-round standard deviation of a cell's log throughput (σ_job: what the machine's
     state shared by one cell's runs of one round adds, beyond the spread of runs inside a
     round), pooled over the cells with 2+ rounds of 2+ runs (analysis.intervals.between_group_parts)
     and floored at 0; with the degrees of freedom it rests on. (0.0, 0) where no cell has two such
     rounds: the intervals then describe the conditions of the rounds measured."""
+    logs = CellLogs(values, rounds) if logs is None else logs
     num, dof = 0.0, 0
     for cell in values:
-        y, labels = cell_logs(values, rounds, cell)
-        if labels is not None:
-            part, weight = between_group_parts(y[labels == r] for r in np.unique(labels))
+        if logs[cell].labels is not None:
+            part, weight = logs[cell].between
             num, dof = num + part, dof + weight
     return (math.sqrt(max(0.0, num / dof)) if dof else 0.0), dof
 
@@ -79,23 +132,24 @@ class RoundFit:
     cells: dict  # cell -> its index
 
     @classmethod
-    def of(cls, values: dict, rounds: dict) -> RoundFit | None:
+    def of(cls, values: dict, rounds: dict, logs: CellLogs | None = None) -> RoundFit | None:
         """The fit of the cells measured in two or more rounds (a cell of one round says nothing of
         the rounds' effects: its level absorbs its mean), or None where no round effect can be told."""
+        logs = CellLogs(values, rounds) if logs is None else logs
         rows, means, runs, spread = [], [], [], {}
         for cell in values:
-            y, labels = cell_logs(values, rounds, cell)
+            y, labels = logs[cell].y, logs[cell].labels
             if labels is None:
                 continue
-            found = np.unique(labels)
+            found = logs[cell].found
             if len(found) < 2:
                 continue
-            groups = [y[labels == r] for r in found]
+            groups, own = logs[cell].groups, logs[cell].means
             rows += [(cell, r) for r in found]
-            means += [g.mean() for g in groups]
+            means += own
             runs += [len(g) for g in groups]
             dof = len(y) - len(groups)
-            spread[cell] = (sum(((g - g.mean()) ** 2).sum() for g in groups) / dof if dof else 0.0, dof)
+            spread[cell] = (sum(((g - m) ** 2).sum() for g, m in zip(groups, own)) / dof if dof else 0.0, dof)
         labels = tuple(sorted({r for _, r in rows}))
         if len(labels) < 2:
             return None

@@ -55,8 +55,8 @@ import numpy as np
 from scipy import special  # the t distribution's functions: scipy.stats would add 0.55 s to every import
 
 from ddpbench.analysis.comparison import Verdict, verdict_of
-from ddpbench.analysis.intervals import add_variance, welch_variance
-from ddpbench.analysis.rounds import RoundFit, cell_logs, round_noise, round_weight
+from ddpbench.analysis.intervals import add_variance
+from ddpbench.analysis.rounds import CellLogs, CellRuns, RoundFit, round_noise
 from ddpbench.core.study_config import UNTIL_DECIDED
 
 SCHEDULE = (3, 5, 8, 11, 14, 20, 28, 40)
@@ -115,29 +115,43 @@ OUT_OF_REACH = Verdict.OUT_OF_REACH  # an open question that the budget left can
 
 
 def judge(question: Question, values: dict, alpha: float = LOOK_ALPHA, precision_alpha: float = PRECISION_ALPHA,
-          rounds: dict | None = None, job_sd: float = 0.0, job_dof: float = math.inf) -> Judgement:  # fmt: skip
+          rounds: dict | None = None, job_sd: float = 0.0, job_dof: float = math.inf,
+          logs: CellLogs | None = None) -> Judgement:  # fmt: skip
     """The question's verdict and repeated confidence interval from the values measured so far
     (`values`: cell -> throughputs of its runs), at per-look level 1 - alpha (a comparison) or
     1 - precision_alpha (a precision question). With a between-round noise `job_sd` (round_noise,
     estimated with `job_dof` degrees of freedom; `rounds`: cell -> the round of each value) every
     cell mean also carries its rounds' effects: job_sd^2 * sum(n_r^2) / n^2 added to its variance
     (the blocked analysis: a cell measured in more rounds averages more of them out), the degrees
-    of freedom combined by Welch-Satterthwaite."""
-    cells = [cell_logs(values, rounds, c) for c in question.cells]
-    logs = [y for y, _ in cells]
-    runs = tuple(len(y) for y in logs)
+    of freedom combined by Welch-Satterthwaite. `logs`: the look's cache of the cells' runs (one is
+    made where none is given)."""
+    logs = CellLogs(values, rounds) if logs is None else logs
+    cells = [logs[c] for c in question.cells]
+    runs = tuple(len(c.y) for c in cells)
     if min(runs) < 2:
-        est = float(np.exp(logs[0].mean() - (logs[1].mean() if len(logs) > 1 else 0))) if min(runs) else math.nan
+        est = float(np.exp(cells[0].mean - (cells[1].mean if len(cells) > 1 else 0))) if min(runs) else math.nan
         return Judgement(question, Verdict.OPEN, est, math.nan, math.nan, runs)
-    extra = job_sd**2 * sum(round_weight(labels, len(y)) for y, labels in cells)
+    extra = job_sd**2 * sum(c.weight for c in cells)
     if question.kind == "precision":
-        center, level = logs[0].mean(), 1 - precision_alpha
-        var, dof = logs[0].var(ddof=1) / runs[0], runs[0] - 1
+        center, level = cells[0].mean, 1 - precision_alpha
+        var, dof = cells[0].var / runs[0], runs[0] - 1
     else:
-        center, level = logs[0].mean() - logs[1].mean(), 1 - alpha
-        var, dof = welch_variance(logs[0], logs[1])
+        center, level = cells[0].mean - cells[1].mean, 1 - alpha
+        var, dof = _welch(cells[0], cells[1])
     total, dof = add_variance(var, dof, extra, job_dof)
     return _verdict(question, center, float(total), float(dof), level, runs)
+
+
+def _welch(a: CellRuns, b: CellRuns) -> tuple[float, float]:
+    """(variance, degrees of freedom) of a's mean log less b's: intervals.welch_variance from the
+    cells' cached variances."""
+    na, nb = len(a.y), len(b.y)
+    va, vb = np.float64(a.var) / na, np.float64(b.var) / nb  # (numpy: 0/0 is NaN, as welch_variance)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        dof = (va + vb) ** 2 / (va**2 / (na - 1) + vb**2 / (nb - 1))
+    if na != nb and va > 0 and vb > 0:  # Hsu's at unequal counts where both sides vary
+        dof = min(dof, min(na, nb) - 1)
+    return va + vb, dof
 
 
 def _verdict(question: Question, center: float, total: float, dof: float, level: float, runs: tuple) -> Judgement:
@@ -170,23 +184,35 @@ class Evidence:
     rounds: dict | None = None
     noise: tuple = (0.0, 0)
     fit: RoundFit | None = None
+    cache: CellLogs | None = dataclasses.field(default=None, compare=False, repr=False)  # the look's, where made
 
     @classmethod
     def of(cls, values: dict, rounds: dict | None, within: bool = True) -> Evidence:
         """`within` False judges comparisons as measured (as before issue 72)."""
         if rounds is None:
             return cls(values)
-        return cls(values, rounds, round_noise(values, rounds), RoundFit.of(values, rounds) if within else None)
+        logs = CellLogs(values, rounds)  # filled by the noise and the fit, read again by every question
+        return cls(values, rounds, round_noise(values, rounds, logs), RoundFit.of(values, rounds, logs) if within else None,
+                   logs)  # fmt: skip
+
+    @functools.cached_property
+    def logs(self) -> CellLogs:
+        """The cells' runs as measured, each read once a look."""
+        return self.cache if self.cache is not None else CellLogs(self.values, self.rounds)
 
     @functools.cached_property
     def within(self) -> dict | None:
         """The values with each round's shared effect divided out (None: no fit)."""
         return None if self.fit is None else self.fit.within(self.values, self.rounds)
 
+    @functools.cached_property
+    def within_logs(self) -> CellLogs | None:
+        return None if self.within is None else CellLogs(self.within, self.rounds)
+
     def judge(self, question: Question, alpha: float = LOOK_ALPHA, precision_alpha: float = PRECISION_ALPHA) -> Judgement:
         found = self.fit.contrast(*question.cells) if self.fit and question.kind == "comparison" else None
         if found is None:  # (a cell in the fit ran in two rounds: it has 2+ runs)
-            return judge(question, self.values, alpha, precision_alpha, self.rounds, *self.noise)
+            return judge(question, self.values, alpha, precision_alpha, self.rounds, *self.noise, logs=self.logs)
         center, var, dof = found
         runs = tuple(self.fit.count(c) for c in question.cells)
         if runs[0] != runs[1]:  # Hsu's rule, as the calibration of LOOK_ALPHA assumed
@@ -195,8 +221,9 @@ class Evidence:
 
     def runs_to_decide(self, v: Judgement, alpha: float = LOOK_ALPHA, schedule: Sequence[int] = SCHEDULE) -> int | None:
         within = v.question.kind == "comparison" and self.fit is not None
-        values, sd = (self.within, self.fit.noise[0]) if within else (self.values, self.noise[0])
-        return runs_to_decide(v, values, alpha, rounds=self.rounds, job_sd=sd, schedule=schedule)
+        values, logs, sd = (self.within, self.within_logs, self.fit.noise[0]) if within else \
+            (self.values, self.logs, self.noise[0])  # fmt: skip
+        return runs_to_decide(v, values, alpha, rounds=self.rounds, job_sd=sd, schedule=schedule, logs=logs)
 
 
 @dataclasses.dataclass
@@ -423,7 +450,7 @@ def _round_ends(count: int, most: int, schedule: tuple) -> tuple[np.ndarray, np.
 
 
 def runs_to_decide(v: Judgement, values: dict, alpha: float = LOOK_ALPHA, most: int = 1000, rounds: dict | None = None,
-                   job_sd: float = 0.0, schedule: Sequence[int] = SCHEDULE) -> int | None:  # fmt: skip
+                   job_sd: float = 0.0, schedule: Sequence[int] = SCHEDULE, logs: CellLogs | None = None) -> int | None:  # fmt: skip
     """About how many more runs per cell would decide an open question if the spread and the
     estimate stay as measured: the fewest at which the interval (t quantile, same level) would
     exclude 1 or fit inside the margin (None: not estimable, e.g. under 2 runs, or over `most`).
@@ -431,25 +458,26 @@ def runs_to_decide(v: Judgement, values: dict, alpha: float = LOOK_ALPHA, most: 
     adding its own round effect (past the cap, rounds of the schedule's last step)."""
     if v.decided:
         return 0
-    cells = [cell_logs(values, rounds, c) for c in v.question.cells]
-    if min(len(y) for y, _ in cells) < 2:
+    logs = CellLogs(values, rounds) if logs is None else logs
+    cells = [logs[c] for c in v.question.cells]
+    if min(len(c.y) for c in cells) < 2:
         return None
-    var = [float(y.var(ddof=1)) for y, _ in cells]
+    var = [c.var for c in cells]
     m = math.log1p(v.question.tolerance)
     if v.question.kind == "precision":
         room, level = m, 1 - PRECISION_ALPHA
     else:
         d = abs(math.log(v.estimate))
         room, level = max(d, m - d), 1 - alpha  # exclude 1 (a difference) or fit inside the margin
-    counts = [len(y) for y, _ in cells]
+    counts = [len(c.y) for c in cells]
     have = min(counts)
     for lo, hi in ((have + 1, have + 41), (have + 41, most + 1)):  # most questions close within 40 more
         n = np.arange(lo, min(hi, most + 1))
         if not len(n):
             break
         extra = 0.0
-        for (y, labels), c in zip(cells, counts) if job_sd else ():
-            extra = extra + (round_weight(labels, c) * c**2 + _future_squares(c, n, schedule)) / np.maximum(n, c) ** 2
+        for cell, c in zip(cells, counts) if job_sd else ():
+            extra = extra + (cell.weight * c**2 + _future_squares(c, n, schedule)) / np.maximum(n, c) ** 2
         dof = n - 1 if len(cells) == 1 else 2 * (n - 1)
         ok = _t_quantiles(level, 2 * most)[dof] * np.sqrt(sum(var) / n + job_sd**2 * extra) <= room
         if ok.any():
