@@ -89,7 +89,7 @@ def test_compile_payoff_is_the_compile_time_over_the_seconds_a_step_saves(both):
         k = tuple(r[key])
         eager, compiled = c.loc[(*k, "none")], c.loc[(*k, "model")]
         assert r["compile_s"] == 31.0 and r["compile_s_ci_low"] == 30.0 and r["compile_s_ci_high"] == 32.0
-        assert r["faster"] == A.Verdict.FASTER and r["speedup_ci_low"] > 1
+        assert r["verdict"] == A.Verdict.FASTER and r["speedup_ci_low"] > 1
         saved = eager["step_time_median_s"] - compiled["step_time_median_s"]
         assert r["saved_s"] == pytest.approx(saved, rel=1e-9)
         assert r["payoff_steps"] == pytest.approx(31.0 / saved, rel=1e-9)
@@ -101,7 +101,7 @@ def test_a_compile_that_does_not_make_steps_faster_never_pays_off(speedup, faste
     faster = A.Verdict[faster]
     runs, cells, _ = _tables(make_token_runs(seed=5, noise=0.05, compiled=(speedup, 1.0)))
     payoff = A.compile_payoff(runs, cells)
-    assert (payoff["faster"] == faster).all() and payoff["payoff_steps"].isna().all()
+    assert (payoff["verdict"] == faster).all() and payoff["payoff_steps"].isna().all()
     (found,) = _of(runs, cells, A.speedup_table(runs), "compile")
     assert "pays off after" not in found.text and found.text.count("it does not pay off") == 4  # the 4 it names
     assert ("compiled steps are slower" if speedup < 1 else "not detectably faster (the interval holds 1)") in found.text

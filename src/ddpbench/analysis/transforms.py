@@ -37,7 +37,7 @@ COMPILE_S = Extra.compile_s
 PAYOFF_COLUMNS = [
     "compile_s", "compile_s_ci_low", "compile_s_ci_high", "compile_s_ci_level", "compiled_graphs",
     "step_s", "step_s_ci_low", "step_s_ci_high", "eager_step_s", "eager_step_s_ci_low", "eager_step_s_ci_high",
-    "speedup", "speedup_ci_low", "speedup_ci_high", "speedup_ci_level", "faster", "saved_s", "payoff_steps",
+    "speedup", "speedup_ci_low", "speedup_ci_high", "speedup_ci_level", "verdict", "saved_s", "payoff_steps",
     "payoff_steps_low", "payoff_steps_high", "unstable",
 ]  # fmt: skip
 
@@ -46,10 +46,10 @@ def _measured(cells: pd.DataFrame) -> pd.DataFrame:
     return cells[numeric_column(cells, "n_repeats") > 0] if "n_repeats" in cells else cells
 
 
-def _payoff(compile_s: tuple[float, float, float], step_s: float, iv: Interval, faster: Verdict) -> dict:
+def _payoff(compile_s: tuple[float, float, float], step_s: float, iv: Interval, verdict: Verdict) -> dict:
     """Seconds a compiled step saves and the steps until they add up to the compile time (NaN unless faster)."""
     saved = step_s * (iv.estimate - 1)  # eager − compiled = compiled × (ratio − 1)
-    if faster != Verdict.FASTER or not np.isfinite(compile_s[0]):
+    if verdict != Verdict.FASTER or not np.isfinite(compile_s[0]):
         return dict(saved_s=saved, payoff_steps=np.nan, payoff_steps_low=np.nan, payoff_steps_high=np.nan)
     est, lo, hi = compile_s
     lo, hi = (lo, hi) if np.isfinite(lo) and np.isfinite(hi) else (est, est)
@@ -61,7 +61,7 @@ def compile_payoff(runs: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
     """One row per compiled cell (compile not none) whose eager twin was measured: its compile time
     (median [order-statistic interval], graphs compiled), both step times (geometric means [log-t]),
     the step-time ratio eager / compiled with its Welch interval (`speedup`) and what it says
-    (`faster`, a comparison.Verdict of the compiled cell against its twin: FASTER, its steps shorter), the seconds a compiled step saves and the steps the compile takes to pay off
+    (`verdict`, a comparison.Verdict of the compiled cell against its twin: FASTER, its steps shorter), the seconds a compiled step saves and the steps the compile takes to pay off
     (NaN where compiled steps are not faster by the interval). Empty, with the columns, without
     compiled cells or their twins."""
     cols = [c for c in axes(cells) if c in runs] if not runs.empty else axes(cells)
@@ -81,7 +81,7 @@ def compile_payoff(runs: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
         iv = welch_log_ratio(xe, xc) if len(xe) and len(xc) else Interval(np.nan)
         cs = tuple(float(pd.to_numeric(r.get(f"{COMPILE_S}{s}", np.nan), errors="coerce"))
                    for s in ("", "_ci_low", "_ci_high"))  # fmt: skip
-        step_s, faster = float(pd.to_numeric(r.get(STEP, np.nan), errors="coerce")), verdict_of(iv.low, iv.high)
+        step_s, verdict = float(pd.to_numeric(r.get(STEP, np.nan), errors="coerce")), verdict_of(iv.low, iv.high)
         row = {k: r[k] for k in cols}
         row.update(compile_s=cs[0], compile_s_ci_low=cs[1], compile_s_ci_high=cs[2],
                    compile_s_ci_level=r.get(f"{COMPILE_S}_ci_level", np.nan),
@@ -89,10 +89,10 @@ def compile_payoff(runs: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
                    step_s_ci_low=r.get(f"{STEP}_ci_low", np.nan), step_s_ci_high=r.get(f"{STEP}_ci_high", np.nan),
                    eager_step_s=twin.get(STEP, np.nan), eager_step_s_ci_low=twin.get(f"{STEP}_ci_low", np.nan),
                    eager_step_s_ci_high=twin.get(f"{STEP}_ci_high", np.nan), speedup=iv.estimate,
-                   speedup_ci_low=iv.low, speedup_ci_high=iv.high, speedup_ci_level=iv.level, faster=faster,
+                   speedup_ci_low=iv.low, speedup_ci_high=iv.high, speedup_ci_level=iv.level, verdict=verdict,
                    unstable=str(r.get("unstable", "")).lower() in ("true", "1") or
                    str(twin.get("unstable", "")).lower() in ("true", "1"),
-                   **_payoff(cs, step_s, iv, faster))  # fmt: skip
+                   **_payoff(cs, step_s, iv, verdict))  # fmt: skip
         rows.append(row)
     return pd.DataFrame(rows, columns=[*cols, *PAYOFF_COLUMNS])
 

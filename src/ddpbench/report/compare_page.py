@@ -50,7 +50,7 @@ from ddpbench.core import safe_io
 from ddpbench.report.findings import Finding
 from ddpbench.report.render import inline_svg, jinja_env, plain
 from ddpbench.report.tables import Table
-from ddpbench.report.text import num, verdict_word
+from ddpbench.report.text import as_verdict, num, verdict_word
 
 EXIT_GATE = 1
 EXIT_INPUT = 2
@@ -254,7 +254,8 @@ def render_html(cmp: Comparison, title: str = "ddpbench comparison") -> str:
                      "–" if pd.isna(r["slowdown"]) else f"{100 * r['slowdown']:+.1f}%", verdict_word(r["verdict"]),
                      ("GATE FAILED" if r["gate_failed"] else "GATE CANNOT JUDGE" if r["gate_cannot_judge"] else "")
                      + (f" UNSTABLE: {r['unstable_cause']}" if r["unstable"] else "")])  # fmt: skip
-        classes.append("slower" if r["verdict"] == Verdict.SLOWER else "faster" if r["verdict"] == Verdict.FASTER else "")
+        v = as_verdict(r["verdict"])
+        classes.append(v.value if v is not None and v.difference else "")  # the page's CSS: tr.faster, tr.slower
     one = [[cell_label(r, cmp.label_axes), r["verdict"], r["metric_label"]] for _, r in cmp.unmatched.iterrows()]
     svg = forest_svg(cmp)
     prov = cmp.provenance

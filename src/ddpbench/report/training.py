@@ -86,7 +86,7 @@ def _ratio(r, prefix: str = "") -> str:
 
 def _payoff_text(r) -> str:
     """'it pays off after 773 steps (650–900 over the intervals ...)', or why it does not."""
-    faster = r["faster"]  # the compiled cell against its eager twin (analysis.transforms)
+    faster = r["verdict"]  # the compiled cell against its eager twin (analysis.transforms)
     if faster == analysis.Verdict.FASTER and finite(r["payoff_steps"]):
         span = (f" ({sig3(r['payoff_steps_low'])}–{sig3(r['payoff_steps_high'])} over the intervals of the compile "
                 "time and of the step-time ratio)") if r["payoff_steps_low"] != r["payoff_steps_high"] else ""  # fmt: skip
