@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 from scipy import special  # the t distribution's functions: scipy.stats would add 0.55 s to every import
 
-from ddpbench.analysis.comparison import Comparison, Verdict, verdict_of
+from ddpbench.analysis.comparison import Verdict, verdict_of
 from ddpbench.analysis.health import THROUGHPUT, likely_causes, timed_runs
 from ddpbench.analysis.intervals import (
     LEVEL, Interval, add_variance, between_group_parts, log_t_interval, numeric_values, rel_halfwidth,
@@ -313,8 +313,7 @@ def finish_intervals(rows: list[dict], level: float = LEVEL, job_noise: float = 
         metric = BY_NAME[r["metric"]]
         has = not np.isnan(s)
         iv = Interval(float(np.exp(di)), *((float(np.exp(di - hi)), float(np.exp(di + hi)), level) if has else ()))
-        found = Comparison.of_interval(iv)  # NEW against BASE; its verdict turned where lower is better
-        r.update({k: v for k, v in found.columns().items() if k.startswith("ratio")},
+        r.update(ratio=iv.estimate, ratio_ci_low=iv.low, ratio_ci_high=iv.high, ratio_ci_level=iv.level,
                  slowdown=slowdown_factor(iv.estimate, metric.higher_is_better),
                  verdict=change_verdict(iv, metric.higher_is_better))  # fmt: skip
         for k in ("_d", "_se", "_dof"):  # _terms stays for the gate's reasons (no column of the table)
