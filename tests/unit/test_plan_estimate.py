@@ -130,6 +130,10 @@ def test_with_no_history_the_default_is_used_and_named(tmp_path):
     assert per_run_s(line) == round(expected), line
     assert f"a default, no run of this host in {tmp_path / 'results'} or the results folders beside it yet" in line
     assert f"{estimate.FIXED_RUN_S:g} s fixed + the steps" in line and "busy" not in line
+    # the refusal of a budget says when its estimate is this default (design.first_round_problem)
+    assert not estimate.run_estimate([p], tmp_path / "results", host=HOST, now=QUIET).learned
+    write_run(tmp_path / "results", "a", p, host=HOST)
+    assert estimate.run_estimate([p], tmp_path / "results", host=HOST, now=QUIET).learned
 
 
 def test_a_cell_that_cannot_start_warm_costs_a_cold_start_by_default(tmp_path):

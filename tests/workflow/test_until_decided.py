@@ -95,6 +95,7 @@ def test_a_budget_that_cannot_pay_the_first_round_is_refused_before_anything_run
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "until_decided.budget" in out, out[-3000:]
     assert "5 s of runs cannot pay the design's first round: 12 runs (3 per cell x 4 cells)" in out, out[-3000:]
+    assert "(the plan's default estimate: no run of this host to learn from yet" in out, out[-3000:]
     assert "Set until_decided.budget to at least" in out and not (workdir / RESULTS).exists()
 
 

@@ -329,6 +329,7 @@ class RunEstimate:
 
     per_run_s: float
     source: str  # "learned from ...", "a default, ...", with the load notes
+    learned: bool = True  # False: no run of this host to learn from, the defaults (FIXED_RUN_S, ...)
 
     def total_s(self, runs: int) -> float:
         return runs * self.per_run_s
@@ -372,7 +373,7 @@ def run_estimate(
     if skipped:
         how = f"the median of {len(skips)} measured" if skips else "a default"
         source += f"; {skipped} cell(s) the launcher skips at their world size, {skip_s:.1f} s each ({how})"
-    return RunEstimate(fixed + steps, source + _load_notes(runs, pool, frac, load))
+    return RunEstimate(fixed + steps, source + _load_notes(runs, pool, frac, load), learned=bool(learned))
 
 
 def time_estimate(

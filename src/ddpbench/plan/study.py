@@ -247,16 +247,18 @@ class Study:
     def plan_line(self, per_run_s: float | None = None) -> str:
         return design.plan_line(self.questions, self.settings, self.first_round, per_run_s)
 
-    def check_first_round(self, per_run_s: float) -> None:
+    def check_first_round(self, per_run_s: float, default: bool = False) -> None:
         """Refuse a sequential design whose time budget cannot pay its first round at `per_run_s` a
-        run (the plan's estimate), a ConfigError naming until_decided.budget; once the first round
-        is decided, every later round is cut to the budget left (analysis.sequential.plan_round)."""
+        run (the plan's estimate; `default`: its default, nothing of this host learned), a ConfigError
+        naming until_decided.budget; once the first round is decided, every later round is cut to the
+        budget left (analysis.sequential.plan_round)."""
         if not self.sequential or self.decisions(upto=1):
             return
         paths = [Path(s) for s in self.summaries()]
         measured = [p for p in paths if p.exists()]
         spent = sum(design.read_run(p)[1] for p in measured)
-        problem = design.first_round_problem(self.settings, self.first_round, len(paths) - len(measured), spent, per_run_s)
+        left = len(paths) - len(measured)
+        problem = design.first_round_problem(self.settings, self.first_round, left, spent, per_run_s, default)
         if problem:
             raise ConfigError("until_decided.budget", problem)
 
