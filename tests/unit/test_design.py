@@ -186,7 +186,7 @@ def test_a_first_round_the_time_budget_cannot_pay_is_refused_naming_the_budget_t
     assert design.first_round_problem(settings, cells=2, runs_left=6, spent_s=0.0, per_run_s=5.0) is None  # 30 s
     # with nothing of this host learned, the refusal says its estimate is the default (a fast host's
     # first round took 39 s where the default priced it at 1.9 min: issue 73's side by side)
-    default = design.first_round_problem(settings, cells=12, runs_left=36, spent_s=0.0, per_run_s=5.0, default=True)
+    default = design.first_round_problem(settings, cells=12, runs_left=36, spent_s=0.0, per_run_s=5.0, learned=False)
     assert "at about 5 s a run (the plan's default estimate: no run of this host to learn from yet" in default
     assert "once this host has measured runs, the estimate is learned from them) take about 3.0 min" in default
     assert design.first_round_problem(design.Settings(), cells=12, runs_left=36, spent_s=0.0, per_run_s=5.0) is None

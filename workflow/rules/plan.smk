@@ -153,9 +153,7 @@ def print_plan():
     cells = preflight_cells(STUDY.cell_by_path.values(), STUDY.fixed)
     PLAN_ESTIMATE[:] = [run_estimate(cells, Path(RESULTS))]
     try:
-        STUDY.check_first_round(
-            PLAN_ESTIMATE[0].per_run_s, default=not PLAN_ESTIMATE[0].learned
-        )
+        STUDY.check_first_round(PLAN_ESTIMATE[0].per_run_s, PLAN_ESTIMATE[0].learned)
     except ConfigError as err:
         raise WorkflowError(str(err)) from None
     repeats = (

@@ -552,21 +552,21 @@ ROUNDS_AFTER_FIRST = 2.5
 
 
 def first_round_problem(settings: Settings, cells: int | Mapping[str, int], runs_left: int, spent_s: float,
-                        per_run_s: float, default: bool = False) -> str | None:  # fmt: skip
+                        per_run_s: float, learned: bool = True) -> str | None:  # fmt: skip
     """Why the time budget cannot pay the design's first round, None where it can (or there is
     none): the first round's runs still to measure (`runs_left`) at the plan's estimate of a run
     (`per_run_s`, plan.estimate.RunEstimate) on top of the run time its measured runs spent
     (`spent_s`). The plan refuses such a design before anything runs rather than cutting the
     round: every question needs its cells' first runs, and a cut made from a timing estimate
     (this host's history, the load now) would plan another first round on every rerun or resume;
-    the refusal names the budget that pays the round, and says where the estimate is a `default`."""
+    the refusal names the budget that pays the round, and says where the estimate is not `learned` (the plan's default)."""
     need = spent_s + runs_left * per_run_s
     if not settings.budget_s or need <= settings.budget_s:
         return None
     runs = first_round_size(settings, cells)[0]
     done = f" ({_minutes(spent_s)} already spent on its measured runs)" if spent_s > 0 else ""
     whose = ("the plan's default estimate: no run of this host to learn from yet, and a fast host's runs take less; "
-             "once this host has measured runs, the estimate is learned from them") if default else "the plan's estimate"
+             "once this host has measured runs, the estimate is learned from them") if not learned else "the plan's estimate"
     return (f"{_minutes(settings.budget_s)} of runs cannot pay the design's first round: {runs} runs "
             f"({_first_text(settings, cells)}) at about {per_run_s:.0f} s a run ({whose}) take about "
             f"{_minutes(need)}{done}. Set until_decided.budget to at least {budget_text(need)} for the first round "

@@ -247,9 +247,9 @@ class Study:
     def plan_line(self, per_run_s: float | None = None) -> str:
         return design.plan_line(self.questions, self.settings, self.first_round, per_run_s)
 
-    def check_first_round(self, per_run_s: float, default: bool = False) -> None:
+    def check_first_round(self, per_run_s: float, learned: bool = True) -> None:
         """Refuse a sequential design whose time budget cannot pay its first round at `per_run_s` a
-        run (the plan's estimate; `default`: its default, nothing of this host learned), a ConfigError
+        run (the plan's estimate; not `learned`: its default, nothing of this host to learn from), a ConfigError
         naming until_decided.budget; once the first round is decided, every later round is cut to the
         budget left (analysis.sequential.plan_round)."""
         if not self.sequential or self.decisions(upto=1):
@@ -258,7 +258,7 @@ class Study:
         measured = [p for p in paths if p.exists()]
         spent = sum(design.read_run(p)[1] for p in measured)
         left = len(paths) - len(measured)
-        problem = design.first_round_problem(self.settings, self.first_round, left, spent, per_run_s, default)
+        problem = design.first_round_problem(self.settings, self.first_round, left, spent, per_run_s, learned)
         if problem:
             raise ConfigError("until_decided.budget", problem)
 
